@@ -1,0 +1,133 @@
+package parley
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is a protocol error code (SPEC §3). Client logic reads only the code;
+// the message is for people.
+type Code string
+
+// The protocol error codes. Every code is either terminal (the request had no
+// effect and repeating it cannot succeed) or retryable with the same request
+// key. See Codes for the class and the HTTP status of each.
+const (
+	CodeInvalidArgument     Code = "INVALID_ARGUMENT"
+	CodeUnauthenticated     Code = "UNAUTHENTICATED"
+	CodeNotMember           Code = "NOT_MEMBER"
+	CodeIdempotencyMismatch Code = "IDEMPOTENCY_MISMATCH"
+	CodeOriginalExpired     Code = "ORIGINAL_EXPIRED"
+	CodeNotSender           Code = "NOT_SENDER"
+	CodeAlreadyRecalled     Code = "ALREADY_RECALLED"
+	CodeRecallWindowExpired Code = "RECALL_WINDOW_EXPIRED"
+	CodeNotFound            Code = "NOT_FOUND"
+	CodeCursorAhead         Code = "CURSOR_AHEAD"
+	CodeEpochChanged        Code = "EPOCH_CHANGED"
+	CodeStaleInstall        Code = "STALE_INSTALL"
+	CodePermissionDenied    Code = "PERMISSION_DENIED"
+	CodeAlreadyExists       Code = "ALREADY_EXISTS"
+	CodeUnavailable         Code = "UNAVAILABLE"
+	CodeRateLimited         Code = "RATE_LIMITED"
+)
+
+// CodeInfo is one row of the error table: whether a client may retry the
+// request with the same key, the HTTP status of SPEC §4, and what a client
+// does on receiving it (documented in docs/protocol.md).
+type CodeInfo struct {
+	Code       Code
+	Retryable  bool
+	HTTPStatus int
+	Action     string
+}
+
+// Codes is the one table of protocol error codes. httpapi and gateway read
+// their mappings from it; nothing else decides whether a code is terminal.
+var Codes = []CodeInfo{
+	{CodeInvalidArgument, false, http.StatusBadRequest, "fix the request; do not retry it"},
+	{CodeUnauthenticated, false, http.StatusUnauthorized, "log in again"},
+	{CodeNotMember, false, http.StatusNotFound, "remove the conversation locally or tell the user"},
+	{CodeIdempotencyMismatch, false, http.StatusUnprocessableEntity, "client bug: the key was reused for other content; confirm with the user before sending under a new key"},
+	{CodeOriginalExpired, false, http.StatusGone, "mark as sent and expired; never resend under a new key"},
+	{CodeNotSender, false, http.StatusForbidden, "tell the user only the sender can recall"},
+	{CodeAlreadyRecalled, false, http.StatusConflict, "mark the message recalled locally"},
+	{CodeRecallWindowExpired, false, http.StatusConflict, "tell the user the recall window has passed"},
+	{CodeNotFound, false, http.StatusNotFound, "refresh local state"},
+	{CodeCursorAhead, false, http.StatusConflict, "drop the local cursor and rebuild from a trusted position"},
+	{CodeEpochChanged, false, http.StatusConflict, "rebuild the conversation's local state"},
+	{CodeStaleInstall, false, http.StatusUnauthorized, "drop the old install's local state and log in again"},
+	{CodePermissionDenied, false, http.StatusForbidden, "tell the user; do not retry"},
+	{CodeAlreadyExists, false, http.StatusConflict, "use the existing object or choose another id"},
+	{CodeUnavailable, true, http.StatusServiceUnavailable, "keep the request; retry with the same key after backoff"},
+	{CodeRateLimited, true, http.StatusTooManyRequests, "keep the request; retry with the same key after retry_after_ms"},
+}
+
+var codeIndex = func() map[Code]CodeInfo {
+	m := make(map[Code]CodeInfo, len(Codes))
+	for _, c := range Codes {
+		m[c.Code] = c
+	}
+	return m
+}()
+
+// Info returns the table row of a code; unknown codes are reported as
+// UNAVAILABLE, the safe reading of an outcome nobody can vouch for.
+func (c Code) Info() CodeInfo {
+	if info, ok := codeIndex[c]; ok {
+		return info
+	}
+	return codeIndex[CodeUnavailable]
+}
+
+// IsTerminal reports whether a client must stop retrying a request that got
+// this code (SPEC §3): everything but UNAVAILABLE and RATE_LIMITED.
+func (c Code) IsTerminal() bool { return !c.Info().Retryable }
+
+// Error is the one error type that crosses package boundaries with a
+// protocol code. Msg is safe to show to the client.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Msg) }
+
+// Errorf returns an *Error with a formatted client-facing message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// InternalMessage is what a client sees for an error that has no protocol
+// code: its outcome is unknown, so it is UNAVAILABLE and the client retries
+// with the same key. The cause goes to the log only.
+const InternalMessage = "internal error; retry with the same request key"
+
+// ErrorCode returns the protocol code of err: the code of the first *Error
+// in its chain, or UNAVAILABLE for anything else (an internal error whose
+// outcome is unknown). A nil error has no code.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeUnavailable
+}
+
+// ErrorMessage returns the client-facing message of err: the message of its
+// *Error, or InternalMessage for anything without a protocol code, so no
+// driver text, SQL or path ever reaches a client.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Msg
+	}
+	return InternalMessage
+}
+
+// ErrNotMember is the single answer for "no such conversation" and "not a
+// member" alike, so nobody can probe which conversations exist.
+var ErrNotMember = &Error{Code: CodeNotMember, Msg: "conversation not found or not visible"}

@@ -1,0 +1,173 @@
+package parley
+
+import (
+	"crypto/sha256"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// EventKind is the kind of an event in a conversation's log.
+type EventKind string
+
+const (
+	EventMessage      EventKind = "message"
+	EventRecall       EventKind = "recall"
+	EventMemberJoined EventKind = "member_joined"
+	EventMemberLeft   EventKind = "member_left"
+)
+
+// Event is one entry of a conversation's log, immutable once committed
+// (a recall appends a recall event; the recalled message is then served
+// with an empty body and Recalled set).
+type Event struct {
+	Conv     string
+	Seq      int64
+	MID      string // server id
+	Kind     EventKind
+	Sender   string // user who did it; empty for the system (rollback)
+	Device   string // sender's device; empty for membership and system events
+	Body     string // message text; empty when recalled and for other kinds
+	Target   int64  // recall: the recalled seq
+	User     string // membership events: whom it concerns
+	Recalled bool   // message: a recall of it has been committed
+	At       time.Time
+}
+
+// SendRequest is the input of Store.Send.
+type SendRequest struct {
+	Conv string
+	CMID string // the client's request key, 1–64 characters
+	Body string // 1–4000 code points of valid UTF-8
+}
+
+// Sent is the reply to a send: the event's seq and mid, whether this was a
+// replay of an earlier request (Dup), and the conversation's epoch.
+type Sent struct {
+	Conv  string
+	Seq   int64
+	MID   string
+	Dup   bool
+	Epoch int64
+}
+
+// SyncRequest is the input of Store.Sync. Limit must be at least 1 and is
+// capped at MaxPage (the wire layers put DefaultPage in for an omitted
+// limit); Epoch 0 means "not given" (epochs start at 1).
+type SyncRequest struct {
+	Conv  string
+	After int64
+	Limit int
+	Epoch int64
+}
+
+// Page is one page of a sync (SPEC §3.2, §9).
+type Page struct {
+	Conv      string
+	Events    []Event
+	NextAfter int64 // the cursor to store after applying the whole page
+	HasMore   bool
+	Head      int64 // capped at the caller's last visible seq
+	MinSeq    int64
+	Trimmed   bool // events after After were purged
+	Epoch     int64
+}
+
+// RecallRequest is the input of Store.Recall.
+type RecallRequest struct {
+	Conv   string
+	Target int64
+	CMID   string
+}
+
+// Recalled is the reply to a recall: the seq of the recall event.
+type Recalled struct {
+	Conv string
+	Seq  int64
+	Dup  bool
+}
+
+// Fingerprint is a send's request hash: sha256(conv || 0x00 || body).
+func Fingerprint(conv, body string) []byte {
+	h := sha256.New()
+	h.Write([]byte(conv))
+	h.Write([]byte{0})
+	h.Write([]byte(body))
+	return h.Sum(nil)
+}
+
+// RecallFingerprint is a recall's request hash:
+// sha256(conv || 0x00 || "recall:" || target).
+func RecallFingerprint(conv string, target int64) []byte {
+	return Fingerprint(conv, "recall:"+strconv.FormatInt(target, 10))
+}
+
+// charCount returns the number of code points of s, or -1 when s is not
+// valid UTF-8.
+func charCount(s string) int {
+	if !utf8.ValidString(s) {
+		return -1
+	}
+	return utf8.RuneCountInString(s)
+}
+
+// CheckCMID validates a request key: 1–64 characters of valid UTF-8.
+func CheckCMID(cmid string) error {
+	if n := charCount(cmid); n < 1 || n > MaxCMIDChars {
+		return Errorf(CodeInvalidArgument, "cmid must be 1–%d characters of valid UTF-8", MaxCMIDChars)
+	}
+	return nil
+}
+
+// ValidateSend checks a send before any storage work.
+func ValidateSend(r SendRequest) error {
+	if err := CheckConvID(r.Conv); err != nil {
+		return err
+	}
+	if err := CheckCMID(r.CMID); err != nil {
+		return err
+	}
+	if n := charCount(r.Body); n < 1 || n > MaxBodyChars {
+		return Errorf(CodeInvalidArgument, "body must be 1–%d characters of valid UTF-8", MaxBodyChars)
+	}
+	return nil
+}
+
+// ValidateSync checks a sync and returns it with Limit capped at MaxPage.
+func ValidateSync(r SyncRequest) (SyncRequest, error) {
+	if err := CheckConvID(r.Conv); err != nil {
+		return r, err
+	}
+	if r.After < 0 {
+		return r, Errorf(CodeInvalidArgument, "after must not be negative")
+	}
+	if r.Limit < 1 {
+		return r, Errorf(CodeInvalidArgument, "limit must be at least 1")
+	}
+	if r.Limit > MaxPage {
+		r.Limit = MaxPage
+	}
+	if r.Epoch < 0 {
+		return r, Errorf(CodeInvalidArgument, "epoch must not be negative")
+	}
+	return r, nil
+}
+
+// ValidateRecall checks a recall before any storage work.
+func ValidateRecall(r RecallRequest) error {
+	if err := CheckConvID(r.Conv); err != nil {
+		return err
+	}
+	if r.Target < 1 {
+		return Errorf(CodeInvalidArgument, "target must be a seq of at least 1")
+	}
+	return CheckCMID(r.CMID)
+}
+
+// CheckSeq validates a seq argument (ack, read, fetch, rollback).
+func CheckSeq(field string, seq int64) error {
+	if seq < 0 {
+		return Errorf(CodeInvalidArgument, "%s must not be negative", field)
+	}
+	return nil
+}

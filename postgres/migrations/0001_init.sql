@@ -1,0 +1,106 @@
+-- Parley schema, PostgreSQL dialect. Times come from clock_timestamp().
+-- Table and column names match sqlite/migrations so the contract suite's raw
+-- checks read the same on both.
+
+CREATE TABLE users (
+    id            TEXT PRIMARY KEY,
+    email         TEXT UNIQUE,
+    password_hash TEXT NOT NULL DEFAULT '',
+    role          TEXT NOT NULL DEFAULT 'user' CHECK (role IN ('user', 'admin')),
+    disabled      BOOLEAN NOT NULL DEFAULT false,
+    created_at    TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+
+-- One row per (user, device): the device's current install.
+CREATE TABLE devices (
+    user_id    TEXT NOT NULL REFERENCES users (id),
+    device_id  TEXT NOT NULL,
+    install_id TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (user_id, device_id)
+);
+
+-- Tokens are stored as sha256 of their text.
+CREATE TABLE tokens (
+    token_hash BYTEA PRIMARY KEY,
+    user_id    TEXT NOT NULL,
+    device_id  TEXT NOT NULL,
+    install_id TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE conversations (
+    id                TEXT PRIMARY KEY,
+    kind              TEXT NOT NULL CHECK (kind IN ('direct', 'group')),
+    title             TEXT NOT NULL DEFAULT '',
+    owner             TEXT NOT NULL DEFAULT '',
+    next_seq          BIGINT NOT NULL DEFAULT 1,
+    min_seq           BIGINT NOT NULL DEFAULT 1,
+    epoch             BIGINT NOT NULL DEFAULT 1,
+    retain_max_age_ms BIGINT NOT NULL DEFAULT 0,
+    retain_last_n     BIGINT NOT NULL DEFAULT 0,
+    last_at           TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    created_at        TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+
+-- The log. A message's recall_seq is set when it is recalled; its body is
+-- kept (an export pinned before the recall still needs it) but never served.
+CREATE TABLE events (
+    conv_id       TEXT NOT NULL,
+    seq           BIGINT NOT NULL,
+    mid           TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    sender_user   TEXT NOT NULL,
+    sender_device TEXT NOT NULL DEFAULT '',
+    cmid          TEXT,
+    request_hash  BYTEA,
+    body          TEXT NOT NULL DEFAULT '',
+    target        BIGINT,
+    subject_user  TEXT,
+    recall_seq    BIGINT,
+    created_at    TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (conv_id, seq)
+);
+
+-- The last line of defence for "one request key, one event".
+CREATE UNIQUE INDEX events_idempotency ON events (conv_id, sender_user, cmid) WHERE cmid IS NOT NULL;
+-- Unread counting and "latest message" walk message events only.
+CREATE INDEX events_messages ON events (conv_id, seq) WHERE kind = 'message';
+
+-- Membership periods: visible iff from_seq <= seq and (to_seq IS NULL or
+-- seq <= to_seq). At most one open period per (conv, user).
+CREATE TABLE periods (
+    conv_id  TEXT NOT NULL,
+    user_id  TEXT NOT NULL,
+    from_seq BIGINT NOT NULL,
+    to_seq   BIGINT,
+    PRIMARY KEY (conv_id, user_id, from_seq)
+);
+CREATE UNIQUE INDEX periods_one_open ON periods (conv_id, user_id) WHERE to_seq IS NULL;
+CREATE INDEX periods_by_user ON periods (user_id, conv_id);
+
+CREATE TABLE delivered_cursors (
+    user_id   TEXT NOT NULL,
+    device_id TEXT NOT NULL,
+    conv_id   TEXT NOT NULL,
+    seq       BIGINT NOT NULL,
+    PRIMARY KEY (user_id, device_id, conv_id)
+);
+
+CREATE TABLE read_cursors (
+    user_id TEXT NOT NULL,
+    conv_id TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    PRIMARY KEY (user_id, conv_id)
+);
+
+-- Request keys of purged events, so a late resend is ORIGINAL_EXPIRED.
+CREATE TABLE tombstones (
+    conv_id      TEXT NOT NULL,
+    sender_user  TEXT NOT NULL,
+    cmid         TEXT NOT NULL,
+    request_hash BYTEA NOT NULL,
+    purged_at    TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (conv_id, sender_user, cmid)
+);
+CREATE INDEX tombstones_age ON tombstones (conv_id, purged_at);

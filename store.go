@@ -1,0 +1,216 @@
+package parley
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the durable state of Parley: users, devices, conversations and
+// their event logs. Two implementations exist, sqlite.DB and postgres.DB, and
+// both pass the one behaviour suite in storetest; a behaviour that differs
+// between them is a bug.
+//
+// General guarantees:
+//   - Input is validated before any storage work; a rejected request changes
+//     nothing (head, rows and bodies stay as they were).
+//   - Every write touches one conversation and runs in one transaction that
+//     first locks the conversation row, so per conversation seqs are
+//     assigned and committed in order: a reader that sees seq n sees every
+//     seq below it that still exists.
+//   - Time (event at, recall window, retention age) is the database clock,
+//     never the caller's.
+//   - Errors carry a protocol code (ErrorCode); an error without one is an
+//     internal failure whose outcome is unknown (UNAVAILABLE to clients).
+//     A context deadline or a lost connection is such a failure.
+//   - "Not a member" and "no such conversation" are the same NOT_MEMBER.
+type Store interface {
+	// CreateUser creates an account. Errors: INVALID_ARGUMENT (bad id,
+	// email or role), ALREADY_EXISTS (id or email taken).
+	CreateUser(ctx context.Context, u NewUser) (User, error)
+
+	// User returns the account a login names, in any form ResolveLogin
+	// accepts (id, mixed-case id, email). Errors: INVALID_ARGUMENT,
+	// NOT_FOUND.
+	User(ctx context.Context, login string) (User, error)
+
+	// SetUserDisabled disables or enables an account. A disabled user's
+	// tokens stop working at the next Authenticate. Errors: NOT_FOUND.
+	SetUserDisabled(ctx context.Context, id string, disabled bool) error
+
+	// Login checks the password and issues a new token for (user, device,
+	// install). A device logging in with a new install id starts a new
+	// install: tokens of the old install answer STALE_INSTALL from then on
+	// and the device's delivered cursors restart at 0. The password is
+	// checked outside any transaction. Errors: INVALID_ARGUMENT (malformed
+	// login, password, device or install id), UNAUTHENTICATED (unknown
+	// login, wrong password and disabled account alike, one message).
+	Login(ctx context.Context, r LoginRequest) (Session, error)
+
+	// Authenticate returns the principal of a token. Errors:
+	// UNAUTHENTICATED (unknown or logged-out token, disabled account),
+	// STALE_INSTALL (the token belongs to an install the device replaced).
+	Authenticate(ctx context.Context, token string) (Principal, error)
+
+	// Logout revokes a token. Revoking an unknown token is not an error.
+	Logout(ctx context.Context, token string) error
+
+	// CreateConversation creates a conversation owned by the caller (groups;
+	// direct conversations have no owner). Every initial member, the caller
+	// included and first, gets a member_joined event (seqs 1..n, sender the
+	// caller) and a membership period from seq 1. Errors: INVALID_ARGUMENT,
+	// ALREADY_EXISTS (id taken), NOT_FOUND (a member does not exist).
+	CreateConversation(ctx context.Context, p Principal, c NewConversation) (Conversation, error)
+
+	// AddMember adds user to a group: a member_joined event (sender the
+	// caller, User the new member) whose seq opens the new period. Check
+	// order: lock (no conversation: NOT_MEMBER) → the caller has an open
+	// period or is an admin (NOT_MEMBER) → group (direct: PERMISSION_DENIED)
+	// → user exists (NOT_FOUND) → user not in already (else a no-op:
+	// Changed false, Seq 0). Errors: INVALID_ARGUMENT, NOT_MEMBER,
+	// PERMISSION_DENIED, NOT_FOUND.
+	AddMember(ctx context.Context, p Principal, conv, user string) (MemberChange, error)
+
+	// RemoveMember ends user's open period with a member_left event (sender
+	// the caller, User the leaver); the period ends at that seq, so the
+	// leaver sees their removal. Check order: lock (NOT_MEMBER) → the caller
+	// has an open period or is an admin (NOT_MEMBER) → group (direct:
+	// PERMISSION_DENIED) → the caller is the owner, an admin, or user
+	// themself (PERMISSION_DENIED) → user is in (else a no-op: Changed
+	// false, Seq 0). Errors: INVALID_ARGUMENT, NOT_MEMBER, PERMISSION_DENIED.
+	RemoveMember(ctx context.Context, p Principal, conv, user string) (MemberChange, error)
+
+	// Send appends a message. In one transaction, in this order: lock the
+	// conversation row (none: NOT_MEMBER) → look up the request key
+	// (conv, sender user, cmid): same fingerprint is a replay answered with
+	// the original seq and mid and Dup true, another fingerprint is
+	// IDEMPOTENCY_MISMATCH → look up tombstones (ORIGINAL_EXPIRED) →
+	// require an open membership period (NOT_MEMBER) → insert and advance
+	// the head → commit. Concurrent identical requests queue on the lock:
+	// exactly one gets Dup false. A resend after the sender's removal is
+	// still a replay (Dup true). Errors: INVALID_ARGUMENT, NOT_MEMBER,
+	// IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED.
+	Send(ctx context.Context, p Principal, r SendRequest) (Sent, error)
+
+	// Sync returns the events after r.After the caller may see, ascending,
+	// at most r.Limit (capped at MaxPage), read over indexes so a page costs
+	// O(page) however long the invisible ranges are. Recalled messages come
+	// with an empty body and Recalled set. Head is capped at the caller's
+	// last visible seq (Periods.Head). NextAfter is the last returned seq,
+	// or Head when the page is empty; it never skips a visible event.
+	// HasMore is true when a visible event exists after NextAfter in the
+	// same read. Trimmed is true when After < MinSeq-1. Check order:
+	// INVALID_ARGUMENT → NOT_MEMBER (no conversation, or no period at all)
+	// → EPOCH_CHANGED (r.Epoch given and different) → CURSOR_AHEAD (After
+	// above Head).
+	Sync(ctx context.Context, p Principal, r SyncRequest) (Page, error)
+
+	// Ack moves the device's delivered cursor forward to seq and returns
+	// it; a lower seq is a no-op answering the current cursor. Check order:
+	// INVALID_ARGUMENT → STALE_INSTALL (the principal's install was
+	// replaced) → NOT_MEMBER (no conversation or no period) → CURSOR_AHEAD
+	// (above the caller's capped head).
+	Ack(ctx context.Context, p Principal, conv string, seq int64) (int64, error)
+
+	// Read moves the user's read cursor (shared by all devices) forward to
+	// seq and returns it; a lower seq is a no-op answering the current
+	// cursor. Errors as Ack.
+	Read(ctx context.Context, p Principal, conv string, seq int64) (int64, error)
+
+	// Recall appends a recall event for the caller's message r.Target.
+	// Check order: lock → request key (replay: Dup true with the recall's
+	// seq; other fingerprint: IDEMPOTENCY_MISMATCH) → tombstone
+	// (ORIGINAL_EXPIRED) → open period (NOT_MEMBER) → target is a stored
+	// message of this conversation (NOT_FOUND) → sender (NOT_SENDER) → not
+	// yet recalled (ALREADY_RECALLED) → database clock within the recall
+	// window of the target's time (RECALL_WINDOW_EXPIRED).
+	Recall(ctx context.Context, p Principal, r RecallRequest) (Recalled, error)
+
+	// Convs lists every conversation the caller has a period in, latest
+	// activity first (SPEC §3.0): a member's activity is the time of the
+	// conversation's latest event, a former member's the time of their last
+	// visible event; ties go by conversation id. Cost grows with the number
+	// of conversations, not with history: unread stops counting at
+	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set).
+	Convs(ctx context.Context, p Principal) ([]ConvSummary, error)
+
+	// Fetch returns one event (a recalled message with an empty body and
+	// Recalled set). Check order: INVALID_ARGUMENT (seq < 1) → NOT_MEMBER
+	// (no conversation, or no period) → NOT_FOUND (above the caller's
+	// capped head) → NOT_MEMBER (seq outside the caller's periods) →
+	// NOT_FOUND (purged).
+	Fetch(ctx context.Context, p Principal, conv string, seq int64) (Event, error)
+
+	// Conversation returns a conversation's header, for operators. Errors:
+	// INVALID_ARGUMENT, NOT_FOUND.
+	Conversation(ctx context.Context, id string) (Conversation, error)
+
+	// SetRetention sets a conversation's retention policy (operators).
+	// Errors: INVALID_ARGUMENT, NOT_FOUND.
+	SetRetention(ctx context.Context, conv string, r Retention) error
+
+	// Purge applies the retention policy: it deletes the longest prefix of
+	// the log that the policy no longer keeps (events older than MaxAge by
+	// the database clock, and all but the last KeepLast seqs), raises
+	// MinSeq, and writes a tombstone for every deleted request key, in one
+	// transaction, so a late resend gets ORIGINAL_EXPIRED. It also drops
+	// tombstones older than the tombstone TTL. Errors: INVALID_ARGUMENT,
+	// NOT_FOUND.
+	Purge(ctx context.Context, conv string) (PurgeResult, error)
+
+	// Rollback returns a conversation to a restore point (SPEC §3.2, §9):
+	// events after toSeq are removed without tombstones (recalls among them
+	// are undone), periods are cut back to what they were at toSeq, then
+	// system membership events (empty sender) are appended that restore the
+	// current membership — member_left for users who are out now, then
+	// member_joined for users who are in now, each in user id order —
+	// cursors are clamped to the new head, and the epoch goes up by one.
+	// toSeq must be between MinSeq-1 and the head. Errors:
+	// INVALID_ARGUMENT, NOT_FOUND.
+	Rollback(ctx context.Context, conv string, toSeq int64) (RollbackResult, error)
+
+	// Close releases the store's connections.
+	Close() error
+}
+
+// MemberChange is the result of AddMember and RemoveMember: the seq of the
+// membership event, or Changed false for a no-op.
+type MemberChange struct {
+	Conv    string
+	User    string
+	Seq     int64
+	Changed bool
+}
+
+// PurgeResult reports what a purge removed.
+type PurgeResult struct {
+	Conv       string
+	Deleted    int64 // events deleted
+	Tombstones int64 // request keys tombstoned
+	MinSeq     int64 // the new lowest stored seq
+}
+
+// RollbackResult reports a rollback.
+type RollbackResult struct {
+	Conv    string
+	Removed int64 // events removed after the restore point
+	Head    int64 // the head after the appended membership events
+	Epoch   int64 // the new epoch
+}
+
+// Options are the policies a store enforces. The zero value means the
+// defaults of SPEC §3.0.
+type Options struct {
+	RecallWindow time.Duration // default DefaultRecallWindow
+	TombstoneTTL time.Duration // default DefaultTombstoneTTL
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.RecallWindow <= 0 {
+		o.RecallWindow = DefaultRecallWindow
+	}
+	if o.TombstoneTTL <= 0 {
+		o.TombstoneTTL = DefaultTombstoneTTL
+	}
+	return o
+}

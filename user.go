@@ -1,0 +1,246 @@
+package parley
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/argon2"
+)
+
+// Role is a user's role: admin may use the operations API.
+type Role string
+
+const (
+	RoleUser  Role = "user"
+	RoleAdmin Role = "admin"
+)
+
+// User is an account. ID is canonical: [a-z0-9][a-z0-9._-]{0,31}.
+type User struct {
+	ID        string
+	Email     string // lower case; empty when none
+	Role      Role
+	Disabled  bool
+	CreatedAt time.Time
+}
+
+// NewUser is the input of Store.CreateUser. An empty Password creates an
+// account that cannot log in (a bot that posts through webhooks).
+type NewUser struct {
+	ID       string
+	Email    string
+	Password string
+	Role     Role
+}
+
+// LoginRequest is the input of Store.Login.
+type LoginRequest struct {
+	Login     string // any form the identity resolver accepts
+	Password  string
+	DeviceID  string
+	InstallID string
+}
+
+// Session is what a successful login returns. Token is shown once; the
+// store keeps only its hash.
+type Session struct {
+	Principal
+	Token string
+}
+
+// Device ids and install ids are opaque client strings of 1–64 characters.
+const MaxDeviceIDChars = 64
+
+// Login kinds returned by ResolveLogin.
+const (
+	LoginByID    = "id"
+	LoginByEmail = "email"
+)
+
+// ResolveLogin is the identity resolver: the only place that turns a login
+// as typed ("ana", "Ana", " Ana@Example.COM ") into the key a store looks up.
+// It returns the kind (LoginByID or LoginByEmail) and the canonical value: a
+// user id in lower case, or an email in lower case. Anything else is
+// INVALID_ARGUMENT.
+func ResolveLogin(login string) (kind, value string, err error) {
+	s := strings.ToLower(strings.TrimSpace(login))
+	if at := strings.IndexByte(s, '@'); at >= 0 {
+		if !validEmail(s) {
+			return "", "", Errorf(CodeInvalidArgument, "login %q is not a valid email address", truncate(login, 80))
+		}
+		return LoginByEmail, s, nil
+	}
+	if !ValidUserID(s) {
+		return "", "", Errorf(CodeInvalidArgument, "login %q is not a valid user id or email", truncate(login, 80))
+	}
+	return LoginByID, s, nil
+}
+
+// ValidUserID reports whether id is a canonical user id:
+// [a-z0-9][a-z0-9._-]{0,31}.
+func ValidUserID(id string) bool {
+	if len(id) < 1 || len(id) > 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validEmail accepts a lower-case address with one '@', a non-empty local
+// part, a dotted domain, no spaces or control characters, at most 254 bytes.
+func validEmail(s string) bool {
+	if len(s) > 254 {
+		return false
+	}
+	at := strings.IndexByte(s, '@')
+	if at <= 0 || at != strings.LastIndexByte(s, '@') {
+		return false
+	}
+	domain := s[at+1:]
+	if len(domain) < 3 || !strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") || strings.Contains(domain, "..") {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '"' || r == '<' || r == '>' || r == ',' || r == ';' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateNewUser checks a NewUser and returns it normalised (email lower
+// case, role defaulted to user).
+func ValidateNewUser(u NewUser) (NewUser, error) {
+	if !ValidUserID(u.ID) {
+		return u, Errorf(CodeInvalidArgument, "user id %q must match [a-z0-9][a-z0-9._-]{0,31}", truncate(u.ID, 80))
+	}
+	if u.Email != "" {
+		e := strings.ToLower(strings.TrimSpace(u.Email))
+		if !validEmail(e) {
+			return u, Errorf(CodeInvalidArgument, "email %q is not a valid address", truncate(u.Email, 80))
+		}
+		u.Email = e
+	}
+	switch u.Role {
+	case "":
+		u.Role = RoleUser
+	case RoleUser, RoleAdmin:
+	default:
+		return u, Errorf(CodeInvalidArgument, "role must be user or admin")
+	}
+	if len(u.Password) > 1024 {
+		return u, Errorf(CodeInvalidArgument, "password longer than 1024 bytes")
+	}
+	return u, nil
+}
+
+// ValidateLogin checks the shape of a login request before any storage work.
+func ValidateLogin(r LoginRequest) error {
+	if r.Password == "" || len(r.Password) > 1024 {
+		return Errorf(CodeInvalidArgument, "password must be 1–1024 bytes")
+	}
+	if err := validOpaque("device_id", r.DeviceID); err != nil {
+		return err
+	}
+	return validOpaque("install_id", r.InstallID)
+}
+
+func validOpaque(field, v string) error {
+	if n := charCount(v); n < 1 || n > MaxDeviceIDChars {
+		return Errorf(CodeInvalidArgument, "%s must be 1–%d characters of valid UTF-8", field, MaxDeviceIDChars)
+	}
+	return nil
+}
+
+// Password hashes are argon2id in the PHC string format, so parameters can
+// change without breaking stored hashes.
+const (
+	argonTime    = 2
+	argonMemory  = 19 * 1024 // KiB: the OWASP minimum for argon2id
+	argonThreads = 1
+	argonKeyLen  = 32
+)
+
+// HashPassword returns an argon2id hash of password in PHC format. It is
+// slow on purpose: call it outside any transaction.
+func HashPassword(password string) string {
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		panic("parley: crypto/rand failed: " + err.Error())
+	}
+	key := argon2.IDKey([]byte(password), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+}
+
+// CheckPassword reports whether password matches hash (from HashPassword),
+// in constant time. An empty or malformed hash never matches.
+func CheckPassword(hash, password string) bool {
+	var version int
+	var m uint32
+	var t uint32
+	var p uint8
+	parts := strings.Split(hash, "$")
+	if len(parts) != 6 || parts[1] != "argon2id" {
+		return false
+	}
+	if _, err := fmt.Sscanf(parts[2], "v=%d", &version); err != nil || version != argon2.Version {
+		return false
+	}
+	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &p); err != nil || m == 0 || m > 1<<20 || t == 0 || t > 16 || p == 0 {
+		return false
+	}
+	salt, err := base64.RawStdEncoding.DecodeString(parts[4])
+	if err != nil {
+		return false
+	}
+	want, err := base64.RawStdEncoding.DecodeString(parts[5])
+	if err != nil || len(want) == 0 || len(want) > 128 {
+		return false
+	}
+	got := argon2.IDKey([]byte(password), salt, t, m, p, uint32(len(want)))
+	return subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// NewToken returns a fresh device token (32 random bytes, base64url) and the
+// hash the store keeps in its place.
+func NewToken() (token string, hash []byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("parley: crypto/rand failed: " + err.Error())
+	}
+	token = base64.RawURLEncoding.EncodeToString(b)
+	return token, HashToken(token)
+}
+
+// HashToken returns the stored form of a token: sha256 of its text. Tokens
+// carry 256 bits of entropy, so a fast hash is enough.
+func HashToken(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// truncate shortens s for an error message, keeping valid UTF-8.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
