@@ -2,7 +2,6 @@ package parley
 
 import (
 	"time"
-	"unicode/utf8"
 )
 
 // ConvKind is a conversation's kind.
@@ -165,8 +164,8 @@ func ValidateNewConversation(creator string, c NewConversation) (NewConversation
 	if c.Kind != KindGroup && c.Kind != KindDirect {
 		return c, Errorf(CodeInvalidArgument, "kind must be direct or group")
 	}
-	if !utf8.ValidString(c.Title) || utf8.RuneCountInString(c.Title) > MaxTitleChars {
-		return c, Errorf(CodeInvalidArgument, "title must be valid UTF-8 of at most %d characters", MaxTitleChars)
+	if n := charCount(c.Title); n < 0 || n > MaxTitleChars {
+		return c, Errorf(CodeInvalidArgument, "title must be valid UTF-8 without NUL, at most %d characters", MaxTitleChars)
 	}
 	seen := map[string]bool{creator: true}
 	members := []string{creator}

@@ -131,3 +131,6 @@ func ErrorMessage(err error) string {
 // ErrNotMember is the single answer for "no such conversation" and "not a
 // member" alike, so nobody can probe which conversations exist.
 var ErrNotMember = &Error{Code: CodeNotMember, Msg: "conversation not found or not visible"}
+
+// ErrStaleInstall answers a request from an install its device replaced.
+var ErrStaleInstall = &Error{Code: CodeStaleInstall, Msg: "this install was replaced by a newer one on the device; drop its local state and log in again"}

@@ -3,6 +3,7 @@ package parley
 import (
 	"crypto/sha256"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -103,9 +104,10 @@ func RecallFingerprint(conv string, target int64) []byte {
 }
 
 // charCount returns the number of code points of s, or -1 when s is not
-// valid UTF-8.
+// valid UTF-8 or holds U+0000. NUL is refused everywhere, up front: a
+// PostgreSQL text column cannot store it, and both stores must answer alike.
 func charCount(s string) int {
-	if !utf8.ValidString(s) {
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 		return -1
 	}
 	return utf8.RuneCountInString(s)
@@ -114,7 +116,7 @@ func charCount(s string) int {
 // CheckCMID validates a request key: 1–64 characters of valid UTF-8.
 func CheckCMID(cmid string) error {
 	if n := charCount(cmid); n < 1 || n > MaxCMIDChars {
-		return Errorf(CodeInvalidArgument, "cmid must be 1–%d characters of valid UTF-8", MaxCMIDChars)
+		return Errorf(CodeInvalidArgument, "cmid must be 1–%d characters of valid UTF-8 without NUL", MaxCMIDChars)
 	}
 	return nil
 }
@@ -128,7 +130,7 @@ func ValidateSend(r SendRequest) error {
 		return err
 	}
 	if n := charCount(r.Body); n < 1 || n > MaxBodyChars {
-		return Errorf(CodeInvalidArgument, "body must be 1–%d characters of valid UTF-8", MaxBodyChars)
+		return Errorf(CodeInvalidArgument, "body must be 1–%d characters of valid UTF-8 without NUL", MaxBodyChars)
 	}
 	return nil
 }

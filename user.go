@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/argon2"
@@ -160,7 +161,7 @@ func ValidateLogin(r LoginRequest) error {
 
 func validOpaque(field, v string) error {
 	if n := charCount(v); n < 1 || n > MaxDeviceIDChars {
-		return Errorf(CodeInvalidArgument, "%s must be 1–%d characters of valid UTF-8", field, MaxDeviceIDChars)
+		return Errorf(CodeInvalidArgument, "%s must be 1–%d characters of valid UTF-8 without NUL", field, MaxDeviceIDChars)
 	}
 	return nil
 }
@@ -187,8 +188,22 @@ func HashPassword(password string) string {
 }
 
 // CheckPassword reports whether password matches hash (from HashPassword),
-// in constant time. An empty or malformed hash never matches.
+// in constant time. An empty or malformed hash never matches, and still
+// costs one hash computation, so an unknown login takes as long as a wrong
+// password: stores pass "" for a login that names nobody.
 func CheckPassword(hash, password string) bool {
+	if !checkPassword(hash, password) {
+		if !strings.HasPrefix(hash, "$argon2id$") {
+			checkPassword(dummyHash(), password)
+		}
+		return false
+	}
+	return true
+}
+
+var dummyHash = sync.OnceValue(func() string { return HashPassword("parley-dummy-password") })
+
+func checkPassword(hash, password string) bool {
 	var version int
 	var m uint32
 	var t uint32

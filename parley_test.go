@@ -1,0 +1,241 @@
+package parley_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/parleychat/parley"
+)
+
+func TestCodesTable(t *testing.T) {
+	retryable := map[parley.Code]bool{parley.CodeUnavailable: true, parley.CodeRateLimited: true}
+	seen := map[parley.Code]bool{}
+	for _, c := range parley.Codes {
+		if seen[c.Code] {
+			t.Errorf("%s listed twice", c.Code)
+		}
+		seen[c.Code] = true
+		if c.Retryable != retryable[c.Code] {
+			t.Errorf("%s: retryable = %v", c.Code, c.Retryable)
+		}
+		if c.Code.IsTerminal() == retryable[c.Code] {
+			t.Errorf("%s: IsTerminal = %v", c.Code, c.Code.IsTerminal())
+		}
+		if http.StatusText(c.HTTPStatus) == "" || c.Action == "" {
+			t.Errorf("%s: status %d, action %q", c.Code, c.HTTPStatus, c.Action)
+		}
+	}
+	if len(seen) != 16 {
+		t.Errorf("got %d codes, SPEC §3 names 16", len(seen))
+	}
+	// SPEC §4 mapping, row by row.
+	for code, status := range map[parley.Code]int{
+		"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "STALE_INSTALL": 401, "PERMISSION_DENIED": 403,
+		"NOT_MEMBER": 404, "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "NOT_SENDER": 403,
+		"IDEMPOTENCY_MISMATCH": 422, "ORIGINAL_EXPIRED": 410, "CURSOR_AHEAD": 409, "EPOCH_CHANGED": 409,
+		"ALREADY_RECALLED": 409, "RECALL_WINDOW_EXPIRED": 409, "RATE_LIMITED": 429, "UNAVAILABLE": 503,
+	} {
+		if got := code.Info().HTTPStatus; got != status {
+			t.Errorf("%s: HTTP %d, SPEC says %d", code, got, status)
+		}
+	}
+}
+
+// docs/protocol.md carries the client action of every code.
+func TestProtocolDocListsEveryCode(t *testing.T) {
+	doc, err := os.ReadFile("docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range parley.Codes {
+		row := fmt.Sprintf("| `%s` |", c.Code)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/protocol.md has no row starting %q", row)
+		}
+	}
+}
+
+func TestErrorCode(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		code parley.Code
+		msg  string
+	}{
+		{"nil", nil, "", ""},
+		{"protocol", parley.Errorf(parley.CodeNotSender, "only the sender"), parley.CodeNotSender, "only the sender"},
+		{"wrapped", fmt.Errorf("op: %w", parley.ErrNotMember), parley.CodeNotMember, parley.ErrNotMember.Msg},
+		{"internal", errors.New(`pq: relation "events" does not exist`), parley.CodeUnavailable, parley.InternalMessage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := parley.ErrorCode(tt.err); got != tt.code {
+				t.Errorf("ErrorCode = %q, want %q", got, tt.code)
+			}
+			if tt.err != nil {
+				if got := parley.ErrorMessage(tt.err); got != tt.msg {
+					t.Errorf("ErrorMessage = %q, want %q", got, tt.msg)
+				}
+			}
+		})
+	}
+}
+
+func TestResolveLogin(t *testing.T) {
+	tests := []struct {
+		in, kind, value string
+		ok              bool
+	}{
+		{"ana", parley.LoginByID, "ana", true},
+		{"Ana", parley.LoginByID, "ana", true},
+		{"  ANA ", parley.LoginByID, "ana", true},
+		{"ana.b_c-9", parley.LoginByID, "ana.b_c-9", true},
+		{"Ana@Example.COM", parley.LoginByEmail, "ana@example.com", true},
+		{" ana@example.com", parley.LoginByEmail, "ana@example.com", true},
+		{"", "", "", false},
+		{".ana", "", "", false},
+		{"ana b", "", "", false},
+		{strings.Repeat("a", 33), "", "", false},
+		{strings.Repeat("a", 32), parley.LoginByID, strings.Repeat("a", 32), true},
+		{"ana@", "", "", false},
+		{"@example.com", "", "", false},
+		{"a@b@example.com", "", "", false},
+		{"ana@example", "", "", false},
+		{"ana@exa mple.com", "", "", false},
+		{"ünï", "", "", false},
+	}
+	for _, tt := range tests {
+		kind, value, err := parley.ResolveLogin(tt.in)
+		if (err == nil) != tt.ok || kind != tt.kind || value != tt.value {
+			t.Errorf("ResolveLogin(%q) = %q, %q, %v; want %q, %q, ok=%v", tt.in, kind, value, err, tt.kind, tt.value, tt.ok)
+		}
+		if err != nil && parley.ErrorCode(err) != parley.CodeInvalidArgument {
+			t.Errorf("ResolveLogin(%q): code %s", tt.in, parley.ErrorCode(err))
+		}
+	}
+}
+
+// FuzzResolveLogin: the resolver never panics, its output is canonical (a
+// second pass is a no-op) and always a valid id or a lower-case email.
+func FuzzResolveLogin(f *testing.F) {
+	for _, s := range []string{"ana", "Ana@Example.COM", " x ", "a@b.c", "\xff", "a@@b.c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, login string) {
+		kind, value, err := parley.ResolveLogin(login)
+		if err != nil {
+			return
+		}
+		if !utf8.ValidString(value) || value != strings.ToLower(value) {
+			t.Fatalf("%q resolved to non-canonical %q", login, value)
+		}
+		if kind == parley.LoginByID && !parley.ValidUserID(value) {
+			t.Fatalf("%q resolved to invalid id %q", login, value)
+		}
+		k2, v2, err := parley.ResolveLogin(value)
+		if err != nil || k2 != kind || v2 != value {
+			t.Fatalf("resolving %q again gave %q %q %v", value, k2, v2, err)
+		}
+	})
+}
+
+func TestPeriods(t *testing.T) {
+	ps := parley.Periods{{From: 1, To: 5}, {From: 9, To: 0}}
+	for seq, want := range map[int64]bool{0: false, 1: true, 5: true, 6: false, 8: false, 9: true, 100: true} {
+		if got := ps.Visible(seq); got != want {
+			t.Errorf("Visible(%d) = %v", seq, got)
+		}
+	}
+	if !ps.Open() || ps.Head(20) != 20 {
+		t.Errorf("open member: Open %v Head %d", ps.Open(), ps.Head(20))
+	}
+	left := parley.Periods{{From: 1, To: 5}, {From: 9, To: 12}}
+	if left.Open() || left.Head(20) != 12 {
+		t.Errorf("former member: Open %v Head %d", left.Open(), left.Head(20))
+	}
+	got := fmt.Sprint(ps.Ranges(3, 20))
+	if got != "[[4 5] [9 20]]" {
+		t.Errorf("Ranges(3, 20) = %s", got)
+	}
+	if got := fmt.Sprint(ps.Ranges(7, 20)); got != "[[9 20]]" {
+		t.Errorf("Ranges(7, 20) = %s", got)
+	}
+	if got := fmt.Sprint(left.Ranges(12, 12)); got != "[]" {
+		t.Errorf("Ranges(12, 12) = %s", got)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := parley.NewID()
+		if !re.MatchString(id) || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestPassword(t *testing.T) {
+	h := parley.HashPassword("correct horse")
+	if !parley.CheckPassword(h, "correct horse") {
+		t.Error("right password rejected")
+	}
+	for _, tt := range []struct{ hash, pw string }{
+		{h, "correct horsf"}, {h, ""}, {"", "correct horse"}, {"$argon2id$garbage", "x"},
+		{strings.Replace(h, "t=2", "t=999", 1), "correct horse"},
+	} {
+		if parley.CheckPassword(tt.hash, tt.pw) {
+			t.Errorf("CheckPassword(%q, %q) = true", tt.hash, tt.pw)
+		}
+	}
+	if h2 := parley.HashPassword("correct horse"); h2 == h {
+		t.Error("two hashes of one password are equal: no salt")
+	}
+}
+
+func TestValidateBounds(t *testing.T) {
+	body := func(n int) string { return strings.Repeat("é", n) }
+	tests := []struct {
+		name string
+		err  error
+		ok   bool
+	}{
+		{"cmid empty", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: "", Body: "x"}), false},
+		{"cmid 64", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: strings.Repeat("ж", 64), Body: "x"}), true},
+		{"cmid 65", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: strings.Repeat("ж", 65), Body: "x"}), false},
+		{"body 4000", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: "k", Body: body(4000)}), true},
+		{"body 4001", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: "k", Body: body(4001)}), false},
+		{"body empty", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: "k", Body: ""}), false},
+		{"body invalid utf8", parley.ValidateSend(parley.SendRequest{Conv: "c", CMID: "k", Body: "a\xffb"}), false},
+		{"conv bad", parley.ValidateSend(parley.SendRequest{Conv: "c/d", CMID: "k", Body: "x"}), false},
+		{"conv 65", parley.ValidateSend(parley.SendRequest{Conv: strings.Repeat("c", 65), CMID: "k", Body: "x"}), false},
+		{"recall target 0", parley.ValidateRecall(parley.RecallRequest{Conv: "c", CMID: "k", Target: 0}), false},
+	}
+	for _, tt := range tests {
+		if (tt.err == nil) != tt.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, tt.err, tt.ok)
+		}
+		if tt.err != nil && parley.ErrorCode(tt.err) != parley.CodeInvalidArgument {
+			t.Errorf("%s: code %s", tt.name, parley.ErrorCode(tt.err))
+		}
+	}
+	for limit, want := range map[int]int{1: 1, 200: 200, 1000: 200} {
+		r, err := parley.ValidateSync(parley.SyncRequest{Conv: "c", Limit: limit})
+		if err != nil || r.Limit != want {
+			t.Errorf("limit %d: got %d, %v", limit, r.Limit, err)
+		}
+	}
+	for _, r := range []parley.SyncRequest{{Conv: "c", Limit: 0}, {Conv: "c", Limit: 1, After: -1}} {
+		if _, err := parley.ValidateSync(r); parley.ErrorCode(err) != parley.CodeInvalidArgument {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
+}
