@@ -8,7 +8,7 @@ CREATE TABLE users (
     password_hash TEXT NOT NULL DEFAULT '',
     role          TEXT NOT NULL DEFAULT 'user' CHECK (role IN ('user', 'admin')),
     disabled      INTEGER NOT NULL DEFAULT 0,
-    created_at    INTEGER NOT NULL
+    created_at    INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER))
 ) STRICT;
 
 -- One row per (user, device): the device's current install.
@@ -16,7 +16,7 @@ CREATE TABLE devices (
     user_id    TEXT NOT NULL REFERENCES users (id),
     device_id  TEXT NOT NULL,
     install_id TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
     PRIMARY KEY (user_id, device_id)
 ) STRICT;
 
@@ -26,7 +26,7 @@ CREATE TABLE tokens (
     user_id    TEXT NOT NULL,
     device_id  TEXT NOT NULL,
     install_id TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER))
 ) STRICT;
 
 CREATE TABLE conversations (
@@ -39,8 +39,8 @@ CREATE TABLE conversations (
     epoch             INTEGER NOT NULL DEFAULT 1,
     retain_max_age_ms INTEGER NOT NULL DEFAULT 0,
     retain_last_n     INTEGER NOT NULL DEFAULT 0,
-    last_at           INTEGER NOT NULL,
-    created_at        INTEGER NOT NULL
+    last_at           INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
+    created_at        INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER))
 ) STRICT;
 
 -- The log. A message's recall_seq is set when it is recalled; its body is
@@ -58,7 +58,7 @@ CREATE TABLE events (
     target        INTEGER,
     subject_user  TEXT,
     recall_seq    INTEGER,
-    created_at    INTEGER NOT NULL,
+    created_at    INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
     PRIMARY KEY (conv_id, seq)
 ) STRICT;
 
@@ -100,7 +100,7 @@ CREATE TABLE tombstones (
     sender_user  TEXT NOT NULL,
     cmid         TEXT NOT NULL,
     request_hash BLOB NOT NULL,
-    purged_at    INTEGER NOT NULL,
+    purged_at    INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
     PRIMARY KEY (conv_id, sender_user, cmid)
 ) STRICT;
 CREATE INDEX tombstones_age ON tombstones (conv_id, purged_at);

@@ -1,0 +1,192 @@
+// Package sqlite implements parley.Store on an embedded SQLite file with the
+// pure-Go driver modernc.org/sqlite, so the default server needs nothing but
+// its own binary.
+//
+// The file runs in WAL mode with synchronous=FULL (an acknowledged message
+// survives a power cut, not only a crash). Writes go through one writer
+// connection and begin with BEGIN IMMEDIATE, so the write lock is taken up
+// front: the first statement of a write transaction is the conversation
+// "lock" of the contract, and a second process on the same file (say
+// `parley user add` next to a server) waits on the busy timeout instead of
+// failing. Reads use a small pool of reader connections, each read a
+// transaction on one WAL snapshot.
+//
+// Driver errors are translated: unique violations become the contract's
+// answers (ALREADY_EXISTS, or the dup reply of a replayed send); everything
+// else is returned wrapped with the operation, an internal error.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parleychat/parley"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// nowMS is the database clock in Unix milliseconds. SQLite keeps 'now'
+// fixed for the duration of one statement.
+const nowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+
+// BusyTimeout is how long a write waits for another process's write lock
+// before it fails (an internal error: UNAVAILABLE to clients).
+const BusyTimeout = 10 * time.Second
+
+// DB is a parley.Store on one SQLite file.
+type DB struct {
+	w    *sql.DB // the single writer connection
+	r    *sql.DB // readers
+	opts parley.Options
+}
+
+var _ parley.Store = (*DB)(nil)
+
+// Open opens (creating if needed) the database file at path and applies
+// pending migrations.
+func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
+	if file == "" || strings.HasPrefix(file, ":memory:") || strings.Contains(file, "mode=memory") {
+		return nil, errors.New("sqlite: a file path is required (an in-memory database is private to one connection)")
+	}
+	base := "file:" + (&url.URL{Path: file}).EscapedPath() + "?" + url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()),
+			"journal_mode(WAL)",
+			"synchronous(FULL)",
+			"foreign_keys(ON)",
+		},
+	}.Encode()
+	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", file, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxIdleTime(0)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", file, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	db := &DB{w: w, r: r, opts: opts.WithDefaults()}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the connections.
+func (db *DB) Close() error {
+	return errors.Join(db.r.Close(), db.w.Close())
+}
+
+// migrate applies the embedded migrations that schema_migrations lacks, each
+// in its own immediate transaction.
+func (db *DB) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	if _, err := db.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	for _, name := range names {
+		version, err := strconv.Atoi(strings.SplitN(path.Base(name), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %s: name must start with a number", name)
+		}
+		text, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		err = db.write(ctx, "migrate", func(tx *sql.Tx) error {
+			var done int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, version).Scan(&done); err != nil || done > 0 {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, string(text)); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, `+nowMS+`)`, version)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write runs fn in an immediate transaction on the writer connection.
+// Errors with a protocol code pass through; others are wrapped with op.
+func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return wrap(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: %s: commit: %w", op, err)
+	}
+	return nil
+}
+
+// read runs fn in a read transaction: every statement sees one snapshot.
+func (db *DB) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.r.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return wrap(op, err)
+	}
+	return nil
+}
+
+func wrap(op string, err error) error {
+	var pe *parley.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// isUnique reports whether err is a unique or primary-key violation.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// errDupKey reports a unique violation on the request-key index during an
+// insert: the caller retries, and the retry answers with the dup reply.
+var errDupKey = errors.New("request key inserted concurrently")
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

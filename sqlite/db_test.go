@@ -1,0 +1,73 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sqlite"
+	"github.com/parleychat/parley/storetest"
+)
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, backend{})
+}
+
+type backend struct{}
+
+func (backend) New(t *testing.T, opts parley.Options) storetest.DB {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "parley.db")
+	h := &handle{file: file, opts: opts}
+	h.store = h.Open(t).(*sqlite.DB)
+	raw, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	h.raw = raw
+	return h
+}
+
+type handle struct {
+	file  string
+	opts  parley.Options
+	store *sqlite.DB
+	raw   *sql.DB
+}
+
+func (h *handle) Store() parley.Store { return h.store }
+
+func (h *handle) Open(t *testing.T) parley.Store {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), h.file, h.opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", h.file, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func (h *handle) Exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := h.raw.Exec(query, args...); err != nil {
+		t.Fatalf("exec %q: %v", query, err)
+	}
+}
+
+func (h *handle) Int(t *testing.T, query string, args ...any) int64 {
+	t.Helper()
+	var n sql.NullInt64
+	if err := h.raw.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+	return n.Int64
+}
+
+func (h *handle) Backdate(t *testing.T, conv string, upTo int64, d time.Duration) {
+	t.Helper()
+	h.Exec(t, `UPDATE events SET created_at = created_at - ? WHERE conv_id = ? AND seq <= ?`, d.Milliseconds(), conv, upTo)
+}

@@ -1,0 +1,426 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"sort"
+
+	"github.com/parleychat/parley"
+)
+
+// keyLookup is the request-key step of Send and Recall: a replay returns the
+// original seq and mid; the same key with another fingerprint is
+// IDEMPOTENCY_MISMATCH; a purged original is ORIGINAL_EXPIRED. found is
+// false for a new request.
+func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind parley.EventKind, hash []byte) (seq int64, mid string, found bool, err error) {
+	var stored []byte
+	var storedKind string
+	err = tx.QueryRowContext(ctx, `SELECT seq, mid, kind, request_hash FROM events
+		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
+	switch {
+	case err == nil:
+		// The same key for another kind of request is reused content too:
+		// a message whose body reads "recall:N" has a recall's fingerprint
+		// but is not a recall of N.
+		if storedKind != string(kind) || !bytes.Equal(stored, hash) {
+			return 0, "", false, errMismatch
+		}
+		return seq, mid, true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return 0, "", false, err
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM tombstones
+		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&n); err != nil {
+		return 0, "", false, err
+	}
+	if n > 0 {
+		return 0, "", false, errExpired
+	}
+	return 0, "", false, nil
+}
+
+var (
+	errMismatch = parley.Errorf(parley.CodeIdempotencyMismatch, "this cmid was already used with other content; the original is unchanged")
+	errExpired  = parley.Errorf(parley.CodeOriginalExpired, "the original request was executed and its event has been purged by retention; do not resend under a new cmid")
+)
+
+// keyed runs a keyed write (Send, Recall) and retries it once when a
+// concurrent insert of the same key won the race: the retry finds that row
+// and answers with the dup reply.
+func (db *DB) keyed(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	err := db.write(ctx, op, fn)
+	if errors.Is(err, errDupKey) {
+		err = db.write(ctx, op, fn)
+	}
+	return err
+}
+
+// Send implements parley.Store.
+func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
+	if err := parley.ValidateSend(r); err != nil {
+		return parley.Sent{}, err
+	}
+	hash := parley.Fingerprint(r.Conv, r.Body)
+	var out parley.Sent
+	err := db.keyed(ctx, "send", func(tx *sql.Tx) error {
+		c, err := loadConv(ctx, tx, r.Conv, parley.ErrNotMember)
+		if err != nil {
+			return err
+		}
+		seq, mid, found, err := keyLookup(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
+		if err != nil {
+			return err
+		}
+		if found {
+			out = parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}
+			return nil
+		}
+		if in, err := isOpenMember(ctx, tx, r.Conv, p.User); err != nil || !in {
+			if err == nil {
+				err = parley.ErrNotMember
+			}
+			return err
+		}
+		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
+		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		out = parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch}
+		return nil
+	})
+	return out, err
+}
+
+// Recall implements parley.Store.
+func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error) {
+	if err := parley.ValidateRecall(r); err != nil {
+		return parley.Recalled{}, err
+	}
+	hash := parley.RecallFingerprint(r.Conv, r.Target)
+	var out parley.Recalled
+	err := db.keyed(ctx, "recall", func(tx *sql.Tx) error {
+		c, err := loadConv(ctx, tx, r.Conv, parley.ErrNotMember)
+		if err != nil {
+			return err
+		}
+		seq, _, found, err := keyLookup(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash)
+		if err != nil {
+			return err
+		}
+		if found {
+			out = parley.Recalled{Conv: r.Conv, Seq: seq, Dup: true}
+			return nil
+		}
+		if in, err := isOpenMember(ctx, tx, r.Conv, p.User); err != nil || !in {
+			if err == nil {
+				err = parley.ErrNotMember
+			}
+			return err
+		}
+		var kind, sender string
+		var recalled sql.NullInt64
+		var expired bool
+		err = tx.QueryRowContext(ctx, `SELECT kind, sender_user, recall_seq, `+nowMS+` > created_at + ?
+			FROM events WHERE conv_id = ? AND seq = ?`, db.opts.RecallWindow.Milliseconds(), r.Conv, r.Target).
+			Scan(&kind, &sender, &recalled, &expired)
+		switch {
+		case errors.Is(err, sql.ErrNoRows) || (err == nil && kind != string(parley.EventMessage)):
+			return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
+		case err != nil:
+			return err
+		case sender != p.User:
+			return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
+		case recalled.Valid:
+			return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
+		case expired:
+			return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", db.opts.RecallWindow)
+		}
+		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}
+		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE events SET recall_seq = ? WHERE conv_id = ? AND seq = ?`, ev.Seq, r.Conv, r.Target); err != nil {
+			return err
+		}
+		out = parley.Recalled{Conv: r.Conv, Seq: ev.Seq}
+		return nil
+	})
+	return out, err
+}
+
+const eventColumns = `conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
+	COALESCE(subject_user, ''), recall_seq IS NOT NULL, created_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEvent(s scanner) (parley.Event, error) {
+	var ev parley.Event
+	var kind string
+	var at int64
+	err := s.Scan(&ev.Conv, &ev.Seq, &ev.MID, &kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at)
+	ev.Kind = parley.EventKind(kind)
+	ev.At = msTime(at)
+	if ev.Recalled {
+		ev.Body = ""
+	}
+	return ev, err
+}
+
+// eventsIn appends to evs the events with from <= seq <= to, ascending, at
+// most limit of them, over the primary key.
+func eventsIn(ctx context.Context, tx *sql.Tx, evs []parley.Event, convID string, from, to int64, limit int) ([]parley.Event, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE conv_id = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`, convID, from, to, limit)
+	if err != nil {
+		return evs, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, rows.Err()
+}
+
+// Sync implements parley.Store.
+func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest) (parley.Page, error) {
+	r, err := parley.ValidateSync(r)
+	if err != nil {
+		return parley.Page{}, err
+	}
+	var page parley.Page
+	err = db.read(ctx, "sync", func(tx *sql.Tx) error {
+		c, ps, err := memberView(ctx, tx, r.Conv, p.User)
+		if err != nil {
+			return err
+		}
+		if r.Epoch != 0 && r.Epoch != c.epoch {
+			return parley.Errorf(parley.CodeEpochChanged, "the conversation was rolled back (epoch %d, yours %d); rebuild it", c.epoch, r.Epoch)
+		}
+		head := ps.Head(c.head())
+		if r.After > head {
+			return errCursorAhead(head)
+		}
+		page = parley.Page{Conv: r.Conv, Head: head, MinSeq: c.min, Trimmed: r.After < c.min-1, Epoch: c.epoch}
+		// One more than a page tells whether more remains.
+		var evs []parley.Event
+		for _, rg := range ps.Ranges(r.After, head) {
+			if evs, err = eventsIn(ctx, tx, evs, r.Conv, rg[0], rg[1], r.Limit+1-len(evs)); err != nil {
+				return err
+			}
+			if len(evs) > r.Limit {
+				break
+			}
+		}
+		if len(evs) > r.Limit {
+			evs, page.HasMore = evs[:r.Limit], true
+		}
+		page.Events = evs
+		page.NextAfter = head
+		if len(evs) > 0 {
+			page.NextAfter = evs[len(evs)-1].Seq
+		}
+		return nil
+	})
+	return page, err
+}
+
+func errCursorAhead(head int64) error {
+	return parley.Errorf(parley.CodeCursorAhead, "cursor is above the conversation head %d; rebuild from a trusted position", head)
+}
+
+// Fetch implements parley.Store.
+func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq int64) (parley.Event, error) {
+	if err := parley.CheckConvID(convID); err != nil {
+		return parley.Event{}, err
+	}
+	if seq < 1 {
+		return parley.Event{}, parley.Errorf(parley.CodeInvalidArgument, "seq must be at least 1")
+	}
+	var ev parley.Event
+	err := db.read(ctx, "fetch", func(tx *sql.Tx) error {
+		c, ps, err := memberView(ctx, tx, convID, p.User)
+		if err != nil {
+			return err
+		}
+		if seq > ps.Head(c.head()) {
+			return errNoEvent
+		}
+		if !ps.Visible(seq) {
+			return parley.ErrNotMember
+		}
+		ev, err = scanEvent(tx.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events WHERE conv_id = ? AND seq = ?`, convID, seq))
+		if errors.Is(err, sql.ErrNoRows) {
+			return errNoEvent
+		}
+		return err
+	})
+	return ev, err
+}
+
+var errNoEvent = parley.Errorf(parley.CodeNotFound, "no such event (purged or not yet written)")
+
+// cursor moves a forward-only cursor: table is delivered_cursors (per
+// device) or read_cursors (per user).
+func (db *DB) cursor(ctx context.Context, op string, p parley.Principal, convID string, seq int64, upsert string, args ...any) (int64, error) {
+	if err := parley.CheckConvID(convID); err != nil {
+		return 0, err
+	}
+	if err := parley.CheckSeq("seq", seq); err != nil {
+		return 0, err
+	}
+	var cur int64
+	err := db.write(ctx, op, func(tx *sql.Tx) error {
+		if err := checkInstall(ctx, tx, p); err != nil {
+			return err
+		}
+		c, ps, err := memberView(ctx, tx, convID, p.User)
+		if err != nil {
+			return err
+		}
+		if head := ps.Head(c.head()); seq > head {
+			return errCursorAhead(head)
+		}
+		return tx.QueryRowContext(ctx, upsert, append(args, seq)...).Scan(&cur)
+	})
+	return cur, err
+}
+
+// Ack implements parley.Store.
+func (db *DB) Ack(ctx context.Context, p parley.Principal, convID string, seq int64) (int64, error) {
+	return db.cursor(ctx, "ack", p, convID, seq, `INSERT INTO delivered_cursors (user_id, device_id, conv_id, seq) VALUES (?, ?, ?, ?)
+		ON CONFLICT (user_id, device_id, conv_id) DO UPDATE SET seq = max(seq, excluded.seq) RETURNING seq`,
+		p.User, p.DeviceID, convID)
+}
+
+// Read implements parley.Store.
+func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq int64) (int64, error) {
+	return db.cursor(ctx, "read", p, convID, seq, `INSERT INTO read_cursors (user_id, conv_id, seq) VALUES (?, ?, ?)
+		ON CONFLICT (user_id, conv_id) DO UPDATE SET seq = max(seq, excluded.seq) RETURNING seq`,
+		p.User, convID)
+}
+
+// Convs implements parley.Store.
+func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
+	type entry struct {
+		parley.ConvSummary
+		ps       parley.Periods
+		activity int64
+	}
+	var out []parley.ConvSummary
+	err := db.read(ctx, "convs", func(tx *sql.Tx) error {
+		// The caller's periods, all conversations at once.
+		rows, err := tx.QueryContext(ctx, `SELECT conv_id, from_seq, COALESCE(to_seq, 0) FROM periods
+			WHERE user_id = ? ORDER BY conv_id, from_seq`, p.User)
+		if err != nil {
+			return err
+		}
+		var entries []*entry
+		for rows.Next() {
+			var id string
+			var pd parley.Period
+			if err := rows.Scan(&id, &pd.From, &pd.To); err != nil {
+				rows.Close()
+				return err
+			}
+			if n := len(entries); n == 0 || entries[n-1].Conv != id {
+				entries = append(entries, &entry{ConvSummary: parley.ConvSummary{Conv: id}})
+			}
+			e := entries[len(entries)-1]
+			e.ps = append(e.ps, pd)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			c, err := loadConv(ctx, tx, e.Conv, errConvNotFound)
+			if err != nil {
+				return err
+			}
+			e.Title, e.Kind, e.MinSeq, e.Epoch = c.title, parley.ConvKind(c.kind), c.min, c.epoch
+			e.Head, e.Member = e.ps.Head(c.head()), e.ps.Open()
+			if err := tx.QueryRowContext(ctx, `SELECT
+				COALESCE((SELECT seq FROM read_cursors WHERE user_id = ? AND conv_id = ?), 0),
+				COALESCE((SELECT seq FROM delivered_cursors WHERE user_id = ? AND device_id = ? AND conv_id = ?), 0)`,
+				p.User, e.Conv, p.User, p.DeviceID, e.Conv).Scan(&e.Read, &e.Delivered); err != nil {
+				return err
+			}
+			if err := unread(ctx, tx, &e.ConvSummary, e.ps, p.User); err != nil {
+				return err
+			}
+			if e.Last, err = lastMessage(ctx, tx, e.Conv, e.ps, e.Head); err != nil {
+				return err
+			}
+			e.activity = c.lastAt
+			if !e.Member {
+				// A former member's activity is their last visible event.
+				e.activity = c.createdAt
+				var at int64
+				err := tx.QueryRowContext(ctx, `SELECT created_at FROM events WHERE conv_id = ? AND seq = ?`, e.Conv, e.Head).Scan(&at)
+				if err == nil {
+					e.activity = at
+				} else if !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+		}
+		sort.SliceStable(entries, func(i, j int) bool {
+			if entries[i].activity != entries[j].activity {
+				return entries[i].activity > entries[j].activity
+			}
+			return entries[i].Conv < entries[j].Conv
+		})
+		out = make([]parley.ConvSummary, len(entries))
+		for i, e := range entries {
+			out[i] = e.ConvSummary
+		}
+		return nil
+	})
+	return out, err
+}
+
+// unread counts visible messages by others after the read cursor that are
+// not recalled, stopping at UnreadCap.
+func unread(ctx context.Context, tx *sql.Tx, s *parley.ConvSummary, ps parley.Periods, user string) error {
+	left := int64(parley.UnreadCap + 1)
+	for _, rg := range ps.Ranges(s.Read, s.Head) {
+		var n int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM events
+			WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ?
+			AND sender_user <> ? AND recall_seq IS NULL LIMIT ?)`, s.Conv, rg[0], rg[1], user, left).Scan(&n); err != nil {
+			return err
+		}
+		s.Unread += n
+		if left -= n; left == 0 {
+			break
+		}
+	}
+	if s.Unread > parley.UnreadCap {
+		s.Unread, s.UnreadCapped = parley.UnreadCap, true
+	}
+	return nil
+}
+
+// lastMessage returns the latest visible message event, or nil.
+func lastMessage(ctx context.Context, tx *sql.Tx, convID string, ps parley.Periods, head int64) (*parley.Event, error) {
+	rgs := ps.Ranges(0, head)
+	for i := len(rgs) - 1; i >= 0; i-- {
+		ev, err := scanEvent(tx.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events
+			WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq DESC LIMIT 1`, convID, rgs[i][0], rgs[i][1]))
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &ev, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,195 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/parleychat/parley"
+)
+
+// CreateUser implements parley.Store.
+func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, error) {
+	nu, err := parley.ValidateNewUser(nu)
+	if err != nil {
+		return parley.User{}, err
+	}
+	hash := ""
+	if nu.Password != "" {
+		hash = parley.HashPassword(nu.Password) // slow: outside the transaction
+	}
+	var email any
+	if nu.Email != "" {
+		email = nu.Email
+	}
+	var u parley.User
+	err = db.write(ctx, "create user", func(tx *sql.Tx) error {
+		var created int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO users (id, email, password_hash, role, created_at)
+			VALUES (?, ?, ?, ?, `+nowMS+`) RETURNING created_at`,
+			nu.ID, email, hash, string(nu.Role)).Scan(&created)
+		if isUnique(err) {
+			return parley.Errorf(parley.CodeAlreadyExists, "a user with this id or email already exists")
+		}
+		if err != nil {
+			return err
+		}
+		u = parley.User{ID: nu.ID, Email: nu.Email, Role: nu.Role, CreatedAt: msTime(created)}
+		return nil
+	})
+	return u, err
+}
+
+// User implements parley.Store.
+func (db *DB) User(ctx context.Context, login string) (parley.User, error) {
+	u, _, err := db.lookupUser(ctx, login)
+	return u, err
+}
+
+// lookupUser resolves a login and returns the user and password hash.
+func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string, error) {
+	kind, value, err := parley.ResolveLogin(login)
+	if err != nil {
+		return parley.User{}, "", err
+	}
+	q := `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at FROM users WHERE id = ?`
+	if kind == parley.LoginByEmail {
+		q = `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at FROM users WHERE email = ?`
+	}
+	var u parley.User
+	var hash, role string
+	var created int64
+	err = db.read(ctx, "user", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &created)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return parley.User{}, "", parley.Errorf(parley.CodeNotFound, "user not found")
+	}
+	if err != nil {
+		return parley.User{}, "", err
+	}
+	u.Role = parley.Role(role)
+	u.CreatedAt = msTime(created)
+	return u, hash, nil
+}
+
+// SetUserDisabled implements parley.Store.
+func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
+	return db.write(ctx, "set user disabled", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE users SET disabled = ? WHERE id = ?`, disabled, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = parley.Errorf(parley.CodeNotFound, "user not found")
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+var errBadLogin = parley.Errorf(parley.CodeUnauthenticated, "invalid login or password")
+
+// Login implements parley.Store.
+func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
+	if err := parley.ValidateLogin(r); err != nil {
+		return parley.Session{}, err
+	}
+	u, hash, err := db.lookupUser(ctx, r.Login)
+	if parley.ErrorCode(err) == parley.CodeNotFound {
+		parley.CheckPassword("", r.Password) // same cost as a wrong password
+		return parley.Session{}, errBadLogin
+	}
+	if err != nil {
+		return parley.Session{}, err
+	}
+	if !parley.CheckPassword(hash, r.Password) || u.Disabled {
+		return parley.Session{}, errBadLogin
+	}
+	token, tokenHash := parley.NewToken()
+	err = db.write(ctx, "login", func(tx *sql.Tx) error {
+		var current string
+		err := tx.QueryRowContext(ctx, `SELECT install_id FROM devices WHERE user_id = ? AND device_id = ?`, u.ID, r.DeviceID).Scan(&current)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := tx.ExecContext(ctx, `INSERT INTO devices (user_id, device_id, install_id, created_at) VALUES (?, ?, ?, `+nowMS+`)`,
+				u.ID, r.DeviceID, r.InstallID); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case current != r.InstallID:
+			// A new install: the old one's tokens turn stale and its
+			// delivered cursors go, so the new install starts at 0.
+			if _, err := tx.ExecContext(ctx, `UPDATE devices SET install_id = ? WHERE user_id = ? AND device_id = ?`,
+				r.InstallID, u.ID, r.DeviceID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM delivered_cursors WHERE user_id = ? AND device_id = ?`, u.ID, r.DeviceID); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO tokens (token_hash, user_id, device_id, install_id, created_at) VALUES (?, ?, ?, ?, `+nowMS+`)`,
+			tokenHash, u.ID, r.DeviceID, r.InstallID)
+		return err
+	})
+	if err != nil {
+		return parley.Session{}, err
+	}
+	return parley.Session{
+		Principal: parley.Principal{User: u.ID, Role: u.Role, DeviceID: r.DeviceID, InstallID: r.InstallID},
+		Token:     token,
+	}, nil
+}
+
+var errBadToken = parley.Errorf(parley.CodeUnauthenticated, "invalid or expired token")
+
+// Authenticate implements parley.Store.
+func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
+	if token == "" || len(token) > 256 {
+		return parley.Principal{}, errBadToken
+	}
+	var p parley.Principal
+	var role string
+	var disabled bool
+	var current sql.NullString
+	err := db.read(ctx, "authenticate", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, d.install_id
+			FROM tokens t
+			JOIN users u ON u.id = t.user_id
+			LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
+			WHERE t.token_hash = ?`, parley.HashToken(token)).Scan(&p.User, &p.DeviceID, &p.InstallID, &role, &disabled, &current)
+	})
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && disabled) {
+		return parley.Principal{}, errBadToken
+	}
+	if err != nil {
+		return parley.Principal{}, err
+	}
+	if current.String != p.InstallID {
+		return parley.Principal{}, parley.ErrStaleInstall
+	}
+	p.Role = parley.Role(role)
+	return p, nil
+}
+
+// Logout implements parley.Store.
+func (db *DB) Logout(ctx context.Context, token string) error {
+	return db.write(ctx, "logout", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE token_hash = ?`, parley.HashToken(token))
+		return err
+	})
+}
+
+// checkInstall answers STALE_INSTALL when the principal's install is no
+// longer the device's current one.
+func checkInstall(ctx context.Context, tx *sql.Tx, p parley.Principal) error {
+	var current string
+	err := tx.QueryRowContext(ctx, `SELECT install_id FROM devices WHERE user_id = ? AND device_id = ?`, p.User, p.DeviceID).Scan(&current)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && current != p.InstallID) {
+		return parley.ErrStaleInstall
+	}
+	return err
+}
