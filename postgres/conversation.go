@@ -1,0 +1,381 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parleychat/parley"
+)
+
+// conv is the part of a conversations row that writers need.
+type conv struct {
+	id, kind, owner string
+	next, min       int64
+	epoch           int64
+	maxAgeMS        int64
+	keepLast        int64
+}
+
+func (c conv) head() int64 { return c.next - 1 }
+
+// Row locks on conversations. Appenders queue on each other with FOR NO KEY
+// UPDATE (it conflicts with itself as FOR UPDATE does) without blocking the
+// FOR KEY SHARE of cursor moves; Rollback excludes both with FOR UPDATE.
+const (
+	lockAppend    = "FOR NO KEY UPDATE"
+	lockExclusive = "FOR UPDATE"
+)
+
+// lockConv locks and reads a conversation row; a missing one is notFound.
+func lockConv(ctx context.Context, tx pgx.Tx, id, lock string, notFound error) (conv, error) {
+	c := conv{id: id}
+	err := tx.QueryRow(ctx, `SELECT kind, owner, next_seq, min_seq, epoch, retain_max_age_ms, retain_last_n
+		FROM conversations WHERE id = $1 `+lock, id).
+		Scan(&c.kind, &c.owner, &c.next, &c.min, &c.epoch, &c.maxAgeMS, &c.keepLast)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, notFound
+	}
+	return c, err
+}
+
+var errConvNotFound = parley.Errorf(parley.CodeNotFound, "conversation not found")
+
+// appendSQL inserts an event at the locked head and advances it, in one
+// statement; its created_at is the database clock and becomes last_at.
+const appendSQL = `WITH ev AS (
+	INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	RETURNING created_at)
+UPDATE conversations SET next_seq = $2 + 1, last_at = ev.created_at FROM ev WHERE id = $1`
+
+// appendEvent writes ev at c's next seq and advances it; it fills ev.Seq
+// and ev.MID. A unique violation is returned as the driver's error.
+func appendEvent(ctx context.Context, tx pgx.Tx, c *conv, ev *parley.Event, cmid string, hash []byte) error {
+	ev.Conv, ev.Seq, ev.MID = c.id, c.next, parley.NewID()
+	if _, err := tx.Exec(ctx, appendSQL, c.id, ev.Seq, ev.MID, string(ev.Kind), ev.Sender, ev.Device,
+		optString(cmid), hash, ev.Body, optInt(ev.Target), optString(ev.User)); err != nil {
+		return err
+	}
+	c.next++
+	return nil
+}
+
+// appendMembership appends a membership event and opens or closes user's
+// period at its seq.
+func appendMembership(ctx context.Context, tx pgx.Tx, c *conv, kind parley.EventKind, sender, user string) (int64, error) {
+	ev := parley.Event{Kind: kind, Sender: sender, User: user}
+	if err := appendEvent(ctx, tx, c, &ev, "", nil); err != nil {
+		return 0, err
+	}
+	q := `INSERT INTO periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)`
+	if kind == parley.EventMemberLeft {
+		q = `UPDATE periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL`
+	}
+	_, err := tx.Exec(ctx, q, c.id, user, ev.Seq)
+	return ev.Seq, err
+}
+
+// CreateConversation implements parley.Store.
+func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc parley.NewConversation) (parley.Conversation, error) {
+	nc, err := parley.ValidateNewConversation(p.User, nc)
+	if err != nil {
+		return parley.Conversation{}, err
+	}
+	out := parley.Conversation{ID: nc.ID, Kind: nc.Kind, Title: nc.Title, Head: int64(len(nc.Members)), MinSeq: 1, Epoch: 1}
+	if nc.Kind == parley.KindGroup {
+		out.Owner = p.User
+	}
+	mids := make([]string, len(nc.Members))
+	for i := range mids {
+		mids[i] = parley.NewID()
+	}
+	err = db.write(ctx, "create conversation", func(tx pgx.Tx) error {
+		var missing *string
+		if err := tx.QueryRow(ctx, `SELECT m FROM unnest($1::text[]) WITH ORDINALITY AS m (m, ord)
+			WHERE NOT EXISTS (SELECT 1 FROM users WHERE id = m) ORDER BY ord LIMIT 1`, nc.Members).Scan(&missing); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if missing != nil {
+			return parley.Errorf(parley.CodeNotFound, "user %q not found", *missing)
+		}
+		// A concurrent create of the same id waits here for the other's
+		// commit, then finds the conflict.
+		err := tx.QueryRow(ctx, `INSERT INTO conversations (id, kind, title, owner) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO NOTHING RETURNING created_at`,
+			nc.ID, string(nc.Kind), nc.Title, out.Owner).Scan(&out.CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return parley.Errorf(parley.CodeAlreadyExists, "conversation %q already exists", nc.ID)
+		}
+		if err != nil {
+			return err
+		}
+		// Every initial member sees every initial join: all periods start at 1.
+		_, err = tx.Exec(ctx, `WITH m AS (
+				SELECT u, mid, ord FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (u, mid, ord)),
+			ev AS (
+				INSERT INTO events (conv_id, seq, mid, kind, sender_user, subject_user)
+				SELECT $1, ord, mid, 'member_joined', $2, u FROM m
+				RETURNING created_at),
+			pe AS (
+				INSERT INTO periods (conv_id, user_id, from_seq) SELECT $1, u, 1 FROM m)
+			UPDATE conversations SET next_seq = $5 + 1, last_at = (SELECT max(created_at) FROM ev) WHERE id = $1`,
+			nc.ID, p.User, nc.Members, mids, len(nc.Members))
+		return err
+	})
+	if err != nil {
+		return parley.Conversation{}, err
+	}
+	out.CreatedAt = out.CreatedAt.UTC()
+	return out, nil
+}
+
+// memberChange runs the checks AddMember and RemoveMember share: lock, the
+// caller's right to act, group. fn gets the locked conversation and whether
+// user is in now.
+func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, convID, user string,
+	fn func(tx pgx.Tx, c *conv, userExists, in bool) (parley.MemberChange, error)) (parley.MemberChange, error) {
+	if err := parley.CheckConvID(convID); err != nil {
+		return parley.MemberChange{}, err
+	}
+	if !parley.ValidUserID(user) {
+		return parley.MemberChange{}, parley.Errorf(parley.CodeInvalidArgument, "user must be a valid user id")
+	}
+	var out parley.MemberChange
+	err := db.write(ctx, op, func(tx pgx.Tx) error {
+		c, err := lockConv(ctx, tx, convID, lockAppend, parley.ErrNotMember)
+		if err != nil {
+			return err
+		}
+		var callerIn, exists, in bool
+		if err := tx.QueryRow(ctx, `SELECT
+				EXISTS (SELECT 1 FROM periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL),
+				EXISTS (SELECT 1 FROM users WHERE id = $3),
+				EXISTS (SELECT 1 FROM periods WHERE conv_id = $1 AND user_id = $3 AND to_seq IS NULL)`,
+			convID, p.User, user).Scan(&callerIn, &exists, &in); err != nil {
+			return err
+		}
+		if !callerIn && p.Role != parley.RoleAdmin {
+			return parley.ErrNotMember
+		}
+		if c.kind == string(parley.KindDirect) {
+			return parley.Errorf(parley.CodePermissionDenied, "a direct conversation's members cannot change")
+		}
+		out, err = fn(tx, &c, exists, in)
+		return err
+	})
+	return out, err
+}
+
+// AddMember implements parley.Store.
+func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "add member", p, convID, user, func(tx pgx.Tx, c *conv, exists, in bool) (parley.MemberChange, error) {
+		if !exists {
+			return parley.MemberChange{}, parley.Errorf(parley.CodeNotFound, "user %q not found", user)
+		}
+		if in {
+			return parley.MemberChange{Conv: c.id, User: user}, nil
+		}
+		seq, err := appendMembership(ctx, tx, c, parley.EventMemberJoined, p.User, user)
+		return parley.MemberChange{Conv: c.id, User: user, Seq: seq, Changed: true}, err
+	})
+}
+
+// RemoveMember implements parley.Store.
+func (db *DB) RemoveMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "remove member", p, convID, user, func(tx pgx.Tx, c *conv, _, in bool) (parley.MemberChange, error) {
+		if p.User != c.owner && p.Role != parley.RoleAdmin && p.User != user {
+			return parley.MemberChange{}, parley.Errorf(parley.CodePermissionDenied, "Access denied")
+		}
+		if !in {
+			return parley.MemberChange{Conv: c.id, User: user}, nil
+		}
+		seq, err := appendMembership(ctx, tx, c, parley.EventMemberLeft, p.User, user)
+		return parley.MemberChange{Conv: c.id, User: user, Seq: seq, Changed: true}, err
+	})
+}
+
+// Conversation implements parley.Store.
+func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation, error) {
+	if err := parley.CheckConvID(id); err != nil {
+		return parley.Conversation{}, err
+	}
+	c := parley.Conversation{ID: id}
+	var kind string
+	var maxAgeMS int64
+	err := db.pool.QueryRow(ctx, `SELECT kind, title, owner, next_seq - 1, min_seq, epoch, retain_max_age_ms, retain_last_n, created_at
+		FROM conversations WHERE id = $1`, id).
+		Scan(&kind, &c.Title, &c.Owner, &c.Head, &c.MinSeq, &c.Epoch, &maxAgeMS, &c.Retention.KeepLast, &c.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return parley.Conversation{}, errConvNotFound
+	}
+	if err != nil {
+		return parley.Conversation{}, wrap("conversation", err)
+	}
+	c.Kind = parley.ConvKind(kind)
+	c.Retention.MaxAge = time.Duration(maxAgeMS) * time.Millisecond
+	c.CreatedAt = c.CreatedAt.UTC()
+	return c, nil
+}
+
+// SetRetention implements parley.Store.
+func (db *DB) SetRetention(ctx context.Context, id string, r parley.Retention) error {
+	if err := parley.CheckConvID(id); err != nil {
+		return err
+	}
+	if err := parley.ValidateRetention(r); err != nil {
+		return err
+	}
+	tag, err := db.pool.Exec(ctx, `UPDATE conversations SET retain_max_age_ms = $1, retain_last_n = $2 WHERE id = $3`,
+		r.MaxAge.Milliseconds(), r.KeepLast, id)
+	if err != nil {
+		return wrap("set retention", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errConvNotFound
+	}
+	return nil
+}
+
+// Purge implements parley.Store.
+func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) {
+	if err := parley.CheckConvID(id); err != nil {
+		return parley.PurgeResult{}, err
+	}
+	out := parley.PurgeResult{Conv: id}
+	err := db.write(ctx, "purge", func(tx pgx.Tx) error {
+		c, err := lockConv(ctx, tx, id, lockAppend, errConvNotFound)
+		if err != nil {
+			return err
+		}
+		cut := c.min - 1 // the last seq to delete
+		if c.keepLast > 0 {
+			cut = max(cut, c.head()-c.keepLast)
+		}
+		if c.maxAgeMS > 0 {
+			// The first event young enough to keep ends the prefix; the
+			// walk up the primary key costs what the purge deletes.
+			var keepFrom *int64
+			err := tx.QueryRow(ctx, `SELECT seq FROM events
+				WHERE conv_id = $1 AND created_at >= clock_timestamp() - $2::bigint * interval '1 millisecond'
+				ORDER BY seq LIMIT 1`, id, c.maxAgeMS).Scan(&keepFrom)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			ageCut := c.head()
+			if keepFrom != nil {
+				ageCut = *keepFrom - 1
+			}
+			cut = max(cut, ageCut)
+		}
+		cut = min(cut, c.head())
+		if cut >= c.min {
+			tag, err := tx.Exec(ctx, `INSERT INTO tombstones (conv_id, sender_user, cmid, request_hash)
+				SELECT conv_id, sender_user, cmid, request_hash FROM events
+				WHERE conv_id = $1 AND seq <= $2 AND cmid IS NOT NULL
+				ON CONFLICT DO NOTHING`, id, cut)
+			if err != nil {
+				return err
+			}
+			out.Tombstones = tag.RowsAffected()
+			if tag, err = tx.Exec(ctx, `DELETE FROM events WHERE conv_id = $1 AND seq <= $2`, id, cut); err != nil {
+				return err
+			}
+			out.Deleted = tag.RowsAffected()
+			if _, err := tx.Exec(ctx, `UPDATE conversations SET min_seq = $2 + 1 WHERE id = $1`, id, cut); err != nil {
+				return err
+			}
+			c.min = cut + 1
+		}
+		out.MinSeq = c.min
+		_, err = tx.Exec(ctx, `DELETE FROM tombstones WHERE conv_id = $1 AND purged_at < clock_timestamp() - $2::bigint * interval '1 microsecond'`,
+			id, db.opts.TombstoneTTL.Microseconds())
+		return err
+	})
+	return out, err
+}
+
+// Rollback implements parley.Store.
+func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.RollbackResult, error) {
+	if err := parley.CheckConvID(id); err != nil {
+		return parley.RollbackResult{}, err
+	}
+	if err := parley.CheckSeq("to_seq", toSeq); err != nil {
+		return parley.RollbackResult{}, err
+	}
+	out := parley.RollbackResult{Conv: id}
+	err := db.write(ctx, "rollback", func(tx pgx.Tx) error {
+		c, err := lockConv(ctx, tx, id, lockExclusive, errConvNotFound)
+		if err != nil {
+			return err
+		}
+		if toSeq > c.head() || toSeq < c.min-1 {
+			return parley.Errorf(parley.CodeInvalidArgument, "to_seq must be between %d and %d", c.min-1, c.head())
+		}
+		now, err := openMembers(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM events WHERE conv_id = $1 AND seq > $2`, id, toSeq)
+		if err != nil {
+			return err
+		}
+		out.Removed = tag.RowsAffected()
+		// Recalls after the restore point are undone; periods go back to
+		// what they were at toSeq.
+		for _, q := range []string{
+			`UPDATE events SET recall_seq = NULL WHERE conv_id = $1 AND recall_seq > $2`,
+			`DELETE FROM periods WHERE conv_id = $1 AND from_seq > $2`,
+			`UPDATE periods SET to_seq = NULL WHERE conv_id = $1 AND to_seq > $2`,
+		} {
+			if _, err := tx.Exec(ctx, q, id, toSeq); err != nil {
+				return err
+			}
+		}
+		then, err := openMembers(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		// Restore the current membership, or a removed user would regain
+		// access: leaves first, then joins, each in user id order.
+		c.next = toSeq + 1
+		for _, u := range then {
+			if !slices.Contains(now, u) {
+				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberLeft, "", u); err != nil {
+					return err
+				}
+			}
+		}
+		for _, u := range now {
+			if !slices.Contains(then, u) {
+				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberJoined, "", u); err != nil {
+					return err
+				}
+			}
+		}
+		out.Head = c.head()
+		for _, q := range []string{
+			`UPDATE delivered_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
+			`UPDATE read_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
+		} {
+			if _, err := tx.Exec(ctx, q, id, out.Head); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRow(ctx, `UPDATE conversations SET next_seq = $2, epoch = epoch + 1, last_at = clock_timestamp()
+			WHERE id = $1 RETURNING epoch`, id, c.next).Scan(&out.Epoch)
+	})
+	return out, err
+}
+
+// openMembers lists the users with an open period, in id order.
+func openMembers(ctx context.Context, tx pgx.Tx, convID string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT user_id FROM periods WHERE conv_id = $1 AND to_seq IS NULL ORDER BY user_id COLLATE "C"`, convID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -1,0 +1,502 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parleychat/parley"
+)
+
+var (
+	errMismatch = parley.Errorf(parley.CodeIdempotencyMismatch, "this cmid was already used with other content; the original is unchanged")
+	errExpired  = parley.Errorf(parley.CodeOriginalExpired, "the original request was executed and its event has been purged by retention; do not resend under a new cmid")
+	errNoEvent  = parley.Errorf(parley.CodeNotFound, "no such event (purged or not yet written)")
+)
+
+func errCursorAhead(head int64) error {
+	return parley.Errorf(parley.CodeCursorAhead, "cursor is above the conversation head %d; rebuild from a trusted position", head)
+}
+
+// keySQL is the one lookup Send makes after the lock: the request key
+// (conv, sender, cmid) over events_idempotency, its tombstone, and the
+// sender's open period.
+const keySQL = `SELECT e.seq, e.mid, e.kind, e.request_hash,
+	EXISTS (SELECT 1 FROM tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 AND t.cmid = $3),
+	EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = $1 AND p.user_id = $2 AND p.to_seq IS NULL)
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN events e ON e.conv_id = $1 AND e.sender_user = $2 AND e.cmid = $3`
+
+// recallKeySQL is keySQL with the recall's target ($4) joined: its kind,
+// sender, whether it is recalled, and whether the database clock is past
+// its created_at plus the recall window ($5 microseconds).
+const recallKeySQL = `SELECT e.seq, e.mid, e.kind, e.request_hash,
+	EXISTS (SELECT 1 FROM tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 AND t.cmid = $3),
+	EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = $1 AND p.user_id = $2 AND p.to_seq IS NULL),
+	tg.kind, tg.sender_user, tg.recall_seq IS NOT NULL,
+	clock_timestamp() > tg.created_at + $5::bigint * interval '1 microsecond'
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN events e ON e.conv_id = $1 AND e.sender_user = $2 AND e.cmid = $3
+LEFT JOIN events tg ON tg.conv_id = $1 AND tg.seq = $4`
+
+// keyRow is what keySQL found.
+type keyRow struct {
+	seq       *int64
+	mid       *string
+	kind      *string
+	hash      []byte
+	tombstone bool
+	open      bool
+	// The recall target; kind nil when there is no such event.
+	targetKind     *string
+	targetSender   *string
+	targetRecalled *bool
+	targetExpired  *bool
+}
+
+// lookupKey runs keySQL (recallKeySQL for a recall) and applies the first
+// checks in the contract's order: a replay (found true),
+// IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED, NOT_MEMBER.
+func lookupKey(ctx context.Context, tx pgx.Tx, conv, user, cmid string, kind parley.EventKind, hash []byte,
+	target int64, window time.Duration) (k keyRow, found bool, err error) {
+	if kind == parley.EventRecall {
+		err = tx.QueryRow(ctx, recallKeySQL, conv, user, cmid, target, window.Microseconds()).Scan(
+			&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open,
+			&k.targetKind, &k.targetSender, &k.targetRecalled, &k.targetExpired)
+	} else {
+		err = tx.QueryRow(ctx, keySQL, conv, user, cmid).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open)
+	}
+	switch {
+	case err != nil:
+		return k, false, err
+	case k.seq != nil:
+		// The same key for another kind of request is reused content too:
+		// a message whose body reads "recall:N" is not a recall of N.
+		if *k.kind != string(kind) || !bytes.Equal(k.hash, hash) {
+			return k, false, errMismatch
+		}
+		return k, true, nil
+	case k.tombstone:
+		return k, false, errExpired
+	case !k.open:
+		return k, false, parley.ErrNotMember
+	}
+	return k, false, nil
+}
+
+// Send implements parley.Store in five round trips: BEGIN, the row lock
+// (lockConv), keySQL, appendSQL (insert and advance the head), COMMIT. A
+// replay stops after keySQL.
+func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
+	if err := parley.ValidateSend(r); err != nil {
+		return parley.Sent{}, err
+	}
+	hash := parley.Fingerprint(r.Conv, r.Body)
+	var out parley.Sent
+	err := db.keyed(ctx, "send", func(tx pgx.Tx) error {
+		c, err := lockConv(ctx, tx, r.Conv, lockAppend, parley.ErrNotMember)
+		if err != nil {
+			return err
+		}
+		k, found, err := lookupKey(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash, 0, 0)
+		if err != nil {
+			return err
+		}
+		if found {
+			out = parley.Sent{Conv: r.Conv, Seq: *k.seq, MID: *k.mid, Dup: true, Epoch: c.epoch}
+			return nil
+		}
+		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
+		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		out = parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch}
+		return nil
+	})
+	if err != nil {
+		return parley.Sent{}, err
+	}
+	return out, nil
+}
+
+// Recall implements parley.Store.
+func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error) {
+	if err := parley.ValidateRecall(r); err != nil {
+		return parley.Recalled{}, err
+	}
+	hash := parley.RecallFingerprint(r.Conv, r.Target)
+	var out parley.Recalled
+	err := db.keyed(ctx, "recall", func(tx pgx.Tx) error {
+		c, err := lockConv(ctx, tx, r.Conv, lockAppend, parley.ErrNotMember)
+		if err != nil {
+			return err
+		}
+		k, found, err := lookupKey(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash, r.Target, db.opts.RecallWindow)
+		if err != nil {
+			return err
+		}
+		if found {
+			out = parley.Recalled{Conv: r.Conv, Seq: *k.seq, Dup: true}
+			return nil
+		}
+		switch {
+		case k.targetKind == nil || *k.targetKind != string(parley.EventMessage):
+			return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
+		case *k.targetSender != p.User:
+			return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
+		case *k.targetRecalled:
+			return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
+		case *k.targetExpired:
+			return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", db.opts.RecallWindow)
+		}
+		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}
+		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE events SET recall_seq = $3 WHERE conv_id = $1 AND seq = $2`, r.Conv, r.Target, ev.Seq); err != nil {
+			return err
+		}
+		out = parley.Recalled{Conv: r.Conv, Seq: ev.Seq}
+		return nil
+	})
+	if err != nil {
+		return parley.Recalled{}, err
+	}
+	return out, nil
+}
+
+// eventCols lists an event's columns for eventDest, with defaults for the
+// NULLs of a LEFT JOIN that found nothing (seq 0).
+func eventCols(a string) string {
+	return fmt.Sprintf(`coalesce(%[1]s.seq, 0), coalesce(%[1]s.mid, ''), coalesce(%[1]s.kind, ''),
+		coalesce(%[1]s.sender_user, ''), coalesce(%[1]s.sender_device, ''), coalesce(%[1]s.body, ''),
+		coalesce(%[1]s.target, 0), coalesce(%[1]s.subject_user, ''), %[1]s.recall_seq IS NOT NULL,
+		coalesce(%[1]s.created_at, 'epoch')`, a)
+}
+
+// eventDest returns the scan destinations of eventCols into ev.
+func eventDest(ev *parley.Event) []any {
+	return []any{&ev.Seq, &ev.MID, &ev.Kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &ev.At}
+}
+
+// finish completes a scanned event: a recalled message is served without
+// its body (the row keeps it for exports pinned before the recall).
+func finish(ev *parley.Event, conv string) {
+	ev.Conv = conv
+	ev.At = ev.At.UTC()
+	if ev.Recalled {
+		ev.Body = ""
+	}
+}
+
+// periodCols reads user $2's periods in conversation $1, ordered, as two
+// arrays (To 0 for the open one).
+const periodCols = `ARRAY(SELECT from_seq FROM periods WHERE conv_id = $1 AND user_id = $2 ORDER BY from_seq),
+	ARRAY(SELECT coalesce(to_seq, 0) FROM periods WHERE conv_id = $1 AND user_id = $2 ORDER BY from_seq)`
+
+func toPeriods(from, to []int64) parley.Periods {
+	ps := make(parley.Periods, len(from))
+	for i := range from {
+		ps[i] = parley.Period{From: from[i], To: to[i]}
+	}
+	return ps
+}
+
+// view is a reader's view of a conversation: the header and its periods.
+type view struct {
+	head, min, epoch int64
+	ps               parley.Periods
+}
+
+// readView reads conversation conv and user's periods in one statement; no
+// conversation or no period at all is NOT_MEMBER.
+func (db *DB) readView(ctx context.Context, conv, user string) (view, error) {
+	var v view
+	var from, to []int64
+	err := db.pool.QueryRow(ctx, `SELECT next_seq - 1, min_seq, epoch, `+periodCols+`
+		FROM conversations WHERE id = $1`, conv, user).Scan(&v.head, &v.min, &v.epoch, &from, &to)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return v, parley.ErrNotMember
+	}
+	if err != nil {
+		return v, err
+	}
+	if v.ps = toPeriods(from, to); len(v.ps) == 0 {
+		return v, parley.ErrNotMember
+	}
+	return v, nil
+}
+
+// pageSQL reads at most $4 events of conversation $1 in the ranges
+// [$2[i], $3[i]], ascending: one primary-key range scan per range, each
+// stopping at $4 rows, so invisible stretches between ranges cost nothing.
+// Every row repeats the conversation's epoch and min_seq as of the same
+// snapshot.
+var pageSQL = `SELECT c.epoch, c.min_seq, ` + eventCols("e") + `
+FROM conversations c
+CROSS JOIN LATERAL (
+	SELECT ev.* FROM unnest($2::bigint[], $3::bigint[]) AS r (lo, hi)
+	CROSS JOIN LATERAL (
+		SELECT * FROM events WHERE conv_id = $1 AND seq >= r.lo AND seq <= r.hi ORDER BY seq LIMIT $4) ev
+	ORDER BY ev.seq LIMIT $4) e
+WHERE c.id = $1
+ORDER BY e.seq`
+
+// Sync implements parley.Store: two statements, the view (header and
+// periods) and the page over the visible ranges it implies.
+func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest) (parley.Page, error) {
+	r, err := parley.ValidateSync(r)
+	if err != nil {
+		return parley.Page{}, err
+	}
+	// The two statements see two snapshots. Between them a purge may
+	// delete events (the page reads min_seq in its own snapshot, so
+	// Trimmed agrees with what it holds) and a rollback may replace them:
+	// the page notices (its epoch differs from the view's) and the read is
+	// repeated.
+	for range 3 {
+		page, again, err := db.syncOnce(ctx, p, r)
+		if !again {
+			return page, wrap("sync", err)
+		}
+	}
+	return parley.Page{}, fmt.Errorf("postgres: sync: conversation %s rolled back during every read", r.Conv)
+}
+
+func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncRequest) (page parley.Page, again bool, err error) {
+	v, err := db.readView(ctx, r.Conv, p.User)
+	if err != nil {
+		return page, false, err
+	}
+	if r.Epoch != 0 && r.Epoch != v.epoch {
+		return page, false, parley.Errorf(parley.CodeEpochChanged, "the conversation was rolled back (epoch %d, yours %d); rebuild it", v.epoch, r.Epoch)
+	}
+	head := v.ps.Head(v.head)
+	if r.After > head {
+		return page, false, errCursorAhead(head)
+	}
+	page = parley.Page{Conv: r.Conv, Head: head, MinSeq: v.min, Epoch: v.epoch, NextAfter: head}
+	if ranges := v.ps.Ranges(r.After, head); len(ranges) > 0 {
+		lo, hi := make([]int64, len(ranges)), make([]int64, len(ranges))
+		for i, rg := range ranges {
+			lo[i], hi[i] = rg[0], rg[1]
+		}
+		// One more than a page tells whether more remains.
+		rows, err := db.pool.Query(ctx, pageSQL, r.Conv, lo, hi, r.Limit+1)
+		if err != nil {
+			return page, false, err
+		}
+		var epoch int64
+		var ev parley.Event
+		dest := append([]any{&epoch, &page.MinSeq}, eventDest(&ev)...)
+		_, err = pgx.ForEachRow(rows, dest, func() error {
+			finish(&ev, r.Conv)
+			page.Events = append(page.Events, ev)
+			return nil
+		})
+		if err != nil {
+			return page, false, err
+		}
+		if len(page.Events) > 0 && epoch != v.epoch {
+			return page, true, nil
+		}
+	}
+	if len(page.Events) > r.Limit {
+		page.Events, page.HasMore = page.Events[:r.Limit], true
+	}
+	if n := len(page.Events); n > 0 {
+		page.NextAfter = page.Events[n-1].Seq
+	}
+	page.Trimmed = r.After < page.MinSeq-1
+	return page, false, nil
+}
+
+// Fetch implements parley.Store: one statement.
+func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq int64) (parley.Event, error) {
+	if err := parley.CheckConvID(convID); err != nil {
+		return parley.Event{}, err
+	}
+	if seq < 1 {
+		return parley.Event{}, parley.Errorf(parley.CodeInvalidArgument, "seq must be at least 1")
+	}
+	var head int64
+	var from, to []int64
+	var ev parley.Event
+	err := db.pool.QueryRow(ctx, `SELECT c.next_seq - 1, `+periodCols+`, `+eventCols("e")+`
+		FROM conversations c LEFT JOIN events e ON e.conv_id = c.id AND e.seq = $3
+		WHERE c.id = $1`, convID, p.User, seq).Scan(append([]any{&head, &from, &to}, eventDest(&ev)...)...)
+	ps := toPeriods(from, to)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && len(ps) == 0):
+		return parley.Event{}, parley.ErrNotMember
+	case err != nil:
+		return parley.Event{}, wrap("fetch", err)
+	case seq > ps.Head(head):
+		return parley.Event{}, errNoEvent
+	case !ps.Visible(seq):
+		return parley.Event{}, parley.ErrNotMember
+	case ev.Seq == 0:
+		return parley.Event{}, errNoEvent
+	}
+	finish(&ev, convID)
+	return ev, nil
+}
+
+// A cursor move is two statements and no explicit transaction: a view
+// (the device's install, the conversation, the caller's periods and the
+// current cursor) to decide the answer, then, only when the cursor moves,
+// one upsert that re-checks the install under a share lock on the device
+// row (a concurrent login with a new install waits or wins) and clamps to
+// the head under FOR KEY SHARE on the conversation (appenders do not block
+// it; a concurrent rollback does, so no cursor ends above its new head).
+type cursorSQL struct{ view, move string }
+
+var (
+	deliveredSQL = cursorSQL{
+		view: `SELECT (SELECT install_id FROM devices WHERE user_id = $2 AND device_id = $3),
+			c.next_seq - 1, ` + periodCols + `,
+			(SELECT seq FROM delivered_cursors WHERE user_id = $2 AND device_id = $3 AND conv_id = $1)
+			FROM (VALUES (1)) AS one (x) LEFT JOIN conversations c ON c.id = $1`,
+		move: `WITH c AS (SELECT next_seq - 1 AS head FROM conversations WHERE id = $3 FOR KEY SHARE),
+			d AS (SELECT 1 FROM devices WHERE user_id = $1 AND device_id = $2 AND install_id = $5 FOR SHARE)
+			INSERT INTO delivered_cursors (user_id, device_id, conv_id, seq)
+			SELECT $1, $2, $3, LEAST($4, c.head) FROM c, d
+			ON CONFLICT (user_id, device_id, conv_id) DO UPDATE SET seq = GREATEST(delivered_cursors.seq, EXCLUDED.seq)
+			RETURNING seq`,
+	}
+	readSQL = cursorSQL{
+		view: `SELECT (SELECT install_id FROM devices WHERE user_id = $2 AND device_id = $3),
+			c.next_seq - 1, ` + periodCols + `,
+			(SELECT seq FROM read_cursors WHERE user_id = $2 AND conv_id = $1)
+			FROM (VALUES (1)) AS one (x) LEFT JOIN conversations c ON c.id = $1`,
+		move: `WITH c AS (SELECT next_seq - 1 AS head FROM conversations WHERE id = $3 FOR KEY SHARE),
+			d AS (SELECT 1 FROM devices WHERE user_id = $1 AND device_id = $2 AND install_id = $5 FOR SHARE)
+			INSERT INTO read_cursors (user_id, conv_id, seq)
+			SELECT $1, $3, LEAST($4, c.head) FROM c, d
+			ON CONFLICT (user_id, conv_id) DO UPDATE SET seq = GREATEST(read_cursors.seq, EXCLUDED.seq)
+			RETURNING seq`,
+	}
+)
+
+// moveCursor implements Ack and Read.
+func (db *DB) moveCursor(ctx context.Context, op string, q cursorSQL, p parley.Principal, convID string, seq int64) (int64, error) {
+	if err := parley.CheckConvID(convID); err != nil {
+		return 0, err
+	}
+	if err := parley.CheckSeq("seq", seq); err != nil {
+		return 0, err
+	}
+	var install *string
+	var head, cur *int64
+	var from, to []int64
+	if err := db.pool.QueryRow(ctx, q.view, convID, p.User, p.DeviceID).Scan(&install, &head, &from, &to, &cur); err != nil {
+		return 0, wrap(op, err)
+	}
+	ps := toPeriods(from, to)
+	switch {
+	case install == nil || *install != p.InstallID:
+		return 0, parley.ErrStaleInstall
+	case head == nil || len(ps) == 0:
+		return 0, parley.ErrNotMember
+	case seq > ps.Head(*head):
+		return 0, errCursorAhead(ps.Head(*head))
+	case cur != nil && seq <= *cur:
+		return *cur, nil // forward only: no write
+	}
+	var moved int64
+	err := db.pool.QueryRow(ctx, q.move, p.User, p.DeviceID, convID, seq, p.InstallID).Scan(&moved)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, parley.ErrStaleInstall // a new install took the device meanwhile
+	}
+	if err != nil {
+		return 0, wrap(op, err)
+	}
+	return moved, nil
+}
+
+// Ack implements parley.Store.
+func (db *DB) Ack(ctx context.Context, p parley.Principal, convID string, seq int64) (int64, error) {
+	return db.moveCursor(ctx, "ack", deliveredSQL, p, convID, seq)
+}
+
+// Read implements parley.Store.
+func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq int64) (int64, error) {
+	return db.moveCursor(ctx, "read", readSQL, p, convID, seq)
+}
+
+// convsSQL is Convs in one statement, driven by periods_by_user: per
+// conversation of user $1, the header, the head capped as Periods.Head caps
+// it (the end of the last period of a former member), device $2's delivered
+// and the user's read cursor, unread counted over the visible ranges after
+// read and stopped at $3 = UnreadCap+1 rows, and the latest visible message
+// (one backward index probe per period). Ordered by activity: a member's is
+// the conversation's latest event (last_at), a former member's the time of
+// the event at their capped head.
+var convsSQL = `WITH mine AS (
+	SELECT conv_id, bool_or(to_seq IS NULL) AS open, max(to_seq) AS last_to
+	FROM periods WHERE user_id = $1 GROUP BY conv_id
+), v AS (
+	SELECT c.id, c.title, c.kind, c.min_seq, c.epoch, c.last_at, c.created_at, m.open,
+		CASE WHEN m.open THEN c.next_seq - 1 ELSE LEAST(m.last_to, c.next_seq - 1) END AS head,
+		coalesce((SELECT seq FROM read_cursors WHERE user_id = $1 AND conv_id = c.id), 0) AS read,
+		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = $1 AND device_id = $2 AND conv_id = c.id), 0) AS delivered
+	FROM mine m JOIN conversations c ON c.id = m.conv_id
+)
+SELECT v.id, v.title, v.kind, v.head, v.min_seq, v.epoch, v.open, v.delivered, v.read,
+	(SELECT count(*) FROM (
+		SELECT 1 FROM periods p CROSS JOIN LATERAL (
+			SELECT 1 FROM events e
+			WHERE e.conv_id = v.id AND e.kind = 'message'
+				AND e.seq > GREATEST(p.from_seq - 1, v.read)
+				AND e.seq <= LEAST(coalesce(p.to_seq, v.head), v.head)
+				AND e.sender_user <> $1 AND e.recall_seq IS NULL
+			LIMIT $3) x
+		WHERE p.conv_id = v.id AND p.user_id = $1
+		LIMIT $3) n),
+	` + eventCols("l") + `
+FROM v
+LEFT JOIN LATERAL (
+	SELECT e.* FROM periods p CROSS JOIN LATERAL (
+		SELECT * FROM events e
+		WHERE e.conv_id = v.id AND e.kind = 'message'
+			AND e.seq >= p.from_seq AND e.seq <= LEAST(coalesce(p.to_seq, v.head), v.head)
+		ORDER BY e.seq DESC LIMIT 1) e
+	WHERE p.conv_id = v.id AND p.user_id = $1
+	ORDER BY e.seq DESC LIMIT 1) l ON true
+ORDER BY CASE WHEN v.open THEN v.last_at
+		ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END DESC,
+	v.id COLLATE "C"`
+
+// Convs implements parley.Store.
+func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
+	rows, err := db.pool.Query(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1)
+	if err != nil {
+		return nil, wrap("convs", err)
+	}
+	out := []parley.ConvSummary{}
+	var s parley.ConvSummary
+	var ev parley.Event
+	dest := append([]any{&s.Conv, &s.Title, &s.Kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread},
+		eventDest(&ev)...)
+	_, err = pgx.ForEachRow(rows, dest, func() error {
+		e := s
+		if e.Unread > parley.UnreadCap {
+			e.Unread, e.UnreadCapped = parley.UnreadCap, true
+		}
+		if ev.Seq != 0 {
+			last := ev
+			finish(&last, e.Conv)
+			e.Last = &last
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("convs", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,168 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parleychat/parley"
+)
+
+// CreateUser implements parley.Store.
+func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, error) {
+	nu, err := parley.ValidateNewUser(nu)
+	if err != nil {
+		return parley.User{}, err
+	}
+	hash := ""
+	if nu.Password != "" {
+		hash = parley.HashPassword(nu.Password) // slow: outside any transaction
+	}
+	u := parley.User{ID: nu.ID, Email: nu.Email, Role: nu.Role}
+	err = db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash, role)
+		VALUES ($1, $2, $3, $4) RETURNING created_at`,
+		nu.ID, optString(nu.Email), hash, string(nu.Role)).Scan(&u.CreatedAt)
+	switch {
+	case isUnique(err, "users_pkey"):
+		return parley.User{}, parley.Errorf(parley.CodeAlreadyExists, "user id %q is taken", nu.ID)
+	case isUnique(err):
+		return parley.User{}, parley.Errorf(parley.CodeAlreadyExists, "email %q is taken", nu.Email)
+	case err != nil:
+		return parley.User{}, wrap("create user", err)
+	}
+	u.CreatedAt = u.CreatedAt.UTC()
+	return u, nil
+}
+
+// User implements parley.Store.
+func (db *DB) User(ctx context.Context, login string) (parley.User, error) {
+	u, _, err := db.lookupUser(ctx, login)
+	return u, err
+}
+
+var errUserNotFound = parley.Errorf(parley.CodeNotFound, "user not found")
+
+// lookupUser resolves a login and returns the user and password hash.
+func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string, error) {
+	kind, value, err := parley.ResolveLogin(login)
+	if err != nil {
+		return parley.User{}, "", err
+	}
+	q := `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at FROM users WHERE id = $1`
+	if kind == parley.LoginByEmail {
+		q = `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at FROM users WHERE email = $1`
+	}
+	var u parley.User
+	var hash, role string
+	err = db.pool.QueryRow(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &u.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return parley.User{}, "", errUserNotFound
+	}
+	if err != nil {
+		return parley.User{}, "", wrap("user", err)
+	}
+	u.Role = parley.Role(role)
+	u.CreatedAt = u.CreatedAt.UTC()
+	return u, hash, nil
+}
+
+// SetUserDisabled implements parley.Store.
+func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
+	tag, err := db.pool.Exec(ctx, `UPDATE users SET disabled = $1 WHERE id = $2`, disabled, id)
+	if err != nil {
+		return wrap("set user disabled", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errUserNotFound
+	}
+	return nil
+}
+
+// One answer for unknown login, wrong password and disabled account.
+var errBadLogin = parley.Errorf(parley.CodeUnauthenticated, "invalid login or password")
+
+// Login implements parley.Store.
+func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
+	if err := parley.ValidateLogin(r); err != nil {
+		return parley.Session{}, err
+	}
+	u, hash, err := db.lookupUser(ctx, r.Login)
+	if parley.ErrorCode(err) == parley.CodeNotFound {
+		parley.CheckPassword("", r.Password) // as slow as a wrong password
+		return parley.Session{}, errBadLogin
+	}
+	if err != nil {
+		return parley.Session{}, err
+	}
+	if !parley.CheckPassword(hash, r.Password) || u.Disabled {
+		return parley.Session{}, errBadLogin
+	}
+	token, tokenHash := parley.NewToken()
+	err = db.write(ctx, "login", func(tx pgx.Tx) error {
+		// A row comes back when the device is new or its install changed:
+		// the old install's tokens turn stale (Authenticate compares) and
+		// its delivered cursors go, so the new install starts at 0.
+		rows, err := tx.Query(ctx, `INSERT INTO devices (user_id, device_id, install_id) VALUES ($1, $2, $3)
+			ON CONFLICT (user_id, device_id) DO UPDATE SET install_id = EXCLUDED.install_id
+			WHERE devices.install_id <> EXCLUDED.install_id
+			RETURNING 1`, u.ID, r.DeviceID, r.InstallID)
+		if err != nil {
+			return err
+		}
+		changed, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		if len(changed) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM delivered_cursors WHERE user_id = $1 AND device_id = $2`, u.ID, r.DeviceID); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO tokens (token_hash, user_id, device_id, install_id) VALUES ($1, $2, $3, $4)`,
+			tokenHash, u.ID, r.DeviceID, r.InstallID)
+		return err
+	})
+	if err != nil {
+		return parley.Session{}, err
+	}
+	return parley.Session{
+		Principal: parley.Principal{User: u.ID, Role: u.Role, DeviceID: r.DeviceID, InstallID: r.InstallID},
+		Token:     token,
+	}, nil
+}
+
+var errBadToken = parley.Errorf(parley.CodeUnauthenticated, "invalid or expired token")
+
+// Authenticate implements parley.Store.
+func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
+	if token == "" || len(token) > 256 {
+		return parley.Principal{}, errBadToken
+	}
+	var p parley.Principal
+	var role string
+	var disabled bool
+	var current *string
+	err := db.pool.QueryRow(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, d.install_id
+		FROM tokens t
+		JOIN users u ON u.id = t.user_id
+		LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
+		WHERE t.token_hash = $1`, parley.HashToken(token)).Scan(&p.User, &p.DeviceID, &p.InstallID, &role, &disabled, &current)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && disabled) {
+		return parley.Principal{}, errBadToken
+	}
+	if err != nil {
+		return parley.Principal{}, wrap("authenticate", err)
+	}
+	if current == nil || *current != p.InstallID {
+		return parley.Principal{}, parley.ErrStaleInstall
+	}
+	p.Role = parley.Role(role)
+	return p, nil
+}
+
+// Logout implements parley.Store.
+func (db *DB) Logout(ctx context.Context, token string) error {
+	_, err := db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1`, parley.HashToken(token))
+	return wrap("logout", err)
+}
