@@ -1,0 +1,201 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/parleychat/parley"
+)
+
+// Checks of accounts, devices and tokens.
+
+// testStaleInstall: a device that logs in with a new install id replaces
+// its install: the old token answers STALE_INSTALL (not UNAUTHENTICATED),
+// so does Ack and Read with the old principal (before any other check but
+// input validation), and the new install's delivered cursor starts at 0.
+func testStaleInstall(t *testing.T, e *env) {
+	e.user(t, "ben", "", "")
+	e.bystander(t, "ana")
+	s1 := e.login(t, "ben", "d1", "i1")
+	old := s1.Principal
+	const c = "c-ab"
+	e.group(t, old, c, "ana")
+	e.send(t, old, c, "k3", "hello") // 3
+	if got, err := e.st.Ack(ctx(t), old, c, 3); err != nil || got != 3 {
+		t.Fatalf("ack 3: %d %v", got, err)
+	}
+
+	s2 := e.login(t, "ben", "d1", "i2")
+	_, err := e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	p, err := e.st.Authenticate(ctx(t), s2.Token)
+	if wantCode(t, err, "") && p != (parley.Principal{User: "ben", Role: parley.RoleUser, DeviceID: "d1", InstallID: "i2"}) {
+		t.Errorf("new install's principal: %+v", p)
+	}
+
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		want parley.Code
+	}{
+		{"ack", func() error { _, err := e.st.Ack(ctx(t), old, c, 3); return err }, parley.CodeStaleInstall},
+		{"read", func() error { _, err := e.st.Read(ctx(t), old, c, 3); return err }, parley.CodeStaleInstall},
+		{"ack_unknown_conv", func() error { _, err := e.st.Ack(ctx(t), old, "c-nope", 1); return err }, parley.CodeStaleInstall},
+		{"ack_above_head", func() error { _, err := e.st.Ack(ctx(t), old, c, 99); return err }, parley.CodeStaleInstall},
+		{"read_above_head", func() error { _, err := e.st.Read(ctx(t), old, c, 99); return err }, parley.CodeStaleInstall},
+		{"ack_malformed_conv", func() error { _, err := e.st.Ack(ctx(t), old, "c ab", 1); return err }, parley.CodeInvalidArgument},
+		{"ack_negative", func() error { _, err := e.st.Ack(ctx(t), old, c, -1); return err }, parley.CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.snapshot(t, c)
+			wantCode(t, tc.do(), tc.want)
+			e.unchanged(t, c, before)
+		})
+	}
+
+	if s := e.summary(t, s2.Principal, c); s.Delivered != 0 {
+		t.Errorf("new install's delivered %d, want 0", s.Delivered)
+	}
+	if got, err := e.st.Ack(ctx(t), s2.Principal, c, 2); err != nil || got != 2 {
+		t.Errorf("new install's ack 2: %d %v, want 2 (the old install's 3 is gone)", got, err)
+	}
+	if n := e.db.Int(t, "SELECT max(seq) FROM delivered_cursors WHERE user_id = ? AND device_id = ? AND conv_id = ?", "ben", "d1", c); n != 2 {
+		t.Errorf("stored delivered cursor %d, want 2", n)
+	}
+}
+
+// testIdentityResolver: one resolver turns every login form (id in any
+// case, email in any case with spaces) into the canonical user for both
+// User and Login; unknown logins are NOT_FOUND (User) or UNAUTHENTICATED
+// (Login, same message as a wrong password); ids and emails are unique
+// whatever their case.
+func testIdentityResolver(t *testing.T, e *env) {
+	u := e.user(t, "ana", "Ana@Example.COM", "")
+	if u.ID != "ana" || u.Email != "ana@example.com" || u.Role != parley.RoleUser || u.Disabled {
+		t.Errorf("created %+v, want ana with email ana@example.com, role user", u)
+	}
+
+	for _, login := range []string{"ana", "ANA", " Ana ", " ana@example.com ", "Ana@Example.COM", "ANA@EXAMPLE.COM"} {
+		t.Run("user_"+login, func(t *testing.T) {
+			got, err := e.st.User(ctx(t), login)
+			if wantCode(t, err, "") && (got.ID != "ana" || got.Email != "ana@example.com") {
+				t.Errorf("User(%q) = %+v", login, got)
+			}
+		})
+	}
+	for _, login := range []string{"ana", "ANA", " ana@example.com "} {
+		t.Run("login_"+login, func(t *testing.T) {
+			s, err := e.st.Login(ctx(t), parley.LoginRequest{Login: login, Password: password, DeviceID: "d1", InstallID: "i1"})
+			if wantCode(t, err, "") && s.User != "ana" {
+				t.Errorf("Login(%q) user %q", login, s.User)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		login string
+		want  parley.Code
+	}{
+		{"nobody", parley.CodeNotFound},
+		{"nobody@example.com", parley.CodeNotFound},
+		{"ana@example.org", parley.CodeNotFound},
+		{"not valid!", parley.CodeInvalidArgument},
+		{"", parley.CodeInvalidArgument},
+	} {
+		t.Run("unknown_"+tc.login, func(t *testing.T) {
+			_, err := e.st.User(ctx(t), tc.login)
+			wantCode(t, err, tc.want)
+		})
+	}
+
+	_, unknown := e.st.Login(ctx(t), parley.LoginRequest{Login: "nobody", Password: password, DeviceID: "d1", InstallID: "i1"})
+	_, wrong := e.st.Login(ctx(t), parley.LoginRequest{Login: "ana", Password: "wrong " + password, DeviceID: "d1", InstallID: "i1"})
+	wantCode(t, unknown, parley.CodeUnauthenticated)
+	wantCode(t, wrong, parley.CodeUnauthenticated)
+	if parley.ErrorMessage(unknown) != parley.ErrorMessage(wrong) {
+		t.Errorf("unknown login %q and wrong password %q differ", parley.ErrorMessage(unknown), parley.ErrorMessage(wrong))
+	}
+
+	for _, tc := range []struct {
+		name string
+		nu   parley.NewUser
+		want parley.Code
+	}{
+		{"duplicate_id", parley.NewUser{ID: "ana", Email: "other@example.com"}, parley.CodeAlreadyExists},
+		{"duplicate_email_other_case", parley.NewUser{ID: "ana2", Email: "ANA@example.com"}, parley.CodeAlreadyExists},
+		{"id_not_canonical", parley.NewUser{ID: "Ana"}, parley.CodeInvalidArgument},
+		{"email_malformed", parley.NewUser{ID: "ana3", Email: "ana@"}, parley.CodeInvalidArgument},
+		{"role_unknown", parley.NewUser{ID: "ana4", Role: "root"}, parley.CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.st.CreateUser(ctx(t), tc.nu)
+			wantCode(t, err, tc.want)
+			if n := e.db.Int(t, "SELECT count(*) FROM users"); n != 1 {
+				t.Errorf("%d users, want 1", n)
+			}
+		})
+	}
+	if got, err := e.st.User(ctx(t), "ana"); err != nil || got.Email != "ana@example.com" {
+		t.Errorf("ana after rejected creations: %+v %v", got, err)
+	}
+}
+
+// testDisabledUser: a disabled account's tokens stop at the next
+// Authenticate and it cannot log in (the one UNAUTHENTICATED message);
+// enabling it again allows login.
+func testDisabledUser(t *testing.T, e *env) {
+	e.user(t, "ben", "", "")
+	s := e.login(t, "ben", "d1", "i1")
+	_, wrong := e.st.Login(ctx(t), parley.LoginRequest{Login: "ben", Password: "wrong", DeviceID: "d1", InstallID: "i1"})
+	wantCode(t, wrong, parley.CodeUnauthenticated)
+
+	ok(t, e.st.SetUserDisabled(ctx(t), "ben", true), "disable")
+	if u, err := e.st.User(ctx(t), "ben"); err != nil || !u.Disabled {
+		t.Errorf("User after disabling: %+v %v", u, err)
+	}
+	_, err := e.st.Authenticate(ctx(t), s.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	_, err = e.st.Login(ctx(t), parley.LoginRequest{Login: "ben", Password: password, DeviceID: "d1", InstallID: "i1"})
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if err != nil && parley.ErrorMessage(err) != parley.ErrorMessage(wrong) {
+		t.Errorf("disabled login says %q, a wrong password %q", parley.ErrorMessage(err), parley.ErrorMessage(wrong))
+	}
+	wantCode(t, e.st.SetUserDisabled(ctx(t), "ghost", true), parley.CodeNotFound)
+
+	ok(t, e.st.SetUserDisabled(ctx(t), "ben", false), "enable")
+	s2 := e.login(t, "ben", "d1", "i1")
+	if p, err := e.st.Authenticate(ctx(t), s2.Token); err != nil || p.User != "ben" {
+		t.Errorf("authenticate after enabling: %+v %v", p, err)
+	}
+}
+
+// testLogout: a revoked token is UNAUTHENTICATED; revoking twice or an
+// unknown token is not an error; other tokens of the user keep working.
+func testLogout(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	s1 := e.login(t, "ana", "d1", "i1")
+	s2 := e.login(t, "ana", "d2", "i1")
+	if s1.Token == s2.Token {
+		t.Fatal("two logins got the same token")
+	}
+	if n := e.db.Int(t, "SELECT count(*) FROM tokens WHERE user_id = ? AND token_hash = ?", "ana", []byte(s1.Token)); n != 0 {
+		t.Errorf("a token is stored in clear")
+	}
+	if n := e.db.Int(t, "SELECT count(*) FROM tokens WHERE user_id = ? AND token_hash = ?", "ana", parley.HashToken(s1.Token)); n != 1 {
+		t.Errorf("%d tokens stored as HashToken(token), want 1", n)
+	}
+	p, err := e.st.Authenticate(ctx(t), s1.Token)
+	if wantCode(t, err, "") && p != s1.Principal {
+		t.Errorf("Authenticate = %+v, login said %+v", p, s1.Principal)
+	}
+	ok(t, e.st.Logout(ctx(t), s1.Token), "logout")
+	_, err = e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	ok(t, e.st.Logout(ctx(t), s1.Token), "logout twice")
+	ok(t, e.st.Logout(ctx(t), "no-such-token"), "logout unknown")
+	if _, err := e.st.Authenticate(ctx(t), s2.Token); err != nil {
+		t.Errorf("the other device's token: %v", err)
+	}
+	for _, tok := range []string{"", "garbage", s1.Token + "x"} {
+		_, err := e.st.Authenticate(ctx(t), tok)
+		wantCode(t, err, parley.CodeUnauthenticated)
+	}
+}
