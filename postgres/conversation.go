@@ -30,12 +30,22 @@ const (
 	lockExclusive = "FOR UPDATE"
 )
 
+// lockSQL locks and reads a conversation row with the given lock.
+func lockSQL(lock string) string {
+	return `SELECT kind, owner, next_seq, min_seq, epoch, retain_max_age_ms, retain_last_n
+		FROM conversations WHERE id = $1 ` + lock
+}
+
+// scanConv reads a row of lockSQL.
+func scanConv(row pgx.Row, id string) (conv, error) {
+	c := conv{id: id}
+	err := row.Scan(&c.kind, &c.owner, &c.next, &c.min, &c.epoch, &c.maxAgeMS, &c.keepLast)
+	return c, err
+}
+
 // lockConv locks and reads a conversation row; a missing one is notFound.
 func lockConv(ctx context.Context, tx pgx.Tx, id, lock string, notFound error) (conv, error) {
-	c := conv{id: id}
-	err := tx.QueryRow(ctx, `SELECT kind, owner, next_seq, min_seq, epoch, retain_max_age_ms, retain_last_n
-		FROM conversations WHERE id = $1 `+lock, id).
-		Scan(&c.kind, &c.owner, &c.next, &c.min, &c.epoch, &c.maxAgeMS, &c.keepLast)
+	c, err := scanConv(tx.QueryRow(ctx, lockSQL(lock), id), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, notFound
 	}
@@ -44,23 +54,32 @@ func lockConv(ctx context.Context, tx pgx.Tx, id, lock string, notFound error) (
 
 var errConvNotFound = parley.Errorf(parley.CodeNotFound, "conversation not found")
 
-// appendSQL inserts an event at the locked head and advances it, in one
-// statement; its created_at is the database clock and becomes last_at.
-const appendSQL = `WITH ev AS (
+// appendSQL inserts an event at the locked conversation's next seq and
+// advances it, in one statement that needs nothing from the client but the
+// event: the seq is read under the row lock the transaction holds, so the
+// statement can be pipelined behind the lock. Its created_at is the
+// database clock and becomes last_at. It returns the seq.
+const appendSQL = `WITH c AS (SELECT next_seq FROM conversations WHERE id = $1),
+ev AS (
 	INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-	RETURNING created_at)
-UPDATE conversations SET next_seq = $2 + 1, last_at = ev.created_at FROM ev WHERE id = $1`
+	SELECT $1, c.next_seq, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM c
+	RETURNING seq, created_at)
+UPDATE conversations SET next_seq = ev.seq + 1, last_at = ev.created_at FROM ev WHERE id = $1
+RETURNING ev.seq`
+
+// appendArgs returns appendSQL's arguments for ev, giving it a mid.
+func appendArgs(convID string, ev *parley.Event, cmid string, hash []byte) []any {
+	ev.Conv, ev.MID = convID, parley.NewID()
+	return []any{convID, ev.MID, string(ev.Kind), ev.Sender, ev.Device, optString(cmid), hash, ev.Body, optInt(ev.Target), optString(ev.User)}
+}
 
 // appendEvent writes ev at c's next seq and advances it; it fills ev.Seq
 // and ev.MID. A unique violation is returned as the driver's error.
 func appendEvent(ctx context.Context, tx pgx.Tx, c *conv, ev *parley.Event, cmid string, hash []byte) error {
-	ev.Conv, ev.Seq, ev.MID = c.id, c.next, parley.NewID()
-	if _, err := tx.Exec(ctx, appendSQL, c.id, ev.Seq, ev.MID, string(ev.Kind), ev.Sender, ev.Device,
-		optString(cmid), hash, ev.Body, optInt(ev.Target), optString(ev.User)); err != nil {
+	if err := tx.QueryRow(ctx, appendSQL, appendArgs(c.id, ev, cmid, hash)...).Scan(&ev.Seq); err != nil {
 		return err
 	}
-	c.next++
+	c.next = ev.Seq + 1
 	return nil
 }
 
@@ -341,6 +360,9 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 		}
 		// Restore the current membership, or a removed user would regain
 		// access: leaves first, then joins, each in user id order.
+		if _, err := tx.Exec(ctx, `UPDATE conversations SET next_seq = $2 WHERE id = $1`, id, toSeq+1); err != nil {
+			return err
+		}
 		c.next = toSeq + 1
 		for _, u := range then {
 			if !slices.Contains(now, u) {

@@ -58,6 +58,9 @@ var migrations embed.FS
 // database ("parley.m" in ASCII).
 const migrationLock int64 = 0x7061726c65792e6d
 
+// DefaultMaxConns is the pool size when the DSN sets no pool_max_conns.
+const DefaultMaxConns = 32
+
 // DB is a parley.Store on a PostgreSQL database.
 type DB struct {
 	pool *pgxpool.Pool
@@ -73,6 +76,12 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgxpool's default (4 on a small machine) starves a gateway:
+		// concurrent sends to different conversations wait for a
+		// connection, not for PostgreSQL.
+		cfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -156,18 +165,6 @@ func (db *DB) migrate(ctx context.Context) error {
 // through; others are wrapped with op.
 func (db *DB) write(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	return wrap(op, pgx.BeginFunc(ctx, db.pool, fn))
-}
-
-// keyed runs a keyed write (Send, Recall). The row lock makes a concurrent
-// insert of the same request key impossible, but should the unique index
-// events_idempotency still fire, the transaction has rolled back and a fresh
-// one finds the committed original and answers with the dup reply.
-func (db *DB) keyed(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	err := db.write(ctx, op, fn)
-	for i := 0; i < 2 && isUnique(err, "events_idempotency"); i++ {
-		err = db.write(ctx, op, fn)
-	}
-	return err
 }
 
 // wrap returns err unchanged when it carries a protocol code, else wrapped

@@ -118,7 +118,7 @@ func makeTemplate(ctx context.Context, admin *pgxpool.Pool, dsn string) (string,
 	return name, nil
 }
 
-func (b *backend) New(t *testing.T, opts parley.Options) storetest.DB {
+func (b *backend) New(t testing.TB, opts parley.Options) storetest.DB {
 	t.Helper()
 	b.once.Do(b.setup)
 	if b.err != nil {
@@ -155,7 +155,7 @@ type handle struct {
 
 func (h *handle) Store() parley.Store { return h.store }
 
-func (h *handle) Open(t *testing.T) parley.Store {
+func (h *handle) Open(t testing.TB) parley.Store {
 	t.Helper()
 	db, err := postgres.Open(context.Background(), h.dsn, h.opts)
 	if err != nil {
@@ -165,14 +165,14 @@ func (h *handle) Open(t *testing.T) parley.Store {
 	return db
 }
 
-func (h *handle) Exec(t *testing.T, query string, args ...any) {
+func (h *handle) Exec(t testing.TB, query string, args ...any) {
 	t.Helper()
 	if _, err := h.raw.Exec(context.Background(), placeholders(query), args...); err != nil {
 		t.Fatalf("exec %q: %v", query, err)
 	}
 }
 
-func (h *handle) Int(t *testing.T, query string, args ...any) int64 {
+func (h *handle) Int(t testing.TB, query string, args ...any) int64 {
 	t.Helper()
 	var v any
 	if err := h.raw.QueryRow(context.Background(), placeholders(query), args...).Scan(&v); err != nil {
@@ -203,7 +203,7 @@ func (h *handle) Int(t *testing.T, query string, args ...any) int64 {
 	return n
 }
 
-func (h *handle) Backdate(t *testing.T, conv string, upTo int64, d time.Duration) {
+func (h *handle) Backdate(t testing.TB, conv string, upTo int64, d time.Duration) {
 	t.Helper()
 	h.Exec(t, `UPDATE events SET created_at = created_at - ?::bigint * interval '1 microsecond' WHERE conv_id = ? AND seq <= ?`,
 		d.Microseconds(), conv, upTo)

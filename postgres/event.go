@@ -58,115 +58,191 @@ type keyRow struct {
 	targetExpired  *bool
 }
 
-// lookupKey runs keySQL (recallKeySQL for a recall) and applies the first
-// checks in the contract's order: a replay (found true),
-// IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED, NOT_MEMBER.
-func lookupKey(ctx context.Context, tx pgx.Tx, conv, user, cmid string, kind parley.EventKind, hash []byte,
-	target int64, window time.Duration) (k keyRow, found bool, err error) {
-	if kind == parley.EventRecall {
-		err = tx.QueryRow(ctx, recallKeySQL, conv, user, cmid, target, window.Microseconds()).Scan(
-			&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open,
-			&k.targetKind, &k.targetSender, &k.targetRecalled, &k.targetExpired)
-	} else {
-		err = tx.QueryRow(ctx, keySQL, conv, user, cmid).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open)
-	}
+// keyRequest is a keyed append: the request key, its fingerprint, and the
+// event it appends when new.
+type keyRequest struct {
+	conv, user, cmid string
+	hash             []byte
+	ev               parley.Event
+	window           time.Duration // recall
+}
+
+// check applies the key checks in the contract's order: a replay (found
+// true), IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED, NOT_MEMBER.
+func (k keyRow) check(kind parley.EventKind, hash []byte) (found bool, err error) {
 	switch {
-	case err != nil:
-		return k, false, err
 	case k.seq != nil:
 		// The same key for another kind of request is reused content too:
 		// a message whose body reads "recall:N" is not a recall of N.
 		if *k.kind != string(kind) || !bytes.Equal(k.hash, hash) {
-			return k, false, errMismatch
+			return false, errMismatch
 		}
-		return k, true, nil
+		return true, nil
 	case k.tombstone:
-		return k, false, errExpired
+		return false, errExpired
 	case !k.open:
-		return k, false, parley.ErrNotMember
+		return false, parley.ErrNotMember
 	}
-	return k, false, nil
+	return false, nil
 }
 
-// Send implements parley.Store in five round trips: BEGIN, the row lock
-// (lockConv), keySQL, appendSQL (insert and advance the head), COMMIT. A
-// replay stops after keySQL.
+// keyedAppend is the write path of Send and Recall, in two pipelined round
+// trips: {BEGIN; lock the conversation row; look the request key up} and,
+// when the request is new and passes check, {append r.ev; then (recall) the
+// statement after makes; COMMIT}. PostgreSQL runs pipelined statements one
+// after another, each READ COMMITTED statement on a fresh snapshot, so the
+// lookup sees everything committed before the lock was granted, exactly as
+// if the statements had been sent one at a time (bench/send.sql issues the
+// same statements in the same two pipelines). A replay (found) writes
+// nothing and returns the lookup's row. Whatever leaves the transaction
+// open — a replay, a rejection, an error — is rolled back; should that
+// fail too, the pool discards the connection.
+func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRow) error, after func(b *pgx.Batch, r *keyRequest)) (c conv, k keyRow, found bool, err error) {
+	pc, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return c, k, false, err
+	}
+	conn := pc.Conn()
+	defer func() {
+		if conn.PgConn().TxStatus() != 'I' {
+			conn.Exec(ctx, "rollback")
+		}
+		pc.Release()
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(lockSQL(lockAppend), r.conv)
+	if r.ev.Kind == parley.EventRecall {
+		b.Queue(recallKeySQL, r.conv, r.user, r.cmid, r.ev.Target, r.window.Microseconds())
+	} else {
+		b.Queue(keySQL, r.conv, r.user, r.cmid)
+	}
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	missing := false
+	if err == nil {
+		c, err = scanConv(br.QueryRow(), r.conv)
+		missing, err = errors.Is(err, pgx.ErrNoRows), ignore(err, pgx.ErrNoRows)
+	}
+	if err == nil {
+		dest := []any{&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open}
+		if r.ev.Kind == parley.EventRecall {
+			dest = append(dest, &k.targetKind, &k.targetSender, &k.targetRecalled, &k.targetExpired)
+		}
+		err = br.QueryRow().Scan(dest...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return c, k, false, err
+	case missing:
+		return c, k, false, parley.ErrNotMember
+	}
+	if found, err = k.check(r.ev.Kind, r.hash); err != nil || found {
+		return c, k, found, err
+	}
+	if err := check(k); err != nil {
+		return c, k, false, err
+	}
+
+	b = &pgx.Batch{}
+	b.Queue(appendSQL, appendArgs(r.conv, &r.ev, r.cmid, r.hash)...)
+	if after != nil {
+		after(b, r)
+	}
+	b.Queue("commit")
+	br = conn.SendBatch(ctx, b)
+	err = br.QueryRow().Scan(&r.ev.Seq)
+	for i := 1; err == nil && i < b.Len(); i++ {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return c, k, false, err
+}
+
+// ignore returns nil for target, err otherwise.
+func ignore(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
+}
+
+// keyed retries a keyed append when the unique index events_idempotency
+// fired: the row lock makes a concurrent insert of the same key impossible,
+// but should the index still fire, the transaction has rolled back and a
+// fresh one finds the committed original and answers with the dup reply.
+func keyed[T any](op string, fn func() (T, error)) (T, error) {
+	out, err := fn()
+	for i := 0; i < 2 && isUnique(err, "events_idempotency"); i++ {
+		out, err = fn()
+	}
+	return out, wrap(op, err)
+}
+
+// Send implements parley.Store in two round trips (keyedAppend).
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
 	if err := parley.ValidateSend(r); err != nil {
 		return parley.Sent{}, err
 	}
 	hash := parley.Fingerprint(r.Conv, r.Body)
-	var out parley.Sent
-	err := db.keyed(ctx, "send", func(tx pgx.Tx) error {
-		c, err := lockConv(ctx, tx, r.Conv, lockAppend, parley.ErrNotMember)
-		if err != nil {
-			return err
+	return keyed("send", func() (parley.Sent, error) {
+		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash,
+			ev: parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}}
+		c, k, found, err := db.keyedAppend(ctx, req, func(keyRow) error { return nil }, nil)
+		switch {
+		case err != nil:
+			return parley.Sent{}, err
+		case found:
+			return parley.Sent{Conv: r.Conv, Seq: *k.seq, MID: *k.mid, Dup: true, Epoch: c.epoch}, nil
 		}
-		k, found, err := lookupKey(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash, 0, 0)
-		if err != nil {
-			return err
-		}
-		if found {
-			out = parley.Sent{Conv: r.Conv, Seq: *k.seq, MID: *k.mid, Dup: true, Epoch: c.epoch}
-			return nil
-		}
-		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
-		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
-			return err
-		}
-		out = parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch}
-		return nil
+		return parley.Sent{Conv: r.Conv, Seq: req.ev.Seq, MID: req.ev.MID, Epoch: c.epoch}, nil
 	})
-	if err != nil {
-		return parley.Sent{}, err
-	}
-	return out, nil
 }
 
-// Recall implements parley.Store.
+// markRecalledSQL sets the target's recall_seq to the recall just appended
+// (the head, under the row lock).
+const markRecalledSQL = `UPDATE events SET recall_seq = (SELECT next_seq - 1 FROM conversations WHERE id = $1)
+WHERE conv_id = $1 AND seq = $2`
+
+// Recall implements parley.Store in two round trips (keyedAppend).
 func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error) {
 	if err := parley.ValidateRecall(r); err != nil {
 		return parley.Recalled{}, err
 	}
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
-	var out parley.Recalled
-	err := db.keyed(ctx, "recall", func(tx pgx.Tx) error {
-		c, err := lockConv(ctx, tx, r.Conv, lockAppend, parley.ErrNotMember)
-		if err != nil {
-			return err
-		}
-		k, found, err := lookupKey(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash, r.Target, db.opts.RecallWindow)
-		if err != nil {
-			return err
-		}
-		if found {
-			out = parley.Recalled{Conv: r.Conv, Seq: *k.seq, Dup: true}
+	window := db.opts.RecallWindow
+	return keyed("recall", func() (parley.Recalled, error) {
+		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash, window: window,
+			ev: parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}}
+		check := func(k keyRow) error {
+			switch {
+			case k.targetKind == nil || *k.targetKind != string(parley.EventMessage):
+				return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
+			case *k.targetSender != p.User:
+				return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
+			case *k.targetRecalled:
+				return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
+			case *k.targetExpired:
+				return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", window)
+			}
 			return nil
 		}
+		mark := func(b *pgx.Batch, req *keyRequest) { b.Queue(markRecalledSQL, r.Conv, r.Target) }
+		_, k, found, err := db.keyedAppend(ctx, req, check, mark)
 		switch {
-		case k.targetKind == nil || *k.targetKind != string(parley.EventMessage):
-			return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
-		case *k.targetSender != p.User:
-			return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
-		case *k.targetRecalled:
-			return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
-		case *k.targetExpired:
-			return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", db.opts.RecallWindow)
+		case err != nil:
+			return parley.Recalled{}, err
+		case found:
+			return parley.Recalled{Conv: r.Conv, Seq: *k.seq, Dup: true}, nil
 		}
-		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}
-		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE events SET recall_seq = $3 WHERE conv_id = $1 AND seq = $2`, r.Conv, r.Target, ev.Seq); err != nil {
-			return err
-		}
-		out = parley.Recalled{Conv: r.Conv, Seq: ev.Seq}
-		return nil
+		return parley.Recalled{Conv: r.Conv, Seq: req.ev.Seq}, nil
 	})
-	if err != nil {
-		return parley.Recalled{}, err
-	}
-	return out, nil
 }
 
 // eventCols lists an event's columns for eventDest, with defaults for the

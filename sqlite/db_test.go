@@ -18,7 +18,7 @@ func TestContract(t *testing.T) {
 
 type backend struct{}
 
-func (backend) New(t *testing.T, opts parley.Options) storetest.DB {
+func (backend) New(t testing.TB, opts parley.Options) storetest.DB {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "parley.db")
 	h := &handle{file: file, opts: opts}
@@ -41,7 +41,7 @@ type handle struct {
 
 func (h *handle) Store() parley.Store { return h.store }
 
-func (h *handle) Open(t *testing.T) parley.Store {
+func (h *handle) Open(t testing.TB) parley.Store {
 	t.Helper()
 	db, err := sqlite.Open(context.Background(), h.file, h.opts)
 	if err != nil {
@@ -51,14 +51,14 @@ func (h *handle) Open(t *testing.T) parley.Store {
 	return db
 }
 
-func (h *handle) Exec(t *testing.T, query string, args ...any) {
+func (h *handle) Exec(t testing.TB, query string, args ...any) {
 	t.Helper()
 	if _, err := h.raw.Exec(query, args...); err != nil {
 		t.Fatalf("exec %q: %v", query, err)
 	}
 }
 
-func (h *handle) Int(t *testing.T, query string, args ...any) int64 {
+func (h *handle) Int(t testing.TB, query string, args ...any) int64 {
 	t.Helper()
 	var n sql.NullInt64
 	if err := h.raw.QueryRow(query, args...).Scan(&n); err != nil {
@@ -67,7 +67,7 @@ func (h *handle) Int(t *testing.T, query string, args ...any) int64 {
 	return n.Int64
 }
 
-func (h *handle) Backdate(t *testing.T, conv string, upTo int64, d time.Duration) {
+func (h *handle) Backdate(t testing.TB, conv string, upTo int64, d time.Duration) {
 	t.Helper()
 	h.Exec(t, `UPDATE events SET created_at = created_at - ? WHERE conv_id = ? AND seq <= ?`, d.Milliseconds(), conv, upTo)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sort"
 
 	"github.com/parleychat/parley"
 )
@@ -306,121 +305,82 @@ func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq i
 		p.User, convID)
 }
 
+// convsSQL is Convs in one statement (one prepare, however many
+// conversations), driven by periods_by_user: per conversation of user ?1,
+// the header, the head capped as Periods.Head caps it, device ?2's
+// delivered and the user's read cursor, unread counted over the visible
+// ranges after read (one range scan of events_messages per period) and
+// stopped at ?3 = UnreadCap+1 rows, and the seq of the latest visible
+// message (one backward index probe per period). Ordered by activity: a
+// member's is the conversation's latest event (last_at), a former member's
+// the time of the event at their capped head.
+const convsSQL = `WITH mine AS (
+	SELECT conv_id, max(to_seq IS NULL) AS open, max(to_seq) AS last_to
+	FROM periods WHERE user_id = ?1 GROUP BY conv_id
+), v AS (
+	SELECT c.id, c.title, c.kind, c.min_seq, c.epoch, c.last_at, c.created_at, m.open,
+		CASE WHEN m.open THEN c.next_seq - 1 ELSE min(m.last_to, c.next_seq - 1) END AS head,
+		coalesce((SELECT seq FROM read_cursors WHERE user_id = ?1 AND conv_id = c.id), 0) AS read,
+		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = ?1 AND device_id = ?2 AND conv_id = c.id), 0) AS delivered
+	FROM mine m JOIN conversations c ON c.id = m.conv_id
+), w AS (
+	SELECT v.*,
+		(SELECT count(*) FROM (
+			SELECT 1 FROM periods p JOIN events e
+				ON e.conv_id = p.conv_id AND e.kind = 'message'
+				AND e.seq > max(p.from_seq - 1, v.read) AND e.seq <= min(coalesce(p.to_seq, v.head), v.head)
+			WHERE p.conv_id = v.id AND p.user_id = ?1 AND e.sender_user <> ?1 AND e.recall_seq IS NULL
+			LIMIT ?3)) AS unread,
+		(SELECT max(ls) FROM (
+			SELECT (SELECT e.seq FROM events e
+				WHERE e.conv_id = p.conv_id AND e.kind = 'message'
+				AND e.seq >= p.from_seq AND e.seq <= min(coalesce(p.to_seq, v.head), v.head)
+				ORDER BY e.seq DESC LIMIT 1) AS ls
+			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq,
+		CASE WHEN v.open THEN v.last_at
+			ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END AS activity
+	FROM v
+)
+SELECT w.id, w.title, w.kind, w.head, w.min_seq, w.epoch, w.open, w.delivered, w.read, w.unread,
+	l.conv_id IS NOT NULL, coalesce(l.seq, 0), coalesce(l.mid, ''), coalesce(l.kind, ''), coalesce(l.sender_user, ''),
+	coalesce(l.sender_device, ''), coalesce(l.body, ''), coalesce(l.target, 0), coalesce(l.subject_user, ''),
+	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0)
+FROM w LEFT JOIN events l ON l.conv_id = w.id AND l.seq = w.last_seq
+ORDER BY w.activity DESC, w.id`
+
 // Convs implements parley.Store.
 func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
-	type entry struct {
-		parley.ConvSummary
-		ps       parley.Periods
-		activity int64
-	}
-	var out []parley.ConvSummary
+	out := []parley.ConvSummary{}
 	err := db.read(ctx, "convs", func(tx *sql.Tx) error {
-		// The caller's periods, all conversations at once.
-		rows, err := tx.QueryContext(ctx, `SELECT conv_id, from_seq, COALESCE(to_seq, 0) FROM periods
-			WHERE user_id = ? ORDER BY conv_id, from_seq`, p.User)
+		rows, err := tx.QueryContext(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1)
 		if err != nil {
 			return err
 		}
-		var entries []*entry
+		defer rows.Close()
 		for rows.Next() {
-			var id string
-			var pd parley.Period
-			if err := rows.Scan(&id, &pd.From, &pd.To); err != nil {
-				rows.Close()
+			var s parley.ConvSummary
+			var kind, evKind string
+			var hasLast bool
+			var ev parley.Event
+			var at int64
+			if err := rows.Scan(&s.Conv, &s.Title, &kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread,
+				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at); err != nil {
 				return err
 			}
-			if n := len(entries); n == 0 || entries[n-1].Conv != id {
-				entries = append(entries, &entry{ConvSummary: parley.ConvSummary{Conv: id}})
+			s.Kind = parley.ConvKind(kind)
+			if s.Unread > parley.UnreadCap {
+				s.Unread, s.UnreadCapped = parley.UnreadCap, true
 			}
-			e := entries[len(entries)-1]
-			e.ps = append(e.ps, pd)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, e := range entries {
-			c, err := loadConv(ctx, tx, e.Conv, errConvNotFound)
-			if err != nil {
-				return err
-			}
-			e.Title, e.Kind, e.MinSeq, e.Epoch = c.title, parley.ConvKind(c.kind), c.min, c.epoch
-			e.Head, e.Member = e.ps.Head(c.head()), e.ps.Open()
-			if err := tx.QueryRowContext(ctx, `SELECT
-				COALESCE((SELECT seq FROM read_cursors WHERE user_id = ? AND conv_id = ?), 0),
-				COALESCE((SELECT seq FROM delivered_cursors WHERE user_id = ? AND device_id = ? AND conv_id = ?), 0)`,
-				p.User, e.Conv, p.User, p.DeviceID, e.Conv).Scan(&e.Read, &e.Delivered); err != nil {
-				return err
-			}
-			if err := unread(ctx, tx, &e.ConvSummary, e.ps, p.User); err != nil {
-				return err
-			}
-			if e.Last, err = lastMessage(ctx, tx, e.Conv, e.ps, e.Head); err != nil {
-				return err
-			}
-			e.activity = c.lastAt
-			if !e.Member {
-				// A former member's activity is their last visible event.
-				e.activity = c.createdAt
-				var at int64
-				err := tx.QueryRowContext(ctx, `SELECT created_at FROM events WHERE conv_id = ? AND seq = ?`, e.Conv, e.Head).Scan(&at)
-				if err == nil {
-					e.activity = at
-				} else if !errors.Is(err, sql.ErrNoRows) {
-					return err
+			if hasLast {
+				ev.Conv, ev.Kind, ev.At = s.Conv, parley.EventKind(evKind), msTime(at)
+				if ev.Recalled {
+					ev.Body = ""
 				}
+				s.Last = &ev
 			}
+			out = append(out, s)
 		}
-		sort.SliceStable(entries, func(i, j int) bool {
-			if entries[i].activity != entries[j].activity {
-				return entries[i].activity > entries[j].activity
-			}
-			return entries[i].Conv < entries[j].Conv
-		})
-		out = make([]parley.ConvSummary, len(entries))
-		for i, e := range entries {
-			out[i] = e.ConvSummary
-		}
-		return nil
+		return rows.Err()
 	})
 	return out, err
-}
-
-// unread counts visible messages by others after the read cursor that are
-// not recalled, stopping at UnreadCap.
-func unread(ctx context.Context, tx *sql.Tx, s *parley.ConvSummary, ps parley.Periods, user string) error {
-	left := int64(parley.UnreadCap + 1)
-	for _, rg := range ps.Ranges(s.Read, s.Head) {
-		var n int64
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM events
-			WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ?
-			AND sender_user <> ? AND recall_seq IS NULL LIMIT ?)`, s.Conv, rg[0], rg[1], user, left).Scan(&n); err != nil {
-			return err
-		}
-		s.Unread += n
-		if left -= n; left == 0 {
-			break
-		}
-	}
-	if s.Unread > parley.UnreadCap {
-		s.Unread, s.UnreadCapped = parley.UnreadCap, true
-	}
-	return nil
-}
-
-// lastMessage returns the latest visible message event, or nil.
-func lastMessage(ctx context.Context, tx *sql.Tx, convID string, ps parley.Periods, head int64) (*parley.Event, error) {
-	rgs := ps.Ranges(0, head)
-	for i := len(rgs) - 1; i >= 0; i-- {
-		ev, err := scanEvent(tx.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events
-			WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq DESC LIMIT 1`, convID, rgs[i][0], rgs[i][1]))
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &ev, nil
-	}
-	return nil, nil
 }

@@ -125,14 +125,6 @@ func wantCode(t *testing.T, err error, want parley.Code) bool {
 	return true
 }
 
-// mustCode is wantCode that stops the test.
-func mustCode(t *testing.T, err error, want parley.Code) {
-	t.Helper()
-	if !wantCode(t, err, want) {
-		t.FailNow()
-	}
-}
-
 // ok stops the test when err is not nil.
 func ok(t *testing.T, err error, what string) {
 	t.Helper()
@@ -307,24 +299,33 @@ func (e *env) bodyIs(t *testing.T, conv string, seq int64, body string) bool {
 	return e.db.Int(t, "SELECT count(*) FROM events WHERE conv_id = ? AND seq = ? AND body = ?", conv, seq, body) == 1
 }
 
-// fill appends n messages by p to conv quickly: the first through Send (so
+// fill appends n messages by p to conv quickly (Fill).
+func (e *env) fill(t *testing.T, p parley.Principal, conv string, n int) (first, last int64) {
+	t.Helper()
+	return Fill(t, e.db, p, conv, n)
+}
+
+// Fill appends n messages by p to conv quickly: the first through Send (so
 // sender, device and time are real), the other n-1 by copying that row with
 // raw SQL and advancing next_seq, as the store would have. It returns the
 // first and last seq. Sending a thousand messages one commit at a time would
 // cost seconds on a database that flushes every commit.
-func (e *env) fill(t *testing.T, p parley.Principal, conv string, n int) (first, last int64) {
-	t.Helper()
-	s := e.send(t, p, conv, "fill-"+parley.NewID(), "fill 0")
+func Fill(tb testing.TB, db DB, p parley.Principal, conv string, n int) (first, last int64) {
+	tb.Helper()
+	s, err := db.Store().Send(context.Background(), p, parley.SendRequest{Conv: conv, CMID: "fill-" + parley.NewID(), Body: "fill 0"})
+	if err != nil {
+		tb.Fatalf("fill %s: %v", conv, err)
+	}
 	if n > 1 {
-		e.db.Exec(t, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+		db.Exec(tb, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
 INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, body, created_at)
 SELECT e.conv_id, e.seq + n.i, e.mid || '-' || CAST(n.i AS TEXT), e.kind, e.sender_user, e.sender_device, 'fill ' || CAST(n.i AS TEXT), e.created_at
 FROM events e, n WHERE e.conv_id = ? AND e.seq = ?`, n-1, conv, s.Seq)
-		e.db.Exec(t, "UPDATE conversations SET next_seq = next_seq + ? WHERE id = ?", n-1, conv)
+		db.Exec(tb, "UPDATE conversations SET next_seq = next_seq + ? WHERE id = ?", n-1, conv)
 	}
 	last = s.Seq + int64(n) - 1
-	if h := e.conv(t, conv).Head; h != last {
-		t.Fatalf("fill %s: head %d, want %d", conv, h, last)
+	if c, err := db.Store().Conversation(context.Background(), conv); err != nil || c.Head != last {
+		tb.Fatalf("fill %s: head %d (%v), want %d", conv, c.Head, err, last)
 	}
 	return s.Seq, last
 }

@@ -17,7 +17,7 @@ import (
 type Backend interface {
 	// New returns a handle on a fresh, empty, migrated database whose store
 	// enforces opts. The backend closes and removes it at t.Cleanup.
-	New(t *testing.T, opts parley.Options) DB
+	New(t testing.TB, opts parley.Options) DB
 }
 
 // DB is one fresh database and the raw access the suite needs to check that
@@ -28,12 +28,12 @@ type DB interface {
 	Store() parley.Store
 	// Open returns another store on the same database with its own
 	// connections, as a second server process would have. Closed at cleanup.
-	Open(t *testing.T) parley.Store
+	Open(t testing.TB) parley.Store
 	// Exec runs a raw statement.
-	Exec(t *testing.T, query string, args ...any)
+	Exec(t testing.TB, query string, args ...any)
 	// Int runs a raw query that returns one integer (NULL reads as 0).
-	Int(t *testing.T, query string, args ...any) int64
+	Int(t testing.TB, query string, args ...any) int64
 	// Backdate moves created_at of the events of conv with seq <= upTo d
 	// into the past, as if the database clock had moved on by d.
-	Backdate(t *testing.T, conv string, upTo int64, d time.Duration)
+	Backdate(t testing.TB, conv string, upTo int64, d time.Duration)
 }

@@ -64,8 +64,9 @@ CREATE TABLE events (
 
 -- The last line of defence for "one request key, one event".
 CREATE UNIQUE INDEX events_idempotency ON events (conv_id, sender_user, cmid) WHERE cmid IS NOT NULL;
--- Unread counting and "latest message" walk message events only.
-CREATE INDEX events_messages ON events (conv_id, seq) WHERE kind = 'message';
+-- Unread counting and "latest message" walk message events only; sender
+-- and recall_seq ride along so counting unread reads the index alone.
+CREATE INDEX events_messages ON events (conv_id, seq, sender_user, recall_seq) WHERE kind = 'message';
 
 -- Membership periods: visible iff from_seq <= seq and (to_seq IS NULL or
 -- seq <= to_seq). At most one open period per (conv, user).
