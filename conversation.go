@@ -1,6 +1,7 @@
 package parley
 
 import (
+	"slices"
 	"time"
 )
 
@@ -197,4 +198,61 @@ func ValidateRetention(r Retention) error {
 		return Errorf(CodeInvalidArgument, "retention max age must be at least 1ms")
 	}
 	return nil
+}
+
+// CheckMemberArgs validates the arguments of AddMember and RemoveMember.
+func CheckMemberArgs(conv, user string) error {
+	if err := CheckConvID(conv); err != nil {
+		return err
+	}
+	if !ValidUserID(user) {
+		return Errorf(CodeInvalidArgument, "user must be a valid user id")
+	}
+	return nil
+}
+
+// CheckMemberChange is who may change a conversation's members, after the
+// conversation row is locked: the caller must have an open period or be an
+// admin (else NOT_MEMBER, as for a conversation that does not exist); a
+// direct conversation's members never change (PERMISSION_DENIED); a
+// removal is for the owner, an admin, or the leaver themself
+// (PERMISSION_DENIED).
+func CheckMemberChange(p Principal, kind ConvKind, owner string, callerIn, remove bool, user string) error {
+	admin := p.Role == RoleAdmin
+	switch {
+	case !callerIn && !admin:
+		return ErrNotMember
+	case kind == KindDirect:
+		return Errorf(CodePermissionDenied, "a direct conversation's members cannot change")
+	case remove && p.User != owner && !admin && p.User != user:
+		return ErrAccessDenied
+	}
+	return nil
+}
+
+// CheckRollback validates a rollback target against the conversation.
+func CheckRollback(toSeq, minSeq, head int64) error {
+	if toSeq > head || toSeq < minSeq-1 {
+		return Errorf(CodeInvalidArgument, "to_seq must be between %d and %d", minSeq-1, head)
+	}
+	return nil
+}
+
+// RestoreMembership is the membership a rollback appends (SPEC §9): given
+// the members now and the members at the restore point, each in user id
+// order, the users to write member_left for (in then, out now) and then
+// member_joined for (in now, out then), so nobody regains or loses access
+// by the rollback.
+func RestoreMembership(now, then []string) (leave, join []string) {
+	for _, u := range then {
+		if !slices.Contains(now, u) {
+			leave = append(leave, u)
+		}
+	}
+	for _, u := range now {
+		if !slices.Contains(then, u) {
+			join = append(join, u)
+		}
+	}
+	return leave, join
 }

@@ -134,3 +134,26 @@ var ErrNotMember = &Error{Code: CodeNotMember, Msg: "conversation not found or n
 
 // ErrStaleInstall answers a request from an install its device replaced.
 var ErrStaleInstall = &Error{Code: CodeStaleInstall, Msg: "this install was replaced by a newer one on the device; drop its local state and log in again"}
+
+// Errors that both stores answer with, defined once so their codes and
+// messages agree.
+var (
+	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Msg: "this cmid was already used with other content; the original is unchanged"}
+	ErrOriginalExpired     = &Error{Code: CodeOriginalExpired, Msg: "the original request was executed and its event has been purged by retention; do not resend under a new cmid"}
+	ErrNoEvent             = &Error{Code: CodeNotFound, Msg: "no such event (purged or not yet written)"}
+	ErrConvNotFound        = &Error{Code: CodeNotFound, Msg: "conversation not found"}
+	ErrUserNotFound        = &Error{Code: CodeNotFound, Msg: "user not found"}
+	ErrBadLogin            = &Error{Code: CodeUnauthenticated, Msg: "invalid login or password"}
+	ErrBadToken            = &Error{Code: CodeUnauthenticated, Msg: "invalid or expired token"}
+	ErrAccessDenied        = &Error{Code: CodePermissionDenied, Msg: "Access denied"}
+)
+
+// ErrCursorAhead answers a cursor above the caller's head.
+func ErrCursorAhead(head int64) error {
+	return Errorf(CodeCursorAhead, "cursor is above the conversation head %d; rebuild from a trusted position", head)
+}
+
+// ErrEpochChanged answers a sync that names an epoch the conversation left.
+func ErrEpochChanged(epoch, yours int64) error {
+	return Errorf(CodeEpochChanged, "the conversation was rolled back (epoch %d, yours %d); rebuild it", epoch, yours)
+}

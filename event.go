@@ -1,6 +1,7 @@
 package parley
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"strconv"
 	"strings"
@@ -170,6 +171,53 @@ func ValidateRecall(r RecallRequest) error {
 func CheckSeq(field string, seq int64) error {
 	if seq < 0 {
 		return Errorf(CodeInvalidArgument, "%s must not be negative", field)
+	}
+	return nil
+}
+
+// CheckReplay decides a request whose key (conv, sender, cmid) is already
+// stored: nil means a replay, to be answered with the stored seq and Dup.
+// The same key with another fingerprint, or for another kind of request,
+// is IDEMPOTENCY_MISMATCH: a message whose body reads "recall:N" has the
+// fingerprint of a recall of N but is not one.
+func CheckReplay(storedKind EventKind, storedHash []byte, kind EventKind, hash []byte) error {
+	if storedKind != kind || !bytes.Equal(storedHash, hash) {
+		return ErrIdempotencyMismatch
+	}
+	return nil
+}
+
+// RecallTarget is what a store read, inside the locked transaction, about
+// the event a recall names.
+type RecallTarget struct {
+	Found    bool      // a stored event has that seq
+	Kind     EventKind // its kind
+	Sender   string    // its sender
+	Recalled bool      // a recall of it is committed
+	Expired  bool      // the database clock is past its time plus the window
+}
+
+// Check applies the target checks of a recall in the contract's order:
+// a stored message (NOT_FOUND) → of the caller (NOT_SENDER) → not yet
+// recalled (ALREADY_RECALLED) → within the window (RECALL_WINDOW_EXPIRED).
+func (t RecallTarget) Check(caller string, target int64, window time.Duration) error {
+	switch {
+	case !t.Found || t.Kind != EventMessage:
+		return Errorf(CodeNotFound, "no message %d in this conversation", target)
+	case t.Sender != caller:
+		return Errorf(CodeNotSender, "only the sender can recall a message")
+	case t.Recalled:
+		return Errorf(CodeAlreadyRecalled, "message %d is already recalled", target)
+	case t.Expired:
+		return Errorf(CodeRecallWindowExpired, "the recall window of %s has passed", window)
+	}
+	return nil
+}
+
+// CheckFetchSeq validates a fetch's seq.
+func CheckFetchSeq(seq int64) error {
+	if seq < 1 {
+		return Errorf(CodeInvalidArgument, "seq must be at least 1")
 	}
 	return nil
 }

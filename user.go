@@ -259,3 +259,16 @@ func truncate(s string, n int) string {
 	}
 	return string(r[:n]) + "…"
 }
+
+// CheckLogin decides a login once the store has looked the user up: found
+// reports whether the login named anybody. Unknown login, wrong password
+// and disabled account get one answer, at the cost of one hash each.
+func CheckLogin(found bool, hash string, disabled bool, password string) error {
+	if !found {
+		hash = ""
+	}
+	if !CheckPassword(hash, password) || !found || disabled {
+		return ErrBadLogin
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,8 +50,6 @@ func lockConv(ctx context.Context, tx pgx.Tx, id, lock string, notFound error) (
 	}
 	return c, err
 }
-
-var errConvNotFound = parley.Errorf(parley.CodeNotFound, "conversation not found")
 
 // appendSQL inserts an event at the locked conversation's next seq and
 // advances it, in one statement that needs nothing from the client but the
@@ -155,13 +152,10 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 // memberChange runs the checks AddMember and RemoveMember share: lock, the
 // caller's right to act, group. fn gets the locked conversation and whether
 // user is in now.
-func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, convID, user string,
+func (db *DB) memberChange(ctx context.Context, op string, remove bool, p parley.Principal, convID, user string,
 	fn func(tx pgx.Tx, c *conv, userExists, in bool) (parley.MemberChange, error)) (parley.MemberChange, error) {
-	if err := parley.CheckConvID(convID); err != nil {
+	if err := parley.CheckMemberArgs(convID, user); err != nil {
 		return parley.MemberChange{}, err
-	}
-	if !parley.ValidUserID(user) {
-		return parley.MemberChange{}, parley.Errorf(parley.CodeInvalidArgument, "user must be a valid user id")
 	}
 	var out parley.MemberChange
 	err := db.write(ctx, op, func(tx pgx.Tx) error {
@@ -177,11 +171,8 @@ func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, c
 			convID, p.User, user).Scan(&callerIn, &exists, &in); err != nil {
 			return err
 		}
-		if !callerIn && p.Role != parley.RoleAdmin {
-			return parley.ErrNotMember
-		}
-		if c.kind == string(parley.KindDirect) {
-			return parley.Errorf(parley.CodePermissionDenied, "a direct conversation's members cannot change")
+		if err := parley.CheckMemberChange(p, parley.ConvKind(c.kind), c.owner, callerIn, remove, user); err != nil {
+			return err
 		}
 		out, err = fn(tx, &c, exists, in)
 		return err
@@ -191,9 +182,9 @@ func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, c
 
 // AddMember implements parley.Store.
 func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "add member", p, convID, user, func(tx pgx.Tx, c *conv, exists, in bool) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "add member", false, p, convID, user, func(tx pgx.Tx, c *conv, exists, in bool) (parley.MemberChange, error) {
 		if !exists {
-			return parley.MemberChange{}, parley.Errorf(parley.CodeNotFound, "user %q not found", user)
+			return parley.MemberChange{}, parley.ErrUserNotFound
 		}
 		if in {
 			return parley.MemberChange{Conv: c.id, User: user}, nil
@@ -205,10 +196,7 @@ func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user st
 
 // RemoveMember implements parley.Store.
 func (db *DB) RemoveMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "remove member", p, convID, user, func(tx pgx.Tx, c *conv, _, in bool) (parley.MemberChange, error) {
-		if p.User != c.owner && p.Role != parley.RoleAdmin && p.User != user {
-			return parley.MemberChange{}, parley.Errorf(parley.CodePermissionDenied, "Access denied")
-		}
+	return db.memberChange(ctx, "remove member", true, p, convID, user, func(tx pgx.Tx, c *conv, _, in bool) (parley.MemberChange, error) {
 		if !in {
 			return parley.MemberChange{Conv: c.id, User: user}, nil
 		}
@@ -229,7 +217,7 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 		FROM conversations WHERE id = $1`, id).
 		Scan(&kind, &c.Title, &c.Owner, &c.Head, &c.MinSeq, &c.Epoch, &maxAgeMS, &c.Retention.KeepLast, &c.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return parley.Conversation{}, errConvNotFound
+		return parley.Conversation{}, parley.ErrConvNotFound
 	}
 	if err != nil {
 		return parley.Conversation{}, wrap("conversation", err)
@@ -254,7 +242,7 @@ func (db *DB) SetRetention(ctx context.Context, id string, r parley.Retention) e
 		return wrap("set retention", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return errConvNotFound
+		return parley.ErrConvNotFound
 	}
 	return nil
 }
@@ -266,7 +254,7 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 	}
 	out := parley.PurgeResult{Conv: id}
 	err := db.write(ctx, "purge", func(tx pgx.Tx) error {
-		c, err := lockConv(ctx, tx, id, lockAppend, errConvNotFound)
+		c, err := lockConv(ctx, tx, id, lockAppend, parley.ErrConvNotFound)
 		if err != nil {
 			return err
 		}
@@ -327,12 +315,12 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 	}
 	out := parley.RollbackResult{Conv: id}
 	err := db.write(ctx, "rollback", func(tx pgx.Tx) error {
-		c, err := lockConv(ctx, tx, id, lockExclusive, errConvNotFound)
+		c, err := lockConv(ctx, tx, id, lockExclusive, parley.ErrConvNotFound)
 		if err != nil {
 			return err
 		}
-		if toSeq > c.head() || toSeq < c.min-1 {
-			return parley.Errorf(parley.CodeInvalidArgument, "to_seq must be between %d and %d", c.min-1, c.head())
+		if err := parley.CheckRollback(toSeq, c.min, c.head()); err != nil {
+			return err
 		}
 		now, err := openMembers(ctx, tx, id)
 		if err != nil {
@@ -364,18 +352,15 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		c.next = toSeq + 1
-		for _, u := range then {
-			if !slices.Contains(now, u) {
-				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberLeft, "", u); err != nil {
-					return err
-				}
+		leave, join := parley.RestoreMembership(now, then)
+		for _, u := range leave {
+			if _, err := appendMembership(ctx, tx, &c, parley.EventMemberLeft, "", u); err != nil {
+				return err
 			}
 		}
-		for _, u := range now {
-			if !slices.Contains(then, u) {
-				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberJoined, "", u); err != nil {
-					return err
-				}
+		for _, u := range join {
+			if _, err := appendMembership(ctx, tx, &c, parley.EventMemberJoined, "", u); err != nil {
+				return err
 			}
 		}
 		out.Head = c.head()

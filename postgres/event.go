@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,16 +10,6 @@ import (
 
 	"github.com/parleychat/parley"
 )
-
-var (
-	errMismatch = parley.Errorf(parley.CodeIdempotencyMismatch, "this cmid was already used with other content; the original is unchanged")
-	errExpired  = parley.Errorf(parley.CodeOriginalExpired, "the original request was executed and its event has been purged by retention; do not resend under a new cmid")
-	errNoEvent  = parley.Errorf(parley.CodeNotFound, "no such event (purged or not yet written)")
-)
-
-func errCursorAhead(head int64) error {
-	return parley.Errorf(parley.CodeCursorAhead, "cursor is above the conversation head %d; rebuild from a trusted position", head)
-}
 
 // keySQL is the one lookup Send makes after the lock: the request key
 // (conv, sender, cmid) over events_idempotency, its tombstone, and the
@@ -72,14 +61,12 @@ type keyRequest struct {
 func (k keyRow) check(kind parley.EventKind, hash []byte) (found bool, err error) {
 	switch {
 	case k.seq != nil:
-		// The same key for another kind of request is reused content too:
-		// a message whose body reads "recall:N" is not a recall of N.
-		if *k.kind != string(kind) || !bytes.Equal(k.hash, hash) {
-			return false, errMismatch
+		if err := parley.CheckReplay(parley.EventKind(*k.kind), k.hash, kind, hash); err != nil {
+			return false, err
 		}
 		return true, nil
 	case k.tombstone:
-		return false, errExpired
+		return false, parley.ErrOriginalExpired
 	case !k.open:
 		return false, parley.ErrNotMember
 	}
@@ -221,17 +208,11 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash, window: window,
 			ev: parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}}
 		check := func(k keyRow) error {
-			switch {
-			case k.targetKind == nil || *k.targetKind != string(parley.EventMessage):
-				return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
-			case *k.targetSender != p.User:
-				return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
-			case *k.targetRecalled:
-				return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
-			case *k.targetExpired:
-				return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", window)
+			t := parley.RecallTarget{Found: k.targetKind != nil}
+			if t.Found {
+				t.Kind, t.Sender, t.Recalled, t.Expired = parley.EventKind(*k.targetKind), *k.targetSender, *k.targetRecalled, *k.targetExpired
 			}
-			return nil
+			return t.Check(p.User, r.Target, window)
 		}
 		mark := func(b *pgx.Batch, req *keyRequest) { b.Queue(markRecalledSQL, r.Conv, r.Target) }
 		_, k, found, err := db.keyedAppend(ctx, req, check, mark)
@@ -349,11 +330,11 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 		return page, false, err
 	}
 	if r.Epoch != 0 && r.Epoch != v.epoch {
-		return page, false, parley.Errorf(parley.CodeEpochChanged, "the conversation was rolled back (epoch %d, yours %d); rebuild it", v.epoch, r.Epoch)
+		return page, false, parley.ErrEpochChanged(v.epoch, r.Epoch)
 	}
 	head := v.ps.Head(v.head)
 	if r.After > head {
-		return page, false, errCursorAhead(head)
+		return page, false, parley.ErrCursorAhead(head)
 	}
 	page = parley.Page{Conv: r.Conv, Head: head, MinSeq: v.min, Epoch: v.epoch, NextAfter: head}
 	if ranges := v.ps.Ranges(r.After, head); len(ranges) > 0 {
@@ -396,8 +377,8 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 	if err := parley.CheckConvID(convID); err != nil {
 		return parley.Event{}, err
 	}
-	if seq < 1 {
-		return parley.Event{}, parley.Errorf(parley.CodeInvalidArgument, "seq must be at least 1")
+	if err := parley.CheckFetchSeq(seq); err != nil {
+		return parley.Event{}, err
 	}
 	var head int64
 	var from, to []int64
@@ -412,11 +393,11 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 	case err != nil:
 		return parley.Event{}, wrap("fetch", err)
 	case seq > ps.Head(head):
-		return parley.Event{}, errNoEvent
+		return parley.Event{}, parley.ErrNoEvent
 	case !ps.Visible(seq):
 		return parley.Event{}, parley.ErrNotMember
 	case ev.Seq == 0:
-		return parley.Event{}, errNoEvent
+		return parley.Event{}, parley.ErrNoEvent
 	}
 	finish(&ev, convID)
 	return ev, nil
@@ -479,7 +460,7 @@ func (db *DB) moveCursor(ctx context.Context, op string, q cursorSQL, p parley.P
 	case head == nil || len(ps) == 0:
 		return 0, parley.ErrNotMember
 	case seq > ps.Head(*head):
-		return 0, errCursorAhead(ps.Head(*head))
+		return 0, parley.ErrCursorAhead(ps.Head(*head))
 	case cur != nil && seq <= *cur:
 		return *cur, nil // forward only: no write
 	}

@@ -41,8 +41,6 @@ func (db *DB) User(ctx context.Context, login string) (parley.User, error) {
 	return u, err
 }
 
-var errUserNotFound = parley.Errorf(parley.CodeNotFound, "user not found")
-
 // lookupUser resolves a login and returns the user and password hash.
 func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string, error) {
 	kind, value, err := parley.ResolveLogin(login)
@@ -57,7 +55,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 	var hash, role string
 	err = db.pool.QueryRow(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &u.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return parley.User{}, "", errUserNotFound
+		return parley.User{}, "", parley.ErrUserNotFound
 	}
 	if err != nil {
 		return parley.User{}, "", wrap("user", err)
@@ -74,13 +72,10 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 		return wrap("set user disabled", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return errUserNotFound
+		return parley.ErrUserNotFound
 	}
 	return nil
 }
-
-// One answer for unknown login, wrong password and disabled account.
-var errBadLogin = parley.Errorf(parley.CodeUnauthenticated, "invalid login or password")
 
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
@@ -88,15 +83,12 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		return parley.Session{}, err
 	}
 	u, hash, err := db.lookupUser(ctx, r.Login)
-	if parley.ErrorCode(err) == parley.CodeNotFound {
-		parley.CheckPassword("", r.Password) // as slow as a wrong password
-		return parley.Session{}, errBadLogin
-	}
-	if err != nil {
+	found := parley.ErrorCode(err) != parley.CodeNotFound
+	if err != nil && found {
 		return parley.Session{}, err
 	}
-	if !parley.CheckPassword(hash, r.Password) || u.Disabled {
-		return parley.Session{}, errBadLogin
+	if err := parley.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
+		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
 	err = db.write(ctx, "login", func(tx pgx.Tx) error {
@@ -132,12 +124,10 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	}, nil
 }
 
-var errBadToken = parley.Errorf(parley.CodeUnauthenticated, "invalid or expired token")
-
 // Authenticate implements parley.Store.
 func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
 	if token == "" || len(token) > 256 {
-		return parley.Principal{}, errBadToken
+		return parley.Principal{}, parley.ErrBadToken
 	}
 	var p parley.Principal
 	var role string
@@ -149,7 +139,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 		LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
 		WHERE t.token_hash = $1`, parley.HashToken(token)).Scan(&p.User, &p.DeviceID, &p.InstallID, &role, &disabled, &current)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && disabled) {
-		return parley.Principal{}, errBadToken
+		return parley.Principal{}, parley.ErrBadToken
 	}
 	if err != nil {
 		return parley.Principal{}, wrap("authenticate", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -47,8 +46,6 @@ func loadConv(ctx context.Context, tx *sql.Tx, id string, notFound error) (conv,
 	}
 	return c, err
 }
-
-var errConvNotFound = parley.Errorf(parley.CodeNotFound, "conversation not found")
 
 // periodsOf returns user's membership periods in conv, ordered.
 func periodsOf(ctx context.Context, tx *sql.Tx, convID, user string) (parley.Periods, error) {
@@ -175,7 +172,7 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 		if err != nil {
 			return err
 		}
-		c, err := loadConv(ctx, tx, nc.ID, errConvNotFound)
+		c, err := loadConv(ctx, tx, nc.ID, parley.ErrConvNotFound)
 		if err != nil {
 			return err
 		}
@@ -197,13 +194,10 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 
 // memberChange runs the shared checks of AddMember and RemoveMember and
 // returns the locked conversation, or a no-op result.
-func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, convID, user string,
+func (db *DB) memberChange(ctx context.Context, op string, remove bool, p parley.Principal, convID, user string,
 	fn func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error)) (parley.MemberChange, error) {
-	if err := parley.CheckConvID(convID); err != nil {
+	if err := parley.CheckMemberArgs(convID, user); err != nil {
 		return parley.MemberChange{}, err
-	}
-	if !parley.ValidUserID(user) {
-		return parley.MemberChange{}, parley.Errorf(parley.CodeInvalidArgument, "user must be a valid user id")
 	}
 	var out parley.MemberChange
 	err := db.write(ctx, op, func(tx *sql.Tx) error {
@@ -215,11 +209,8 @@ func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, c
 		if err != nil {
 			return err
 		}
-		if !callerIn && p.Role != parley.RoleAdmin {
-			return parley.ErrNotMember
-		}
-		if c.kind == string(parley.KindDirect) {
-			return parley.Errorf(parley.CodePermissionDenied, "a direct conversation's members cannot change")
+		if err := parley.CheckMemberChange(p, parley.ConvKind(c.kind), c.owner, callerIn, remove, user); err != nil {
+			return err
 		}
 		in, err := isOpenMember(ctx, tx, convID, user)
 		if err != nil {
@@ -233,13 +224,13 @@ func (db *DB) memberChange(ctx context.Context, op string, p parley.Principal, c
 
 // AddMember implements parley.Store.
 func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "add member", p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "add member", false, p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
 		ok, err := userExists(ctx, tx, user)
 		if err != nil {
 			return parley.MemberChange{}, err
 		}
 		if !ok {
-			return parley.MemberChange{}, parley.Errorf(parley.CodeNotFound, "user %q not found", user)
+			return parley.MemberChange{}, parley.ErrUserNotFound
 		}
 		if in {
 			return parley.MemberChange{Conv: c.id, User: user}, nil
@@ -251,10 +242,7 @@ func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user st
 
 // RemoveMember implements parley.Store.
 func (db *DB) RemoveMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "remove member", p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
-		if p.User != c.owner && p.Role != parley.RoleAdmin && p.User != user {
-			return parley.MemberChange{}, parley.Errorf(parley.CodePermissionDenied, "Access denied")
-		}
+	return db.memberChange(ctx, "remove member", true, p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
 		if !in {
 			return parley.MemberChange{Conv: c.id, User: user}, nil
 		}
@@ -270,7 +258,7 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 	}
 	var out parley.Conversation
 	err := db.read(ctx, "conversation", func(tx *sql.Tx) error {
-		c, err := loadConv(ctx, tx, id, errConvNotFound)
+		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		out = c.public()
 		return err
 	})
@@ -292,7 +280,7 @@ func (db *DB) SetRetention(ctx context.Context, id string, r parley.Retention) e
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return errConvNotFound
+			return parley.ErrConvNotFound
 		}
 		return nil
 	})
@@ -305,7 +293,7 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 	}
 	out := parley.PurgeResult{Conv: id}
 	err := db.write(ctx, "purge", func(tx *sql.Tx) error {
-		c, err := loadConv(ctx, tx, id, errConvNotFound)
+		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		if err != nil {
 			return err
 		}
@@ -364,12 +352,12 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 	}
 	out := parley.RollbackResult{Conv: id}
 	err := db.write(ctx, "rollback", func(tx *sql.Tx) error {
-		c, err := loadConv(ctx, tx, id, errConvNotFound)
+		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		if err != nil {
 			return err
 		}
-		if toSeq > c.head() || toSeq < c.min-1 {
-			return parley.Errorf(parley.CodeInvalidArgument, "to_seq must be between %d and %d", c.min-1, c.head())
+		if err := parley.CheckRollback(toSeq, c.min, c.head()); err != nil {
+			return err
 		}
 		before, err := openMembers(ctx, tx, id)
 		if err != nil {
@@ -394,18 +382,15 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		c.next = toSeq + 1
-		for _, u := range at {
-			if !slices.Contains(before, u) {
-				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberLeft, "", u); err != nil {
-					return err
-				}
+		leave, join := parley.RestoreMembership(before, at)
+		for _, u := range leave {
+			if _, err := appendMembership(ctx, tx, &c, parley.EventMemberLeft, "", u); err != nil {
+				return err
 			}
 		}
-		for _, u := range before {
-			if !slices.Contains(at, u) {
-				if _, err := appendMembership(ctx, tx, &c, parley.EventMemberJoined, "", u); err != nil {
-					return err
-				}
+		for _, u := range join {
+			if _, err := appendMembership(ctx, tx, &c, parley.EventMemberJoined, "", u); err != nil {
+				return err
 			}
 		}
 		head := c.head()

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -20,11 +19,8 @@ func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind 
 		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
 	switch {
 	case err == nil:
-		// The same key for another kind of request is reused content too:
-		// a message whose body reads "recall:N" has a recall's fingerprint
-		// but is not a recall of N.
-		if storedKind != string(kind) || !bytes.Equal(stored, hash) {
-			return 0, "", false, errMismatch
+		if err := parley.CheckReplay(parley.EventKind(storedKind), stored, kind, hash); err != nil {
+			return 0, "", false, err
 		}
 		return seq, mid, true, nil
 	case !errors.Is(err, sql.ErrNoRows):
@@ -36,15 +32,10 @@ func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind 
 		return 0, "", false, err
 	}
 	if n > 0 {
-		return 0, "", false, errExpired
+		return 0, "", false, parley.ErrOriginalExpired
 	}
 	return 0, "", false, nil
 }
-
-var (
-	errMismatch = parley.Errorf(parley.CodeIdempotencyMismatch, "this cmid was already used with other content; the original is unchanged")
-	errExpired  = parley.Errorf(parley.CodeOriginalExpired, "the original request was executed and its event has been purged by retention; do not resend under a new cmid")
-)
 
 // keyed runs a keyed write (Send, Recall) and retries it once when a
 // concurrent insert of the same key won the race: the retry finds that row
@@ -119,23 +110,15 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 			}
 			return err
 		}
-		var kind, sender string
-		var recalled sql.NullInt64
-		var expired bool
-		err = tx.QueryRowContext(ctx, `SELECT kind, sender_user, recall_seq, `+nowMS+` > created_at + ?
+		var t parley.RecallTarget
+		err = tx.QueryRowContext(ctx, `SELECT kind, sender_user, recall_seq IS NOT NULL, `+nowMS+` > created_at + ?
 			FROM events WHERE conv_id = ? AND seq = ?`, db.opts.RecallWindow.Milliseconds(), r.Conv, r.Target).
-			Scan(&kind, &sender, &recalled, &expired)
-		switch {
-		case errors.Is(err, sql.ErrNoRows) || (err == nil && kind != string(parley.EventMessage)):
-			return parley.Errorf(parley.CodeNotFound, "no message %d in this conversation", r.Target)
-		case err != nil:
+			Scan(&t.Kind, &t.Sender, &t.Recalled, &t.Expired)
+		if t.Found = err == nil; err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
-		case sender != p.User:
-			return parley.Errorf(parley.CodeNotSender, "only the sender can recall a message")
-		case recalled.Valid:
-			return parley.Errorf(parley.CodeAlreadyRecalled, "message %d is already recalled", r.Target)
-		case expired:
-			return parley.Errorf(parley.CodeRecallWindowExpired, "the recall window of %s has passed", db.opts.RecallWindow)
+		}
+		if err := t.Check(p.User, r.Target, db.opts.RecallWindow); err != nil {
+			return err
 		}
 		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
@@ -200,11 +183,11 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 			return err
 		}
 		if r.Epoch != 0 && r.Epoch != c.epoch {
-			return parley.Errorf(parley.CodeEpochChanged, "the conversation was rolled back (epoch %d, yours %d); rebuild it", c.epoch, r.Epoch)
+			return parley.ErrEpochChanged(c.epoch, r.Epoch)
 		}
 		head := ps.Head(c.head())
 		if r.After > head {
-			return errCursorAhead(head)
+			return parley.ErrCursorAhead(head)
 		}
 		page = parley.Page{Conv: r.Conv, Head: head, MinSeq: c.min, Trimmed: r.After < c.min-1, Epoch: c.epoch}
 		// One more than a page tells whether more remains.
@@ -230,17 +213,13 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 	return page, err
 }
 
-func errCursorAhead(head int64) error {
-	return parley.Errorf(parley.CodeCursorAhead, "cursor is above the conversation head %d; rebuild from a trusted position", head)
-}
-
 // Fetch implements parley.Store.
 func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq int64) (parley.Event, error) {
 	if err := parley.CheckConvID(convID); err != nil {
 		return parley.Event{}, err
 	}
-	if seq < 1 {
-		return parley.Event{}, parley.Errorf(parley.CodeInvalidArgument, "seq must be at least 1")
+	if err := parley.CheckFetchSeq(seq); err != nil {
+		return parley.Event{}, err
 	}
 	var ev parley.Event
 	err := db.read(ctx, "fetch", func(tx *sql.Tx) error {
@@ -249,21 +228,19 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 			return err
 		}
 		if seq > ps.Head(c.head()) {
-			return errNoEvent
+			return parley.ErrNoEvent
 		}
 		if !ps.Visible(seq) {
 			return parley.ErrNotMember
 		}
 		ev, err = scanEvent(tx.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events WHERE conv_id = ? AND seq = ?`, convID, seq))
 		if errors.Is(err, sql.ErrNoRows) {
-			return errNoEvent
+			return parley.ErrNoEvent
 		}
 		return err
 	})
 	return ev, err
 }
-
-var errNoEvent = parley.Errorf(parley.CodeNotFound, "no such event (purged or not yet written)")
 
 // cursor moves a forward-only cursor: table is delivered_cursors (per
 // device) or read_cursors (per user).
@@ -284,7 +261,7 @@ func (db *DB) cursor(ctx context.Context, op string, p parley.Principal, convID 
 			return err
 		}
 		if head := ps.Head(c.head()); seq > head {
-			return errCursorAhead(head)
+			return parley.ErrCursorAhead(head)
 		}
 		return tx.QueryRowContext(ctx, upsert, append(args, seq)...).Scan(&cur)
 	})

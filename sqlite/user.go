@@ -63,7 +63,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 		return tx.QueryRowContext(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &created)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return parley.User{}, "", parley.Errorf(parley.CodeNotFound, "user not found")
+		return parley.User{}, "", parley.ErrUserNotFound
 	}
 	if err != nil {
 		return parley.User{}, "", err
@@ -82,7 +82,7 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			if err == nil {
-				err = parley.Errorf(parley.CodeNotFound, "user not found")
+				err = parley.ErrUserNotFound
 			}
 			return err
 		}
@@ -90,23 +90,18 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 	})
 }
 
-var errBadLogin = parley.Errorf(parley.CodeUnauthenticated, "invalid login or password")
-
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
 	if err := parley.ValidateLogin(r); err != nil {
 		return parley.Session{}, err
 	}
 	u, hash, err := db.lookupUser(ctx, r.Login)
-	if parley.ErrorCode(err) == parley.CodeNotFound {
-		parley.CheckPassword("", r.Password) // same cost as a wrong password
-		return parley.Session{}, errBadLogin
-	}
-	if err != nil {
+	found := parley.ErrorCode(err) != parley.CodeNotFound
+	if err != nil && found {
 		return parley.Session{}, err
 	}
-	if !parley.CheckPassword(hash, r.Password) || u.Disabled {
-		return parley.Session{}, errBadLogin
+	if err := parley.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
+		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
 	err = db.write(ctx, "login", func(tx *sql.Tx) error {
@@ -144,12 +139,10 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	}, nil
 }
 
-var errBadToken = parley.Errorf(parley.CodeUnauthenticated, "invalid or expired token")
-
 // Authenticate implements parley.Store.
 func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
 	if token == "" || len(token) > 256 {
-		return parley.Principal{}, errBadToken
+		return parley.Principal{}, parley.ErrBadToken
 	}
 	var p parley.Principal
 	var role string
@@ -163,7 +156,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 			WHERE t.token_hash = ?`, parley.HashToken(token)).Scan(&p.User, &p.DeviceID, &p.InstallID, &role, &disabled, &current)
 	})
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && disabled) {
-		return parley.Principal{}, errBadToken
+		return parley.Principal{}, parley.ErrBadToken
 	}
 	if err != nil {
 		return parley.Principal{}, err
