@@ -884,3 +884,55 @@ func testFetchRules(t *testing.T, e *env) {
 	check("purged_outside_period", cy, c, 3, parley.CodeNotMember)
 	check("purged_for_member", ana, c, 3, parley.CodeNotFound)
 }
+
+// testCancelledIsUnavailable: a call whose context is already cancelled (a
+// client gone, a deadline passed) fails without a protocol code, which
+// clients read as UNAVAILABLE: retry with the same key. It writes nothing,
+// and the store serves the next call.
+func testCancelledIsUnavailable(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	e.bystander(t, "ben")
+	const c = "c-ab"
+	e.group(t, ana, c, "ben")
+	e.send(t, ana, c, "k1", "first") // 3
+	before := e.snapshot(t, c)
+
+	dead, cancel := context.WithCancel(ctx(t))
+	cancel()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"send", func() error {
+			_, err := e.st.Send(dead, ana, parley.SendRequest{Conv: c, CMID: "k2", Body: "second"})
+			return err
+		}},
+		{"recall", func() error {
+			_, err := e.st.Recall(dead, ana, parley.RecallRequest{Conv: c, Target: 3, CMID: "r1"})
+			return err
+		}},
+		{"sync", func() error {
+			_, err := e.st.Sync(dead, ana, parley.SyncRequest{Conv: c, Limit: 10})
+			return err
+		}},
+		{"ack", func() error { _, err := e.st.Ack(dead, ana, c, 3); return err }},
+		{"convs", func() error { _, err := e.st.Convs(dead, ana); return err }},
+	}
+	for _, tc := range calls {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if err == nil {
+				t.Fatal("a call with a cancelled context succeeded")
+			}
+			wantCode(t, err, parley.CodeUnavailable)
+			if msg := parley.ErrorMessage(err); msg != parley.InternalMessage {
+				t.Errorf("client message %q, want the generic %q", msg, parley.InternalMessage)
+			}
+			e.unchanged(t, c, before)
+		})
+	}
+	// The key was never used: the retry lands as new.
+	if s := e.send(t, ana, c, "k2", "second"); s.Dup || s.Seq != 4 {
+		t.Errorf("retry after the failed call: %+v, want seq 4 dup false", s)
+	}
+}

@@ -81,6 +81,9 @@ var behaviours = []behaviour{
 	{name: "identity_resolver", run: testIdentityResolver},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
+
+	// Failures of the store itself (event.go).
+	{name: "cancelled_is_unavailable", run: testCancelledIsUnavailable},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on
