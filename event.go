@@ -33,7 +33,7 @@ type Event struct {
 	Target   int64  // recall: the recalled seq
 	User     string // membership events: whom it concerns
 	Recalled bool   // message: a recall of it has been committed
-	At       time.Time
+	At       time.Time // database clock, UTC, millisecond precision
 }
 
 // SendRequest is the input of Store.Send.

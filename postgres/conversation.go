@@ -145,7 +145,7 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 	if err != nil {
 		return parley.Conversation{}, err
 	}
-	out.CreatedAt = out.CreatedAt.UTC()
+	out.CreatedAt = ms(out.CreatedAt)
 	return out, nil
 }
 
@@ -224,7 +224,7 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 	}
 	c.Kind = parley.ConvKind(kind)
 	c.Retention.MaxAge = time.Duration(maxAgeMS) * time.Millisecond
-	c.CreatedAt = c.CreatedAt.UTC()
+	c.CreatedAt = ms(c.CreatedAt)
 	return c, nil
 }
 

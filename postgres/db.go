@@ -43,6 +43,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -227,3 +228,7 @@ func optInt(n int64) *int64 {
 	}
 	return &n
 }
+
+// ms turns a database time into what the store hands out: UTC at
+// millisecond precision, as the wire carries it and as SQLite keeps it.
+func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }

@@ -244,7 +244,7 @@ func eventDest(ev *parley.Event) []any {
 // its body (the row keeps it for exports pinned before the recall).
 func finish(ev *parley.Event, conv string) {
 	ev.Conv = conv
-	ev.At = ev.At.UTC()
+	ev.At = ms(ev.At)
 	if ev.Recalled {
 		ev.Body = ""
 	}

@@ -31,7 +31,7 @@ func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, e
 	case err != nil:
 		return parley.User{}, wrap("create user", err)
 	}
-	u.CreatedAt = u.CreatedAt.UTC()
+	u.CreatedAt = ms(u.CreatedAt)
 	return u, nil
 }
 
@@ -61,7 +61,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 		return parley.User{}, "", wrap("user", err)
 	}
 	u.Role = parley.Role(role)
-	u.CreatedAt = u.CreatedAt.UTC()
+	u.CreatedAt = ms(u.CreatedAt)
 	return u, hash, nil
 }
 

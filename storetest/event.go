@@ -52,8 +52,8 @@ func testNormalHistory(t *testing.T, e *env) {
 			t.Errorf("page for %s: conv %q, min_seq %d, trimmed %v, epoch %d; want c-ab, 1, false, 1", p.User, pg.Conv, pg.MinSeq, pg.Trimmed, pg.Epoch)
 		}
 		for _, ev := range pg.Events {
-			if ev.Conv != "c-ab" || ev.MID == "" || ev.At.IsZero() {
-				t.Errorf("event %s: conv %q, mid %q, at %v", describe(ev), ev.Conv, ev.MID, ev.At)
+			if ev.Conv != "c-ab" || ev.MID == "" || ev.At.IsZero() || ev.At.Location() != time.UTC || !ev.At.Equal(ev.At.Truncate(time.Millisecond)) {
+				t.Errorf("event %s: conv %q, mid %q, at %v (want UTC, whole milliseconds)", describe(ev), ev.Conv, ev.MID, ev.At)
 			}
 		}
 		if len(pg.Events) == 4 {
