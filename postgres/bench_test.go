@@ -39,11 +39,12 @@ func BenchmarkSendHotConversation(b *testing.B) {
 func BenchmarkSync(b *testing.B)  { storetest.BenchSync(b, benchBackend(b)) }
 func BenchmarkConvs(b *testing.B) { storetest.BenchConvs(b, benchBackend(b)) }
 
-// BenchmarkSendVsPgbench runs, in one go on one fresh database, Store.Send
-// from storetest.Senders goroutines for PARLEY_BENCH_SECONDS (default 10)
-// and then pgbench with as many clients running bench/send.sql — the same
-// statements — for as long, and reports both rates and their ratio: what
-// the Go layer costs over the bare transaction. Run it once:
+// BenchmarkSendVsPgbench runs, on one fresh database, Store.Send from
+// storetest.Senders goroutines and pgbench with as many clients running
+// bench/send.sql (the same statements in the same pipelines), each for
+// PARLEY_BENCH_SECONDS (default 10) in all, interleaved A B B A, and
+// reports both rates and their ratio: what the Go layer costs over the
+// bare transaction. Run it once:
 //
 //	go test ./postgres -run '^$' -bench SendVsPgbench -benchtime 1x
 func BenchmarkSendVsPgbench(b *testing.B) {
@@ -60,49 +61,73 @@ func BenchmarkSendVsPgbench(b *testing.B) {
 		db := be.New(b, parley.Options{})
 		ana, _ := storetest.SeedSenders(b, db.Store(), 64)
 		h := db.(*handle)
-
-		// Store.Send, Senders goroutines, fixed duration.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
-		var sent atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for g := range storetest.Senders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ctx.Err() == nil; i++ {
-					_, err := h.store.Send(ctx, ana, parley.SendRequest{
-						Conv: storetest.BenchConv((g + i*storetest.Senders) % 64), CMID: fmt.Sprintf("go-%d-%d", g, i),
-						Body: "a benchmark message of ordinary length",
-					})
-					if err == nil {
-						sent.Add(1)
-					} else if ctx.Err() == nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
+		// A B B A: each side runs twice for half the time, so the table
+		// growing and checkpoints during the run fall on both alike.
+		half := time.Duration(secs) * time.Second / 2
+		var goSends, goTime, pgTx, pgTime float64
+		for i, side := range []string{"go", "pgbench", "pgbench", "go"} {
+			var n float64
+			var took time.Duration
+			if side == "go" {
+				n, took = storeSends(b, h, ana, half, i)
+				goSends, goTime = goSends+n, goTime+took.Seconds()
+			} else {
+				n, took = pgbenchRun(b, pgbench, h.dsn, half)
+				pgTx, pgTime = pgTx+n, pgTime+took.Seconds()
+			}
 		}
-		wg.Wait()
-		cancel()
-		goRate := float64(sent.Load()) / time.Since(start).Seconds()
-
-		// pgbench, same clients, same statements, same duration.
-		cmd := exec.Command(pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(storetest.Senders), "-j", "2",
-			"-T", strconv.Itoa(secs), "-f", "../bench/send.sql", h.dsn)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			b.Fatalf("pgbench: %v\n%s", err, out.String())
-		}
-		m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindStringSubmatch(out.String())
-		if m == nil {
-			b.Fatalf("pgbench printed no tps:\n%s", out.String())
-		}
-		pgRate, _ := strconv.ParseFloat(m[1], 64)
+		goRate, pgRate := goSends/goTime, pgTx/pgTime
 		b.ReportMetric(goRate, "store-sends/s")
 		b.ReportMetric(pgRate, "pgbench-tps")
 		b.ReportMetric(goRate/pgRate, "ratio")
 	}
+}
+
+// storeSends runs Store.Send from storetest.Senders goroutines for d, each
+// on its own quarter of the 64 conversations' residues, and returns the
+// sends and the time they took.
+func storeSends(b *testing.B, h *handle, ana parley.Principal, d time.Duration, round int) (float64, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range storetest.Senders {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				_, err := h.store.Send(ctx, ana, parley.SendRequest{
+					Conv: storetest.BenchConv((g + i*storetest.Senders) % 64), CMID: fmt.Sprintf("go-%d-%d-%d", round, g, i),
+					Body: "a benchmark message of ordinary length",
+				})
+				if err == nil {
+					sent.Add(1)
+				} else if ctx.Err() == nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(sent.Load()), time.Since(start)
+}
+
+// pgbenchRun runs bench/send.sql with storetest.Senders clients for d and
+// returns the transactions and the time pgbench measured them over.
+func pgbenchRun(b *testing.B, pgbench, dsn string, d time.Duration) (float64, time.Duration) {
+	cmd := exec.Command(pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(storetest.Senders), "-j", "2",
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", "../bench/send.sql", dsn)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("pgbench: %v\n%s", err, out.String())
+	}
+	tx := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindStringSubmatch(out.String())
+	tps := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindStringSubmatch(out.String())
+	if tx == nil || tps == nil {
+		b.Fatalf("pgbench printed no figures:\n%s", out.String())
+	}
+	n, _ := strconv.ParseFloat(tx[1], 64)
+	rate, _ := strconv.ParseFloat(tps[1], 64)
+	return n, time.Duration(n / rate * float64(time.Second))
 }
