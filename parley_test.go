@@ -239,3 +239,28 @@ func TestValidateBounds(t *testing.T) {
 		}
 	}
 }
+
+// FuzzValidateSend: a send is accepted exactly when its cmid is 1–64 and
+// its body 1–4000 code points of valid UTF-8 without NUL, and a rejection
+// is always INVALID_ARGUMENT.
+func FuzzValidateSend(f *testing.F) {
+	f.Add("c-ab", "k1", "hello")
+	f.Add("c-ab", "", "x")
+	f.Add("c/ab", "k", "x")
+	f.Add("c-ab", "k", "a\x00b")
+	f.Add("c-ab", "k", "\xed\xa0\x80")
+	f.Fuzz(func(t *testing.T, conv, cmid, body string) {
+		err := parley.ValidateSend(parley.SendRequest{Conv: conv, CMID: cmid, Body: body})
+		ok := func(s string, max int) bool {
+			n := utf8.RuneCountInString(s)
+			return utf8.ValidString(s) && !strings.ContainsRune(s, 0) && n >= 1 && n <= max
+		}
+		want := parley.ValidConvID(conv) && ok(cmid, parley.MaxCMIDChars) && ok(body, parley.MaxBodyChars)
+		if (err == nil) != want {
+			t.Fatalf("ValidateSend(%q, %q, %d bytes) = %v, want ok=%v", conv, cmid, len(body), err, want)
+		}
+		if err != nil && parley.ErrorCode(err) != parley.CodeInvalidArgument {
+			t.Fatalf("code %s", parley.ErrorCode(err))
+		}
+	})
+}

@@ -137,7 +137,7 @@ func (b *backend) New(t testing.TB, opts parley.Options) storetest.DB {
 	})
 	h := &handle{dsn: withDatabase(b.dsn, name), opts: opts}
 	h.store = h.Open(t).(*postgres.DB)
-	raw, err := pgxpool.New(ctx, h.dsn)
+	raw, err := pgxpool.New(ctx, withPoolSize(h.dsn, 2))
 	if err != nil {
 		t.Fatalf("raw pool: %v", err)
 	}
@@ -157,7 +157,7 @@ func (h *handle) Store() parley.Store { return h.store }
 
 func (h *handle) Open(t testing.TB) parley.Store {
 	t.Helper()
-	db, err := postgres.Open(context.Background(), h.dsn, h.opts)
+	db, err := postgres.Open(context.Background(), withPoolSize(h.dsn, testPoolSize), h.opts)
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
@@ -244,4 +244,20 @@ func withDatabase(dsn, name string) string {
 		return u.String()
 	}
 	return dsn + " dbname=" + name // keyword/value form: the last setting wins
+}
+
+// testPoolSize caps each test store's pool: the suite runs its behaviours in
+// parallel (and one of them opens 32 stores), and the server's
+// max_connections (100 by default) must hold them all.
+const testPoolSize = 4
+
+// withPoolSize returns dsn with pgxpool's pool_max_conns set to n.
+func withPoolSize(dsn string, n int) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("pool_max_conns", strconv.Itoa(n))
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " pool_max_conns=" + strconv.Itoa(n)
 }
