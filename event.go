@@ -27,12 +27,12 @@ type Event struct {
 	Seq      int64
 	MID      string // server id
 	Kind     EventKind
-	Sender   string // user who did it; empty for the system (rollback)
-	Device   string // sender's device; empty for membership and system events
-	Body     string // message text; empty when recalled and for other kinds
-	Target   int64  // recall: the recalled seq
-	User     string // membership events: whom it concerns
-	Recalled bool   // message: a recall of it has been committed
+	Sender   string    // user who did it; empty for the system (rollback)
+	Device   string    // sender's device; empty for membership and system events
+	Body     string    // message text; empty when recalled and for other kinds
+	Target   int64     // recall: the recalled seq
+	User     string    // membership events: whom it concerns
+	Recalled bool      // message: a recall of it has been committed
 	At       time.Time // database clock, UTC, millisecond precision
 }
 
