@@ -37,6 +37,23 @@ func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind 
 	return 0, "", false, nil
 }
 
+// keyedStart is the start of Send and Recall, in the contract's order: lock
+// the conversation (none: NOT_MEMBER) → request key (a replay: found) →
+// tombstone → open period (NOT_MEMBER).
+func keyedStart(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind parley.EventKind, hash []byte) (c conv, seq int64, mid string, found bool, err error) {
+	if c, err = loadConv(ctx, tx, convID, parley.ErrNotMember); err != nil {
+		return c, 0, "", false, err
+	}
+	if seq, mid, found, err = keyLookup(ctx, tx, convID, user, cmid, kind, hash); err != nil || found {
+		return c, seq, mid, found, err
+	}
+	in, err := isOpenMember(ctx, tx, convID, user)
+	if err == nil && !in {
+		err = parley.ErrNotMember
+	}
+	return c, 0, "", false, err
+}
+
 // keyed runs a keyed write (Send, Recall) and retries it once when a
 // concurrent insert of the same key won the race: the retry finds that row
 // and answers with the dup reply.
@@ -56,23 +73,13 @@ func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest
 	hash := parley.Fingerprint(r.Conv, r.Body)
 	var out parley.Sent
 	err := db.keyed(ctx, "send", func(tx *sql.Tx) error {
-		c, err := loadConv(ctx, tx, r.Conv, parley.ErrNotMember)
-		if err != nil {
-			return err
-		}
-		seq, mid, found, err := keyLookup(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
+		c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 		if err != nil {
 			return err
 		}
 		if found {
 			out = parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}
 			return nil
-		}
-		if in, err := isOpenMember(ctx, tx, r.Conv, p.User); err != nil || !in {
-			if err == nil {
-				err = parley.ErrNotMember
-			}
-			return err
 		}
 		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
@@ -92,23 +99,13 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
 	var out parley.Recalled
 	err := db.keyed(ctx, "recall", func(tx *sql.Tx) error {
-		c, err := loadConv(ctx, tx, r.Conv, parley.ErrNotMember)
-		if err != nil {
-			return err
-		}
-		seq, _, found, err := keyLookup(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash)
+		c, seq, _, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash)
 		if err != nil {
 			return err
 		}
 		if found {
 			out = parley.Recalled{Conv: r.Conv, Seq: seq, Dup: true}
 			return nil
-		}
-		if in, err := isOpenMember(ctx, tx, r.Conv, p.User); err != nil || !in {
-			if err == nil {
-				err = parley.ErrNotMember
-			}
-			return err
 		}
 		var t parley.RecallTarget
 		err = tx.QueryRowContext(ctx, `SELECT kind, sender_user, recall_seq IS NOT NULL, `+nowMS+` > created_at + ?
