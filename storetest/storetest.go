@@ -3,7 +3,9 @@
 //
 //	func TestContract(t *testing.T) { storetest.Run(t, backend{}) }
 //
-// Each behaviour is a named subtest with its own fresh database.
+// Each behaviour is a named subtest with its own fresh database. The store
+// benchmarks (BenchSend, BenchSendHotConversation, BenchSync, BenchConvs)
+// live here too, so both stores are measured by the same code.
 package storetest
 
 import (
