@@ -1,0 +1,28 @@
+package storetest
+
+import "testing"
+
+// The contract matrix names these checks; scripts and CI summaries refer to
+// them, so a rename must be deliberate.
+func TestRequiredBehaviours(t *testing.T) {
+	required := []string{
+		"normal_history", "lost_reply_retry", "non_member_rejected", "unknown_conv_same_error",
+		"idempotency_mismatch", "concurrent_replay_one_row", "resend_after_removal", "bounds",
+		"recall_rejections", "recall_idempotent", "recall_window_db_clock", "retention_purge",
+		"control_no_tombstone", "paging_under_writes", "membership_periods", "cursor_ahead",
+		"epoch_changed", "trimmed", "ack_read_monotonic", "unread_multi_device", "stale_install",
+		"identity_resolver",
+	}
+	have := map[string]bool{}
+	for _, b := range behaviours {
+		if have[b.name] {
+			t.Errorf("behaviour %q listed twice", b.name)
+		}
+		have[b.name] = true
+	}
+	for _, name := range required {
+		if !have[name] {
+			t.Errorf("behaviour %q is missing", name)
+		}
+	}
+}
