@@ -40,7 +40,8 @@ func BenchmarkSync(b *testing.B)  { storetest.BenchSync(b, benchBackend(b)) }
 func BenchmarkConvs(b *testing.B) { storetest.BenchConvs(b, benchBackend(b)) }
 
 // BenchmarkSendVsPgbench runs, on one fresh database, Store.Send from
-// storetest.Senders goroutines and pgbench with as many clients running
+// storetest.Senders goroutines (PARLEY_BENCH_CLIENTS overrides) and pgbench
+// with as many clients running
 // bench/send.sql (the same statements in the same pipelines), each for
 // PARLEY_BENCH_SECONDS (default 10) in all, interleaved A B B A, and
 // reports both rates and their ratio: what the Go layer costs over the
@@ -83,20 +84,30 @@ func BenchmarkSendVsPgbench(b *testing.B) {
 	}
 }
 
-// storeSends runs Store.Send from storetest.Senders goroutines for d, each
-// on its own quarter of the 64 conversations' residues, and returns the
-// sends and the time they took.
+// benchClients is the number of concurrent senders on each side.
+func benchClients() int {
+	if n, err := strconv.Atoi(os.Getenv("PARLEY_BENCH_CLIENTS")); err == nil && n > 0 {
+		return n
+	}
+	return storetest.Senders
+}
+
+// storeSends runs Store.Send from benchClients goroutines for d, goroutine
+// g on the conversations congruent to g (so senders do not meet on a row,
+// as pgbench's random picks rarely do), and returns the sends and the time
+// they took.
 func storeSends(b *testing.B, h *handle, ana parley.Principal, d time.Duration, round int) (float64, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for g := range storetest.Senders {
+	clients := benchClients()
+	for g := range clients {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				_, err := h.store.Send(ctx, ana, parley.SendRequest{
-					Conv: storetest.BenchConv((g + i*storetest.Senders) % 64), CMID: fmt.Sprintf("go-%d-%d-%d", round, g, i),
+					Conv: storetest.BenchConv((g + i*clients) % 64), CMID: fmt.Sprintf("go-%d-%d-%d", round, g, i),
 					Body: "a benchmark message of ordinary length",
 				})
 				if err == nil {
@@ -112,10 +123,10 @@ func storeSends(b *testing.B, h *handle, ana parley.Principal, d time.Duration, 
 	return float64(sent.Load()), time.Since(start)
 }
 
-// pgbenchRun runs bench/send.sql with storetest.Senders clients for d and
+// pgbenchRun runs bench/send.sql with benchClients clients for d and
 // returns the transactions and the time pgbench measured them over.
 func pgbenchRun(b *testing.B, pgbench, dsn string, d time.Duration) (float64, time.Duration) {
-	cmd := exec.Command(pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(storetest.Senders), "-j", "2",
+	cmd := exec.Command(pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(benchClients()), "-j", strconv.Itoa(min(2, benchClients())),
 		"-T", strconv.Itoa(int(d.Seconds())), "-f", "../bench/send.sql", dsn)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
