@@ -256,3 +256,22 @@ func RestoreMembership(now, then []string) (leave, join []string) {
 	}
 	return leave, join
 }
+
+// Cut returns the last seq a purge deletes: the longest prefix of the log
+// the policy no longer keeps. keepFrom is the first stored seq young enough
+// to keep by MaxAge (the database clock decides), or 0 when none is; it is
+// read only when MaxAge is set. A cut below minSeq deletes nothing.
+func (r Retention) Cut(minSeq, head, keepFrom int64) int64 {
+	cut := minSeq - 1
+	if r.KeepLast > 0 {
+		cut = max(cut, head-r.KeepLast)
+	}
+	if r.MaxAge > 0 {
+		if keepFrom == 0 {
+			cut = head
+		} else {
+			cut = max(cut, keepFrom-1)
+		}
+	}
+	return min(cut, head)
+}

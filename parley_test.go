@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/parleychat/parley"
@@ -263,4 +264,56 @@ func FuzzValidateSend(f *testing.F) {
 			t.Fatalf("code %s", parley.ErrorCode(err))
 		}
 	})
+}
+
+func TestRetentionCut(t *testing.T) {
+	day := 24 * time.Hour
+	tests := []struct {
+		name                   string
+		r                      parley.Retention
+		minSeq, head, keepFrom int64
+		want                   int64
+	}{
+		{"no policy keeps all", parley.Retention{}, 1, 10, 0, 0},
+		{"keep last 3", parley.Retention{KeepLast: 3}, 1, 10, 0, 7},
+		{"keep last more than stored", parley.Retention{KeepLast: 30}, 1, 10, 0, 0},
+		{"keep last below min_seq", parley.Retention{KeepLast: 3}, 9, 10, 0, 8},
+		{"age: young from 6", parley.Retention{MaxAge: day}, 1, 10, 6, 5},
+		{"age: nothing young", parley.Retention{MaxAge: day}, 1, 10, 0, 10},
+		{"age and count: the longer prefix", parley.Retention{MaxAge: day, KeepLast: 2}, 1, 10, 4, 8},
+		{"age wins over count", parley.Retention{MaxAge: day, KeepLast: 8}, 1, 10, 6, 5},
+		{"empty log", parley.Retention{KeepLast: 1, MaxAge: day}, 5, 4, 0, 4},
+	}
+	for _, tt := range tests {
+		if got := tt.r.Cut(tt.minSeq, tt.head, tt.keepFrom); got != tt.want {
+			t.Errorf("%s: Cut = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestCheckToken(t *testing.T) {
+	p := parley.Principal{User: "ana", DeviceID: "d1", InstallID: "i2", Role: parley.RoleUser}
+	tests := []struct {
+		name  string
+		found bool
+		rec   parley.TokenRecord
+		want  parley.Code
+	}{
+		{"unknown", false, parley.TokenRecord{}, parley.CodeUnauthenticated},
+		{"current install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2"}, ""},
+		{"disabled", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Disabled: true}, parley.CodeUnauthenticated},
+		{"replaced install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3"}, parley.CodeStaleInstall},
+		{"device gone", true, parley.TokenRecord{Principal: p}, parley.CodeStaleInstall},
+	}
+	for _, tt := range tests {
+		got, err := parley.CheckToken(tt.found, tt.rec)
+		if parley.ErrorCode(err) != tt.want || (err == nil && got != p) {
+			t.Errorf("%s: %+v, %v; want code %q", tt.name, got, err, tt.want)
+		}
+	}
+	for _, tok := range []string{"", strings.Repeat("x", 257)} {
+		if parley.ErrorCode(parley.CheckTokenShape(tok)) != parley.CodeUnauthenticated {
+			t.Errorf("token of %d bytes accepted", len(tok))
+		}
+	}
 }

@@ -272,3 +272,34 @@ func CheckLogin(found bool, hash string, disabled bool, password string) error {
 	}
 	return nil
 }
+
+// CheckTokenShape refuses a token no store could have issued, before any
+// lookup.
+func CheckTokenShape(token string) error {
+	if token == "" || len(token) > 256 {
+		return ErrBadToken
+	}
+	return nil
+}
+
+// TokenRecord is what a store read for a token: the principal it was issued
+// to (Role from the user), whether that user is disabled, and the device's
+// current install ("" when the device row is gone).
+type TokenRecord struct {
+	Principal
+	Disabled      bool
+	DeviceInstall string
+}
+
+// CheckToken decides a token lookup: an unknown token or a disabled user is
+// UNAUTHENTICATED, a token of an install its device replaced is
+// STALE_INSTALL.
+func CheckToken(found bool, r TokenRecord) (Principal, error) {
+	switch {
+	case !found || r.Disabled:
+		return Principal{}, ErrBadToken
+	case r.DeviceInstall != r.InstallID:
+		return Principal{}, ErrStaleInstall
+	}
+	return r.Principal, nil
+}

@@ -21,6 +21,10 @@ type conv struct {
 
 func (c conv) head() int64 { return c.next - 1 }
 
+func (c conv) retention() parley.Retention {
+	return parley.Retention{MaxAge: time.Duration(c.maxAgeMS) * time.Millisecond, KeepLast: c.keepLast}
+}
+
 // Row locks on conversations. Appenders queue on each other with FOR NO KEY
 // UPDATE (it conflicts with itself as FOR UPDATE does) without blocking the
 // FOR KEY SHARE of cursor moves; Rollback excludes both with FOR UPDATE.
@@ -258,27 +262,18 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 		if err != nil {
 			return err
 		}
-		cut := c.min - 1 // the last seq to delete
-		if c.keepLast > 0 {
-			cut = max(cut, c.head()-c.keepLast)
-		}
+		var keepFrom int64
 		if c.maxAgeMS > 0 {
 			// The first event young enough to keep ends the prefix; the
 			// walk up the primary key costs what the purge deletes.
-			var keepFrom *int64
 			err := tx.QueryRow(ctx, `SELECT seq FROM events
 				WHERE conv_id = $1 AND created_at >= clock_timestamp() - $2::bigint * interval '1 millisecond'
 				ORDER BY seq LIMIT 1`, id, c.maxAgeMS).Scan(&keepFrom)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			ageCut := c.head()
-			if keepFrom != nil {
-				ageCut = *keepFrom - 1
-			}
-			cut = max(cut, ageCut)
 		}
-		cut = min(cut, c.head())
+		cut := c.retention().Cut(c.min, c.head(), keepFrom)
 		if cut >= c.min {
 			tag, err := tx.Exec(ctx, `INSERT INTO tombstones (conv_id, sender_user, cmid, request_hash)
 				SELECT conv_id, sender_user, cmid, request_hash FROM events

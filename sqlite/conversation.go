@@ -19,11 +19,15 @@ type conv struct {
 
 func (c conv) head() int64 { return c.next - 1 }
 
+func (c conv) retention() parley.Retention {
+	return parley.Retention{MaxAge: time.Duration(c.maxAgeMS) * time.Millisecond, KeepLast: c.keepLast}
+}
+
 func (c conv) public() parley.Conversation {
 	return parley.Conversation{
 		ID: c.id, Kind: parley.ConvKind(c.kind), Title: c.title, Owner: c.owner,
 		Head: c.head(), MinSeq: c.min, Epoch: c.epoch,
-		Retention: parley.Retention{MaxAge: time.Duration(c.maxAgeMS) * time.Millisecond, KeepLast: c.keepLast},
+		Retention: c.retention(),
 		CreatedAt: msTime(c.createdAt),
 	}
 }
@@ -297,24 +301,17 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 		if err != nil {
 			return err
 		}
-		cut := c.min - 1 // the last seq to delete
-		if c.keepLast > 0 {
-			cut = max(cut, c.head()-c.keepLast)
-		}
+		var keepFrom int64
 		if c.maxAgeMS > 0 {
-			// The first event young enough to keep ends the prefix.
-			var keepFrom sql.NullInt64
-			if err := tx.QueryRowContext(ctx, `SELECT min(seq) FROM events WHERE conv_id = ? AND created_at >= `+nowMS+` - ?`,
-				id, c.maxAgeMS).Scan(&keepFrom); err != nil {
+			// The first event young enough to keep ends the prefix; the
+			// walk up the primary key costs what the purge deletes.
+			err := tx.QueryRowContext(ctx, `SELECT seq FROM events WHERE conv_id = ? AND created_at >= `+nowMS+` - ?
+				ORDER BY seq LIMIT 1`, id, c.maxAgeMS).Scan(&keepFrom)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
-			ageCut := c.head()
-			if keepFrom.Valid {
-				ageCut = keepFrom.Int64 - 1
-			}
-			cut = max(cut, ageCut)
 		}
-		cut = min(cut, c.head())
+		cut := c.retention().Cut(c.min, c.head(), keepFrom)
 		if cut >= c.min {
 			res, err := tx.ExecContext(ctx, `INSERT INTO tombstones (conv_id, sender_user, cmid, request_hash, purged_at)
 				SELECT conv_id, sender_user, cmid, request_hash, `+nowMS+` FROM events

@@ -141,31 +141,21 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 
 // Authenticate implements parley.Store.
 func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
-	if token == "" || len(token) > 256 {
-		return parley.Principal{}, parley.ErrBadToken
+	if err := parley.CheckTokenShape(token); err != nil {
+		return parley.Principal{}, err
 	}
-	var p parley.Principal
-	var role string
-	var disabled bool
-	var current sql.NullString
+	var r parley.TokenRecord
 	err := db.read(ctx, "authenticate", func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, d.install_id
+		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, '')
 			FROM tokens t
 			JOIN users u ON u.id = t.user_id
 			LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-			WHERE t.token_hash = ?`, parley.HashToken(token)).Scan(&p.User, &p.DeviceID, &p.InstallID, &role, &disabled, &current)
+			WHERE t.token_hash = ?`, parley.HashToken(token)).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall)
 	})
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && disabled) {
-		return parley.Principal{}, parley.ErrBadToken
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return parley.Principal{}, err
 	}
-	if current.String != p.InstallID {
-		return parley.Principal{}, parley.ErrStaleInstall
-	}
-	p.Role = parley.Role(role)
-	return p, nil
+	return parley.CheckToken(err == nil, r)
 }
 
 // Logout implements parley.Store.
