@@ -168,6 +168,9 @@ type Store interface {
 	// INVALID_ARGUMENT, NOT_FOUND.
 	Rollback(ctx context.Context, conv string, toSeq int64) (RollbackResult, error)
 
+	// Feeder is what the gateways read to push events.
+	Feeder
+
 	// Close releases the store's connections.
 	Close() error
 }
@@ -213,4 +216,65 @@ func (o Options) WithDefaults() Options {
 		o.TombstoneTTL = DefaultTombstoneTTL
 	}
 	return o
+}
+
+// Feeder is what a gateway reads to push committed events to the members
+// who may see them. It acts for no principal: its results carry bodies and
+// membership for the gateway to filter, never for a client to read as is.
+type Feeder interface {
+	// Feed returns conv's committed events with seq > after, ascending, at
+	// most limit (capped at MaxPage), as a member sees them (a recalled
+	// message with an empty body and Recalled set), together with every
+	// membership period that overlaps them, so the caller can tell who may
+	// see each event (Feed.Audience). Head, MinSeq and Epoch are read in
+	// the same snapshot. Errors: INVALID_ARGUMENT, NOT_FOUND (no such
+	// conversation).
+	Feed(ctx context.Context, conv string, after int64, limit int) (Feed, error)
+
+	// Heads returns the head and epoch of each named conversation that
+	// exists, in no particular order; unknown ids are left out.
+	Heads(ctx context.Context, convs []string) ([]Head, error)
+
+	// Joined returns the head and epoch of every conversation in which user
+	// has an open membership period: the conversations a gateway watches
+	// for that user's sockets.
+	Joined(ctx context.Context, user string) ([]Head, error)
+
+	// Ping checks that the store answers (readiness).
+	Ping(ctx context.Context) error
+}
+
+// Head is a conversation's last seq and epoch.
+type Head struct {
+	Conv  string
+	Seq   int64
+	Epoch int64
+}
+
+// Membership is one membership period of one user.
+type Membership struct {
+	User string
+	Period
+}
+
+// Feed is the result of Feeder.Feed.
+type Feed struct {
+	Conv    string
+	Events  []Event
+	Members []Membership // every period overlapping the events' seqs
+	Head    int64
+	MinSeq  int64
+	Epoch   int64
+}
+
+// Audience returns the users who may see seq, in the order of f.Members. A
+// user's periods are disjoint, so each user appears at most once.
+func (f Feed) Audience(seq int64) []string {
+	var users []string
+	for _, m := range f.Members {
+		if m.Contains(seq) {
+			users = append(users, m.User)
+		}
+	}
+	return users
 }

@@ -1,0 +1,185 @@
+// Package fault holds Parley's named fault points (SPEC §7): places in the
+// code where a lab run can crash the process, make the call fail with
+// UNAVAILABLE, or delay it, to prove that nothing is lost or doubled when
+// that happens for real.
+//
+// Points are armed only by an explicit setting, the PARLEY_FAULTS
+// environment variable read by `parley serve`:
+//
+//	PARLEY_FAULTS=api.after_send_commit=crash,store.before_commit=unavailable@2
+//
+// Each entry is point=action[@N]. Actions: crash (the process kills itself
+// with SIGKILL, as a power cut would), unavailable (the call fails with
+// UNAVAILABLE), delay:DURATION (the call sleeps, then goes on), drop (the
+// call skips its work: a push that is never sent, a publish that is lost).
+// With @N the action fires only on the Nth hit of the point (1-based, counted
+// per process): export.after_shard=crash@3 dies after the third shard.
+// Without it, it fires on every hit.
+//
+// Disarmed, a point costs one atomic load: Hit returns nil at once.
+package fault
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/parleychat/parley"
+)
+
+// The named points. Code calls Hit with one of these.
+const (
+	StoreAfterKeyLookup = "store.after_key_lookup" // send/recall: the request key was looked up, nothing written
+	StoreBeforeInsert   = "store.before_insert"    // send/recall: checks passed, the event not yet inserted
+	StoreBeforeCommit   = "store.before_commit"    // send/recall: inserted, not committed
+	APIAfterSendCommit  = "api.after_send_commit"  // send committed, reply not yet written
+	BusPublish          = "bus.publish"            // a notice is about to be published
+	ExportAfterShard    = "export.after_shard"     // an export shard was written
+	GatewayPush         = "gateway.push"           // an event push is about to be queued to a socket
+)
+
+// Points lists every named point; Arm refuses other names.
+var Points = []string{
+	StoreAfterKeyLookup, StoreBeforeInsert, StoreBeforeCommit,
+	APIAfterSendCommit, BusPublish, ExportAfterShard, GatewayPush,
+}
+
+// Action is what an armed point does.
+type Action int
+
+const (
+	Crash Action = iota + 1
+	Unavailable
+	Delay
+	Drop
+)
+
+type rule struct {
+	action Action
+	delay  time.Duration
+	nth    int64 // fire only on this hit (0: every hit)
+	hits   atomic.Int64
+}
+
+var armed atomic.Pointer[map[string]*rule]
+
+// ErrDropped is what Hit returns for a point armed with drop: the caller
+// skips its work.
+var ErrDropped = parley.Errorf(parley.CodeUnavailable, "fault: dropped")
+
+// Arm parses a PARLEY_FAULTS value and arms its points, replacing any
+// earlier setting. An empty spec disarms everything.
+func Arm(spec string) error {
+	rules, err := parse(spec)
+	if err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		armed.Store(nil)
+		return nil
+	}
+	armed.Store(&rules)
+	return nil
+}
+
+// parse parses a PARLEY_FAULTS value without arming it.
+func parse(spec string) (map[string]*rule, error) {
+	rules := map[string]*rule{}
+	for _, entry := range strings.Split(spec, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		name, act, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("fault %q: want point=action[@N]", entry)
+		}
+		if !known(name) {
+			return nil, fmt.Errorf("fault %q: unknown point %q (known: %s)", entry, name, strings.Join(Points, ", "))
+		}
+		r := &rule{}
+		if a, n, ok := strings.Cut(act, "@"); ok {
+			nth, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || nth < 1 {
+				return nil, fmt.Errorf("fault %q: @N must be a whole number from 1", entry)
+			}
+			r.nth, act = nth, a
+		}
+		switch {
+		case act == "crash":
+			r.action = Crash
+		case act == "unavailable":
+			r.action = Unavailable
+		case act == "drop":
+			r.action = Drop
+		case strings.HasPrefix(act, "delay:"):
+			d, err := time.ParseDuration(strings.TrimPrefix(act, "delay:"))
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("fault %q: bad delay", entry)
+			}
+			r.action, r.delay = Delay, d
+		default:
+			return nil, fmt.Errorf("fault %q: unknown action %q (crash, unavailable, drop, delay:DURATION)", entry, act)
+		}
+		if _, dup := rules[name]; dup {
+			return nil, fmt.Errorf("fault %q: point %s armed twice", entry, name)
+		}
+		rules[name] = r
+	}
+	return rules, nil
+}
+
+func known(name string) bool {
+	for _, p := range Points {
+		if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Armed reports whether point is armed at all (whatever its @N). Code uses
+// it to take a slower path only in lab runs, such as sending COMMIT as its
+// own round trip so a fault can sit before it.
+func Armed(point string) bool {
+	m := armed.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[point]
+	return ok
+}
+
+// Hit passes fault point. Disarmed, or armed for another hit, it returns
+// nil. Armed, it crashes the process, sleeps, or returns an UNAVAILABLE
+// error (ErrDropped for drop) that the caller returns as it would a real
+// failure at that place.
+func Hit(point string) error {
+	m := armed.Load()
+	if m == nil {
+		return nil
+	}
+	r, ok := (*m)[point]
+	if !ok {
+		return nil
+	}
+	if n := r.hits.Add(1); r.nth != 0 && n != r.nth {
+		return nil
+	}
+	switch r.action {
+	case Crash:
+		fmt.Fprintf(os.Stderr, "fault: %s: crash\n", point)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; wait for it to land
+	case Delay:
+		time.Sleep(r.delay)
+		return nil
+	case Drop:
+		return ErrDropped
+	}
+	return parley.Errorf(parley.CodeUnavailable, "fault: %s", point)
+}

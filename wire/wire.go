@@ -1,0 +1,380 @@
+// Package wire is the JSON of Parley's realtime protocol (SPEC §3): the
+// frames a client sends, the frames the server answers and pushes, and the
+// objects inside them. The gateway, the HTTP API and the Go client all speak
+// through these types, so the protocol has one definition. Every HTTP body is
+// the frame without t and rid (SPEC §9).
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/parleychat/parley"
+)
+
+// Request types.
+const (
+	TSend   = "send"
+	TSync   = "sync"
+	TAck    = "ack"
+	TRead   = "read"
+	TRecall = "recall"
+	TConvs  = "convs"
+	TFetch  = "fetch"
+	TSub    = "sub"
+)
+
+// Reply and push types.
+const (
+	TSent       = "sent"
+	TPage       = "page"
+	TAcked      = "acked"
+	TReadOK     = "read_ok"
+	TRecalled   = "recalled"
+	TConvsReply = "convs"
+	TFetched    = "fetched"
+	TSubscribed = "subscribed"
+	TError      = "error"
+	TEvent      = "event"
+	THint       = "hint"
+	TResync     = "resync"
+	TGoaway     = "goaway"
+)
+
+// MaxRIDBytes bounds a request id: it is echoed, never interpreted.
+const MaxRIDBytes = 128
+
+// Request is a client frame. Which fields a type needs is in SPEC §3;
+// numbers are pointers so a missing field is told from a zero.
+type Request struct {
+	T      string          `json:"t"`
+	RID    json.RawMessage `json:"rid,omitempty"`
+	Conv   string          `json:"conv,omitempty"`
+	CMID   string          `json:"cmid,omitempty"`
+	Body   string          `json:"body,omitempty"`
+	After  *int64          `json:"after,omitempty"`
+	Limit  *int            `json:"limit,omitempty"`
+	Epoch  *int64          `json:"epoch,omitempty"`
+	Seq    *int64          `json:"seq,omitempty"`
+	Target *int64          `json:"target,omitempty"`
+}
+
+// DecodeRequest parses one text frame. The error is an INVALID_ARGUMENT
+// *parley.Error saying what is wrong; the returned request keeps whatever
+// rid could be read, so the error frame can echo it.
+//
+// The raw bytes are checked for valid UTF-8 first: neither the WebSocket
+// library nor encoding/json refuses invalid UTF-8 (json replaces it).
+func DecodeRequest(frame []byte) (Request, error) {
+	var r Request
+	if !utf8.Valid(frame) {
+		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not valid UTF-8")
+	}
+	if err := json.Unmarshal(frame, &r); err != nil {
+		// Keep the rid of a frame that is JSON but has a bad field.
+		var probe struct {
+			RID json.RawMessage `json:"rid"`
+		}
+		if json.Unmarshal(frame, &probe) == nil && validRID(probe.RID) {
+			r = Request{RID: probe.RID}
+		} else {
+			r = Request{}
+		}
+		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not a JSON request object: %s", jsonProblem(err))
+	}
+	if !validRID(r.RID) {
+		r.RID = nil
+		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string or a number of at most %d bytes", MaxRIDBytes)
+	}
+	if err := r.check(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+func validRID(rid json.RawMessage) bool {
+	if len(rid) == 0 {
+		return true
+	}
+	if len(rid) > MaxRIDBytes {
+		return false
+	}
+	switch c := rid[0]; {
+	case c == '"':
+		var s string
+		return json.Unmarshal(rid, &s) == nil
+	case c == '-' || c >= '0' && c <= '9':
+		var n json.Number
+		return json.Unmarshal(rid, &n) == nil
+	}
+	return false
+}
+
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("field %q must be a %s", te.Field, te.Type)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return "malformed JSON"
+	}
+	return "want one JSON object"
+}
+
+// required lists, per request type, the fields that must be present.
+var required = map[string][]string{
+	TSend:   {"conv", "cmid", "body"},
+	TSync:   {"conv", "after"},
+	TAck:    {"conv", "seq"},
+	TRead:   {"conv", "seq"},
+	TRecall: {"conv", "target", "cmid"},
+	TConvs:  nil,
+	TFetch:  {"conv", "seq"},
+	TSub:    nil,
+}
+
+func (r Request) check() error {
+	need, ok := required[r.T]
+	if !ok {
+		if r.T == "" {
+			return parley.Errorf(parley.CodeInvalidArgument, "frame has no type t")
+		}
+		return parley.Errorf(parley.CodeInvalidArgument, "unknown frame type %q", r.T)
+	}
+	for _, f := range need {
+		missing := false
+		switch f {
+		case "conv":
+			missing = r.Conv == ""
+		case "cmid":
+			missing = r.CMID == ""
+		case "body":
+			missing = r.Body == ""
+		case "after":
+			missing = r.After == nil
+		case "seq":
+			missing = r.Seq == nil
+		case "target":
+			missing = r.Target == nil
+		}
+		if missing {
+			return parley.Errorf(parley.CodeInvalidArgument, "%s needs %s", r.T, f)
+		}
+	}
+	if r.Limit != nil && *r.Limit < 1 {
+		return parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
+	}
+	return nil
+}
+
+// SyncRequest turns a sync frame into the store's request: an omitted
+// limit is DefaultPage, a larger one is capped at MaxPage, an omitted epoch
+// is 0 (not given).
+func (r Request) SyncRequest() parley.SyncRequest {
+	s := parley.SyncRequest{Conv: r.Conv, Limit: parley.DefaultPage}
+	if r.After != nil {
+		s.After = *r.After
+	}
+	if r.Limit != nil {
+		s.Limit = min(*r.Limit, parley.MaxPage)
+	}
+	if r.Epoch != nil {
+		s.Epoch = *r.Epoch
+	}
+	return s
+}
+
+// Event is an event on the wire (SPEC §3.0).
+type Event struct {
+	Conv     string `json:"conv"`
+	Seq      int64  `json:"seq"`
+	MID      string `json:"mid"`
+	Kind     string `json:"kind"`
+	Sender   string `json:"sender"`
+	Device   string `json:"device"`
+	Body     string `json:"body"`
+	At       string `json:"at"`
+	Target   int64  `json:"target,omitempty"`
+	User     string `json:"user,omitempty"`
+	Recalled bool   `json:"recalled,omitempty"`
+}
+
+// TimeFormat is how times go on the wire: RFC 3339, UTC, milliseconds.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// FromEvent converts a store event.
+func FromEvent(e parley.Event) Event {
+	return Event{
+		Conv: e.Conv, Seq: e.Seq, MID: e.MID, Kind: string(e.Kind),
+		Sender: e.Sender, Device: e.Device, Body: e.Body,
+		At:     e.At.UTC().Format(TimeFormat),
+		Target: e.Target, User: e.User, Recalled: e.Recalled,
+	}
+}
+
+// Time parses At.
+func (e Event) Time() (time.Time, error) { return time.Parse(TimeFormat, e.At) }
+
+// Conv is one entry of a convs reply (SPEC §3.0).
+type Conv struct {
+	Conv         string `json:"conv"`
+	Title        string `json:"title"`
+	Kind         string `json:"kind"`
+	Head         int64  `json:"head"`
+	MinSeq       int64  `json:"min_seq"`
+	Delivered    int64  `json:"delivered"`
+	Read         int64  `json:"read"`
+	Unread       int64  `json:"unread"`
+	UnreadCapped bool   `json:"unread_capped,omitempty"`
+	Epoch        int64  `json:"epoch"`
+	Member       bool   `json:"member"`
+	Last         *Event `json:"last,omitempty"`
+}
+
+// FromConvSummary converts a store summary.
+func FromConvSummary(c parley.ConvSummary) Conv {
+	w := Conv{
+		Conv: c.Conv, Title: c.Title, Kind: string(c.Kind), Head: c.Head, MinSeq: c.MinSeq,
+		Delivered: c.Delivered, Read: c.Read, Unread: c.Unread, UnreadCapped: c.UnreadCapped,
+		Epoch: c.Epoch, Member: c.Member,
+	}
+	if c.Last != nil {
+		last := FromEvent(*c.Last)
+		w.Last = &last
+	}
+	return w
+}
+
+// Frame is any server frame: replies echo rid, pushes have none. The
+// slices use omitzero, so an empty page still says "events":[] while other
+// frames leave the field out. The
+// encoder leaves out what a type does not carry; a decoder (the client)
+// reads every type into it.
+type Frame struct {
+	T   string          `json:"t,omitempty"`
+	RID json.RawMessage `json:"rid,omitempty"`
+
+	Conv  string `json:"conv,omitempty"`
+	Seq   *int64 `json:"seq,omitempty"`
+	MID   string `json:"mid,omitempty"`
+	Dup   *bool  `json:"dup,omitempty"`
+	Epoch *int64 `json:"epoch,omitempty"`
+
+	Events    []Event `json:"events,omitzero"`
+	NextAfter *int64  `json:"next_after,omitempty"`
+	HasMore   *bool   `json:"has_more,omitempty"`
+	Head      *int64  `json:"head,omitempty"`
+	MinSeq    *int64  `json:"min_seq,omitempty"`
+	Trimmed   *bool   `json:"trimmed,omitempty"`
+
+	Delivered *int64 `json:"delivered,omitempty"`
+	Read      *int64 `json:"read,omitempty"`
+	Convs     []Conv `json:"convs,omitzero"`
+	Ev        *Event `json:"ev,omitempty"`
+
+	Code         parley.Code `json:"code,omitempty"`
+	Msg          string      `json:"msg,omitempty"`
+	RetryAfterMS int64       `json:"retry_after_ms,omitempty"`
+	RequestID    string      `json:"request_id,omitempty"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Sent is the reply to send.
+func Sent(s parley.Sent) Frame {
+	return Frame{T: TSent, Conv: s.Conv, Seq: ptr(s.Seq), MID: s.MID, Dup: ptr(s.Dup), Epoch: ptr(s.Epoch)}
+}
+
+// Page is the reply to sync. Events is never null on the wire.
+func Page(p parley.Page) Frame {
+	evs := make([]Event, len(p.Events))
+	for i, e := range p.Events {
+		evs[i] = FromEvent(e)
+	}
+	return Frame{T: TPage, Conv: p.Conv, Events: evs, NextAfter: ptr(p.NextAfter), HasMore: ptr(p.HasMore),
+		Head: ptr(p.Head), MinSeq: ptr(p.MinSeq), Trimmed: ptr(p.Trimmed), Epoch: ptr(p.Epoch)}
+}
+
+// Acked is the reply to ack.
+func Acked(conv string, delivered int64) Frame {
+	return Frame{T: TAcked, Conv: conv, Delivered: ptr(delivered)}
+}
+
+// ReadOK is the reply to read.
+func ReadOK(conv string, read int64) Frame {
+	return Frame{T: TReadOK, Conv: conv, Read: ptr(read)}
+}
+
+// Recalled is the reply to recall.
+func Recalled(r parley.Recalled) Frame {
+	return Frame{T: TRecalled, Conv: r.Conv, Seq: ptr(r.Seq), Dup: ptr(r.Dup)}
+}
+
+// Convs is the reply to convs. Convs is never null on the wire.
+func Convs(cs []parley.ConvSummary) Frame {
+	out := make([]Conv, len(cs))
+	for i, c := range cs {
+		out[i] = FromConvSummary(c)
+	}
+	return Frame{T: TConvsReply, Convs: out}
+}
+
+// Fetched is the reply to fetch.
+func Fetched(e parley.Event) Frame {
+	ev := FromEvent(e)
+	return Frame{T: TFetched, Conv: e.Conv, Ev: &ev}
+}
+
+// Subscribed is the reply to sub.
+func Subscribed() Frame { return Frame{T: TSubscribed} }
+
+// Error is an error frame. msg is for people; clients read code.
+func Error(code parley.Code, msg string) Frame {
+	return Frame{T: TError, Code: code, Msg: msg}
+}
+
+// EventPush is the push of one committed event.
+func EventPush(e parley.Event) Frame {
+	ev := FromEvent(e)
+	return Frame{T: TEvent, Ev: &ev}
+}
+
+// Hint tells the client to sync conv (head is what the server knows of it);
+// read is set when the user's read cursor moved.
+func Hint(conv string, head int64, read *int64) Frame {
+	return Frame{T: THint, Conv: conv, Head: ptr(head), Read: read}
+}
+
+// Resync tells the client to sync every conversation.
+func Resync() Frame { return Frame{T: TResync} }
+
+// Goaway tells the client to reconnect, elsewhere if it can.
+func Goaway() Frame { return Frame{T: TGoaway} }
+
+// MarshalFrame encodes a frame, without the trailing newline of
+// json.Encoder.
+func MarshalFrame(f Frame) []byte {
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic("wire: frame does not encode: " + err.Error()) // only our own types go in
+	}
+	return b
+}
+
+// DecodeFrame parses a server frame (clients).
+func DecodeFrame(b []byte) (Frame, error) {
+	var f Frame
+	d := json.NewDecoder(bytes.NewReader(b))
+	if err := d.Decode(&f); err != nil {
+		return f, fmt.Errorf("wire: bad server frame: %w", err)
+	}
+	if f.T == "" {
+		return f, errors.New("wire: server frame without t")
+	}
+	return f, nil
+}
