@@ -14,23 +14,15 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/postgres/pgtest"
 	"github.com/parleychat/parley/storetest"
 )
 
 // benchBackend is the backend of the benchmarks, or a skip without a server.
-func benchBackend(b *testing.B) *backend {
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		b.Skip("PostgreSQL benchmarks need a server: set " + dsnEnv)
-	}
-	benchOnce.Do(func() { benchBE = &backend{dsn: dsn} })
-	return benchBE
+func benchBackend(b *testing.B) backend {
+	pgtest.Server(b)
+	return backend{}
 }
-
-var (
-	benchOnce sync.Once
-	benchBE   *backend
-)
 
 func BenchmarkSend(b *testing.B) { storetest.BenchSend(b, benchBackend(b)) }
 func BenchmarkSendHotConversation(b *testing.B) {
@@ -127,7 +119,7 @@ func storeSends(b *testing.B, h *handle, ana parley.Principal, d time.Duration, 
 // returns the transactions and the time pgbench measured them over.
 func pgbenchRun(b *testing.B, pgbench, dsn string, d time.Duration) (float64, time.Duration) {
 	cmd := exec.Command(pgbench, "-n", "-M", "prepared", "-c", strconv.Itoa(benchClients()), "-j", strconv.Itoa(min(2, benchClients())),
-		"-T", strconv.Itoa(int(d.Seconds())), "-f", "../bench/send.sql", dsn)
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", "../bench/send.sql", pgtest.Libpq(dsn))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -55,6 +55,17 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// Migrations returns the schema migrations Open applies: the files
+// NNNN_name.sql, applied in name order. Test helpers (postgres/pgtest) hash
+// them to tell a template database built for another schema.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded: cannot happen
+	}
+	return sub
+}
+
 // migrationLock is the advisory lock key that serialises migrations of one
 // database ("parley.m" in ASCII).
 const migrationLock int64 = 0x7061726c65792e6d

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
 )
 
 // keySQL is the one lookup Send makes after the lock: the request key
@@ -83,7 +84,9 @@ func (k keyRow) check(kind parley.EventKind, hash []byte) (found bool, err error
 // same statements in the same two pipelines). A replay (found) writes
 // nothing and returns the lookup's row. Whatever leaves the transaction
 // open — a replay, a rejection, an error — is rolled back; should that
-// fail too, the pool discards the connection.
+// fail too, the pool discards the connection. The fault points sit between
+// the round trips (store.after_key_lookup, store.before_insert) and, only
+// when store.before_commit is armed, before a COMMIT sent on its own.
 func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRow) error, after func(b *pgx.Batch, r *keyRequest)) (c conv, k keyRow, found bool, err error) {
 	pc, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -128,19 +131,30 @@ func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRo
 	case missing:
 		return c, k, false, parley.ErrNotMember
 	}
+	if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
+		return c, k, false, err
+	}
 	if found, err = k.check(r.ev.Kind, r.hash); err != nil || found {
 		return c, k, found, err
 	}
 	if err := check(k); err != nil {
 		return c, k, false, err
 	}
+	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+		return c, k, false, err
+	}
 
+	// Only a lab run with store.before_commit armed sends COMMIT on its
+	// own, so the fault can sit between the append and the commit.
+	split := fault.Armed(fault.StoreBeforeCommit)
 	b = &pgx.Batch{}
 	b.Queue(appendSQL, appendArgs(r.conv, &r.ev, r.cmid, r.hash)...)
 	if after != nil {
 		after(b, r)
 	}
-	b.Queue("commit")
+	if !split {
+		b.Queue("commit")
+	}
 	br = conn.SendBatch(ctx, b)
 	err = br.QueryRow().Scan(&r.ev.Seq)
 	for i := 1; err == nil && i < b.Len(); i++ {
@@ -148,6 +162,11 @@ func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRo
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && split {
+		if err = fault.Hit(fault.StoreBeforeCommit); err == nil {
+			_, err = conn.Exec(ctx, "commit")
+		}
 	}
 	return c, k, false, err
 }

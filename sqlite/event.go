@@ -6,25 +6,30 @@ import (
 	"errors"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
 )
 
 // keyLookup is the request-key step of Send and Recall: a replay returns the
 // original seq and mid; the same key with another fingerprint is
 // IDEMPOTENCY_MISMATCH; a purged original is ORIGINAL_EXPIRED. found is
-// false for a new request.
+// false for a new request. The fault point store.after_key_lookup sits
+// right after the key's row is read, before anything is decided on it.
 func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind parley.EventKind, hash []byte) (seq int64, mid string, found bool, err error) {
 	var stored []byte
 	var storedKind string
 	err = tx.QueryRowContext(ctx, `SELECT seq, mid, kind, request_hash FROM events
 		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
-	switch {
-	case err == nil:
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, err
+	}
+	if ferr := fault.Hit(fault.StoreAfterKeyLookup); ferr != nil {
+		return 0, "", false, ferr
+	}
+	if err == nil {
 		if err := parley.CheckReplay(parley.EventKind(storedKind), stored, kind, hash); err != nil {
 			return 0, "", false, err
 		}
 		return seq, mid, true, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return 0, "", false, err
 	}
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM tombstones
@@ -81,8 +86,14 @@ func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest
 			out = parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}
 			return nil
 		}
+		if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+			return err
+		}
 		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
 			return err
 		}
 		out = parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch}
@@ -117,11 +128,17 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		if err := t.Check(p.User, r.Target, db.opts.RecallWindow); err != nil {
 			return err
 		}
+		if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+			return err
+		}
 		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE events SET recall_seq = ? WHERE conv_id = ? AND seq = ?`, ev.Seq, r.Conv, r.Target); err != nil {
+			return err
+		}
+		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
 			return err
 		}
 		out = parley.Recalled{Conv: r.Conv, Seq: ev.Seq}

@@ -82,6 +82,11 @@ var behaviours = []behaviour{
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
 
+	// What the gateways read (feed.go).
+	{name: "feed_events_and_audience", run: testFeedEventsAndAudience},
+	{name: "feed_recalled_and_paging", run: testFeedRecalledAndPaging},
+	{name: "heads_and_joined", run: testHeadsAndJoined},
+
 	// Failures of the store itself (event.go).
 	{name: "cancelled_is_unavailable", run: testCancelledIsUnavailable},
 }
