@@ -1,0 +1,69 @@
+package wire
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/parleychat/parley"
+)
+
+// SessionCookie is the cookie login sets for browsers; the gateway and the
+// HTTP API accept it where they accept a bearer token.
+const SessionCookie = "parley_session"
+
+// Problem is an HTTP error body: RFC 9457 problem details with the protocol
+// code as an extension member, so HTTP clients read the same code a frame
+// carries.
+type Problem struct {
+	Type      string      `json:"type"`
+	Title     string      `json:"title"`
+	Status    int         `json:"status"`
+	Detail    string      `json:"detail,omitempty"`
+	Code      parley.Code `json:"code"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// RetryAfter is the Retry-After an UNAVAILABLE answer carries, in seconds.
+const RetryAfter = 1
+
+// WriteProblem writes an error as application/problem+json with the status
+// of parley.Codes: 401 with WWW-Authenticate, 503 and 429 with Retry-After.
+func WriteProblem(w http.ResponseWriter, code parley.Code, detail, requestID string) {
+	info := code.Info()
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	switch info.HTTPStatus {
+	case http.StatusUnauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="parley"`)
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		if h.Get("Retry-After") == "" {
+			h.Set("Retry-After", strconv.Itoa(RetryAfter))
+		}
+	}
+	w.WriteHeader(info.HTTPStatus)
+	json.NewEncoder(w).Encode(Problem{
+		Type:      "about:blank",
+		Title:     http.StatusText(info.HTTPStatus),
+		Status:    info.HTTPStatus,
+		Detail:    detail,
+		Code:      info.Code,
+		RequestID: requestID,
+	})
+}
+
+// BearerToken returns the token of an HTTP request: the Authorization
+// bearer token, else the session cookie, else "".
+func BearerToken(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if len(a) > 7 && (a[:7] == "Bearer " || a[:7] == "bearer ") {
+			return a[7:]
+		}
+		return ""
+	}
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		return c.Value
+	}
+	return ""
+}

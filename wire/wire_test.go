@@ -1,0 +1,130 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/parleychat/parley"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	tests := []struct {
+		name  string
+		frame string
+		code  parley.Code // "" = valid
+		rid   string
+	}{
+		{"send", `{"t":"send","rid":"1","conv":"g","cmid":"c","body":"hi"}`, "", `"1"`},
+		{"sync", `{"t":"sync","conv":"g","after":0}`, "", ""},
+		{"sync with limit and epoch", `{"t":"sync","conv":"g","after":3,"limit":500,"epoch":2}`, "", ""},
+		{"ack", `{"t":"ack","conv":"g","seq":1}`, "", ""},
+		{"read", `{"t":"read","conv":"g","seq":1}`, "", ""},
+		{"recall", `{"t":"recall","conv":"g","target":3,"cmid":"r"}`, "", ""},
+		{"convs", `{"t":"convs"}`, "", ""},
+		{"fetch", `{"t":"fetch","conv":"g","seq":2}`, "", ""},
+		{"sub", `{"t":"sub","rid":7}`, "", "7"},
+		{"unknown fields are ignored", `{"t":"convs","x":1}`, "", ""},
+		{"invalid UTF-8", "{\"t\":\"convs\",\"rid\":\"\xff\"}", parley.CodeInvalidArgument, ""},
+		{"not JSON", `nope`, parley.CodeInvalidArgument, ""},
+		{"array", `[]`, parley.CodeInvalidArgument, ""},
+		{"two objects", `{"t":"convs"}{"t":"convs"}`, parley.CodeInvalidArgument, ""},
+		{"no type", `{"rid":"a"}`, parley.CodeInvalidArgument, `"a"`},
+		{"unknown type", `{"t":"x","rid":"a"}`, parley.CodeInvalidArgument, `"a"`},
+		{"send without cmid", `{"t":"send","conv":"g","body":"b"}`, parley.CodeInvalidArgument, ""},
+		{"sync without after", `{"t":"sync","conv":"g"}`, parley.CodeInvalidArgument, ""},
+		{"sync limit 0", `{"t":"sync","conv":"g","after":0,"limit":0}`, parley.CodeInvalidArgument, ""},
+		{"ack without seq", `{"t":"ack","conv":"g"}`, parley.CodeInvalidArgument, ""},
+		{"recall without target", `{"t":"recall","conv":"g","cmid":"r"}`, parley.CodeInvalidArgument, ""},
+		{"seq as string keeps rid", `{"t":"ack","rid":"k","conv":"g","seq":"1"}`, parley.CodeInvalidArgument, `"k"`},
+		{"seq fraction", `{"t":"ack","conv":"g","seq":1.5}`, parley.CodeInvalidArgument, ""},
+		{"rid object", `{"t":"convs","rid":{}}`, parley.CodeInvalidArgument, ""},
+		{"rid too long", `{"t":"convs","rid":"` + strings.Repeat("r", MaxRIDBytes) + `"}`, parley.CodeInvalidArgument, ""},
+	}
+	for _, tt := range tests {
+		r, err := DecodeRequest([]byte(tt.frame))
+		if got := parley.ErrorCode(err); got != tt.code {
+			t.Errorf("%s: code %q (%v), want %q", tt.name, got, err, tt.code)
+		}
+		if string(r.RID) != tt.rid {
+			t.Errorf("%s: rid %s, want %s", tt.name, r.RID, tt.rid)
+		}
+	}
+}
+
+func TestSyncRequestDefaults(t *testing.T) {
+	r, err := DecodeRequest([]byte(`{"t":"sync","conv":"g","after":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.SyncRequest(); got.Limit != parley.DefaultPage || got.Epoch != 0 || got.After != 4 {
+		t.Fatalf("defaults: %+v", got)
+	}
+	r, _ = DecodeRequest([]byte(`{"t":"sync","conv":"g","after":0,"limit":9999}`))
+	if got := r.SyncRequest(); got.Limit != parley.MaxPage {
+		t.Fatalf("limit not capped: %+v", got)
+	}
+}
+
+// TestFrameShapes pins the JSON of replies: fields a type carries are
+// present even when zero, and others are absent.
+func TestFrameShapes(t *testing.T) {
+	tests := []struct {
+		f    Frame
+		want string
+	}{
+		{Sent(parley.Sent{Conv: "g", Seq: 3, MID: "m", Epoch: 1}), `{"t":"sent","conv":"g","seq":3,"mid":"m","dup":false,"epoch":1}`},
+		{Page(parley.Page{Conv: "g", Head: 0, MinSeq: 1, Epoch: 1}), `{"t":"page","conv":"g","epoch":1,"events":[],"next_after":0,"has_more":false,"head":0,"min_seq":1,"trimmed":false}`},
+		{Acked("g", 0), `{"t":"acked","conv":"g","delivered":0}`},
+		{ReadOK("g", 2), `{"t":"read_ok","conv":"g","read":2}`},
+		{Convs(nil), `{"t":"convs","convs":[]}`},
+		{Error(parley.CodeNotMember, "m"), `{"t":"error","code":"NOT_MEMBER","msg":"m"}`},
+		{Hint("g", 5, nil), `{"t":"hint","conv":"g","head":5}`},
+		{Goaway(), `{"t":"goaway"}`},
+	}
+	for _, tt := range tests {
+		if got := string(MarshalFrame(tt.f)); got != tt.want {
+			t.Errorf("got  %s\nwant %s", got, tt.want)
+		}
+	}
+}
+
+// FuzzDecodeRequest: no frame panics the decoder; an accepted frame has a
+// known type, its required fields, a valid rid, and came as valid UTF-8.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"t":"send","rid":"1","conv":"g","cmid":"c","body":"hi"}`,
+		`{"t":"sync","conv":"g","after":0,"limit":5,"epoch":1}`,
+		`{"t":"recall","conv":"g","target":3,"cmid":"r","rid":9}`,
+		`{"t":"ack","conv":"g","seq":"1"}`,
+		"{\"t\":\"convs\",\"rid\":\"\xff\"}",
+		`[]`, `null`, `{"t":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRequest(b)
+		if err != nil {
+			if parley.ErrorCode(err) != parley.CodeInvalidArgument {
+				t.Fatalf("error code %s, want INVALID_ARGUMENT", parley.ErrorCode(err))
+			}
+			if !validRID(r.RID) {
+				t.Fatalf("an invalid rid %q would be echoed", r.RID)
+			}
+			return
+		}
+		if !utf8.Valid(b) {
+			t.Fatal("accepted invalid UTF-8")
+		}
+		if _, ok := required[r.T]; !ok {
+			t.Fatalf("accepted unknown type %q", r.T)
+		}
+		if r.check() != nil || !validRID(r.RID) {
+			t.Fatal("accepted a request that fails its own checks")
+		}
+		if r.RID != nil && !json.Valid(r.RID) {
+			t.Fatal("rid is not JSON")
+		}
+	})
+}
