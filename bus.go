@@ -6,9 +6,11 @@ import "context"
 // never bodies: a gateway that hears of (Conv, Seq) reads what it needs from
 // the Store, with the visibility rules of the Store.
 //
-// An event notice (User empty) says seq Seq of Conv is committed. A
-// read-cursor notice (User set) says User's read cursor in Conv is now Seq,
-// moved from Device; the user's other devices get a hint.
+// An event notice (Device empty) says seq Seq of Conv is committed; when
+// the event is a membership change, User names the member it concerns, so a
+// gateway that does not watch Conv yet learns that one of its users joined.
+// A read-cursor notice (Device set) says User's read cursor in Conv is now
+// Seq, moved from Device; the user's other devices get a hint.
 type Notice struct {
 	Conv   string
 	Seq    int64
@@ -17,7 +19,7 @@ type Notice struct {
 }
 
 // Read reports whether n is a read-cursor notice.
-func (n Notice) Read() bool { return n.User != "" }
+func (n Notice) Read() bool { return n.Device != "" }
 
 // Bus carries notices between the gateways of one deployment.
 //
