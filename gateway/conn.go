@@ -1,0 +1,299 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/wire"
+)
+
+// frame is one queued server frame; hint names the conversation of a
+// coalesced hint, cleared when the hint is written.
+type frame struct {
+	b    []byte
+	hint string
+}
+
+// conn is one socket. The reader goroutine answers requests in order; the
+// writer goroutine owns every write; the pinger keeps it alive.
+type conn struct {
+	h   *Hub
+	ws  *websocket.Conn
+	p   parley.Principal
+	out chan frame
+
+	// Guarded by h.mu.
+	subscribed bool
+	watched    map[string]struct{}
+
+	hmu    sync.Mutex
+	hinted map[string]bool // conversations with a hint in the queue
+
+	ctx       context.Context // ends when the socket is done
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	flush     chan closeReq
+	kicked    atomic.Bool
+}
+
+type closeReq struct {
+	code   websocket.StatusCode
+	reason string
+}
+
+func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Principal) *conn {
+	ctx, cancel := context.WithCancel(parent)
+	return &conn{
+		h: h, ws: ws, p: p, ctx: ctx, cancel: cancel,
+		out:     make(chan frame, h.o.QueueSize),
+		watched: map[string]struct{}{},
+		hinted:  map[string]bool{},
+		flush:   make(chan closeReq, 1),
+	}
+}
+
+// serve runs the socket until it closes.
+func (c *conn) serve() {
+	defer c.cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.writeLoop(c.ctx) })
+	wg.Go(func() { c.pingLoop(c.ctx) })
+	c.readLoop(c.ctx)
+	c.cancel()
+	wg.Wait()
+	c.ws.CloseNow()
+}
+
+func (c *conn) readLoop(ctx context.Context) {
+	for {
+		typ, data, err := c.ws.Read(ctx)
+		if err != nil {
+			return // closed, or over the read limit (the library closed it with 1009)
+		}
+		if typ != websocket.MessageText {
+			c.reply(wire.Error(parley.CodeInvalidArgument, "frames must be JSON text frames"), nil)
+			continue
+		}
+		c.h.drainMu.RLock()
+		if c.h.draining.Load() {
+			c.h.drainMu.RUnlock()
+			req, _ := wire.DecodeRequest(data)
+			c.reply(wire.Error(parley.CodeUnavailable, "server is draining; reconnect and retry with the same request key"), req.RID)
+			continue
+		}
+		c.handle(ctx, data)
+		c.h.drainMu.RUnlock()
+	}
+}
+
+func (c *conn) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case f := <-c.out:
+			if !c.write(ctx, f) {
+				c.cancel()
+				return
+			}
+		case req := <-c.flush:
+			for {
+				select {
+				case f := <-c.out:
+					if !c.write(ctx, f) {
+						c.cancel()
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			c.ws.Close(req.code, req.reason)
+			c.cancel()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *conn) write(ctx context.Context, f frame) bool {
+	if f.hint != "" {
+		c.hmu.Lock()
+		delete(c.hinted, f.hint)
+		c.hmu.Unlock()
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.h.o.WriteTimeout)
+	defer cancel()
+	return c.ws.Write(wctx, websocket.MessageText, f.b) == nil
+}
+
+func (c *conn) pingLoop(ctx context.Context) {
+	t := time.NewTicker(c.h.o.PingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, c.h.o.PingEvery)
+			err := c.ws.Ping(pctx)
+			cancel()
+			if err != nil {
+				c.cancel()
+				return
+			}
+		}
+	}
+}
+
+// enqueue queues a frame that must not be dropped (replies, control
+// frames). A full queue means the client is not reading: it is closed.
+func (c *conn) enqueue(f frame) {
+	select {
+	case c.out <- f:
+	default:
+		c.kick()
+	}
+}
+
+// push queues an event; above the high-water mark it becomes a hint.
+func (c *conn) push(f frame, conv string, head int64) {
+	if len(c.out) >= c.h.o.HighWater {
+		c.hint(conv, head)
+		return
+	}
+	select {
+	case c.out <- f:
+		c.h.stats.Pushed.Add(1)
+	default:
+		c.kick()
+	}
+}
+
+// hint queues one hint for conv unless one is already waiting.
+func (c *conn) hint(conv string, head int64) {
+	c.hmu.Lock()
+	if c.hinted[conv] {
+		c.hmu.Unlock()
+		return
+	}
+	c.hinted[conv] = true
+	c.hmu.Unlock()
+	c.h.stats.Hinted.Add(1)
+	c.enqueue(frame{b: wire.MarshalFrame(wire.Hint(conv, head, nil)), hint: conv})
+}
+
+// kick disconnects a client whose queue is full; it resyncs when it
+// reconnects. Nobody waits for it: the close runs on its own goroutine.
+func (c *conn) kick() {
+	if c.kicked.Swap(true) {
+		return
+	}
+	c.h.stats.Kicked.Add(1)
+	c.h.log.Info("closing slow client", "user", c.p.User, "device", c.p.DeviceID)
+	go func() {
+		c.ws.Close(websocket.StatusPolicyViolation, "send queue full: the client reads too slowly")
+		c.cancel()
+	}()
+}
+
+// closeAfterFlush closes the socket once what is queued is written.
+func (c *conn) closeAfterFlush(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() { c.flush <- closeReq{code, reason} })
+}
+
+// reply queues a reply frame with the request's rid.
+func (c *conn) reply(f wire.Frame, rid json.RawMessage) {
+	f.RID = rid
+	c.enqueue(frame{b: wire.MarshalFrame(f)})
+}
+
+func (c *conn) replyErr(rid json.RawMessage, err error, op string) {
+	code, msg, requestID := c.h.errorOf(err, op)
+	f := wire.Error(code, msg)
+	f.RequestID = requestID
+	c.reply(f, rid)
+}
+
+// handle answers one request frame.
+func (c *conn) handle(ctx context.Context, data []byte) {
+	req, err := wire.DecodeRequest(data)
+	if err != nil {
+		c.replyErr(req.RID, err, "decode")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.h.o.RequestTimeout)
+	defer cancel()
+	s, p := c.h.store, c.p
+	var f wire.Frame
+	switch req.T {
+	case wire.TSend:
+		var sent parley.Sent
+		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
+		if err == nil {
+			c.h.publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
+			err = fault.Hit(fault.APIAfterSendCommit)
+			f = wire.Sent(sent)
+		}
+	case wire.TRecall:
+		var r parley.Recalled
+		r, err = s.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})
+		if err == nil {
+			c.h.publish(parley.Notice{Conv: r.Conv, Seq: r.Seq})
+			f = wire.Recalled(r)
+		}
+	case wire.TSync:
+		var page parley.Page
+		page, err = s.Sync(ctx, p, req.SyncRequest())
+		f = wire.Page(page)
+	case wire.TAck:
+		var d int64
+		d, err = s.Ack(ctx, p, req.Conv, *req.Seq)
+		f = wire.Acked(req.Conv, d)
+	case wire.TRead:
+		var r int64
+		r, err = s.Read(ctx, p, req.Conv, *req.Seq)
+		if err == nil && r == *req.Seq {
+			c.h.publish(parley.Notice{Conv: req.Conv, Seq: r, User: p.User, Device: p.DeviceID})
+		}
+		f = wire.ReadOK(req.Conv, r)
+	case wire.TConvs:
+		var cs []parley.ConvSummary
+		cs, err = s.Convs(ctx, p)
+		f = wire.Convs(cs)
+	case wire.TFetch:
+		var ev parley.Event
+		ev, err = s.Fetch(ctx, p, req.Conv, *req.Seq)
+		f = wire.Fetched(ev)
+	case wire.TSub:
+		err = c.h.subscribe(ctx, c)
+		f = wire.Subscribed()
+	}
+	if err != nil {
+		c.replyErr(req.RID, err, req.T)
+		return
+	}
+	c.reply(f, req.RID)
+}
+
+// publish announces a committed change: to this gateway's fan-out at once
+// and to every gateway over the bus. The bus may echo it back; the fan-out
+// ignores seqs it has pushed. The bus.publish fault point drops both, as a
+// publisher that died between commit and publish would: the backstop is
+// then the only way the event is pushed.
+func (h *Hub) publish(n parley.Notice) {
+	if fault.Hit(fault.BusPublish) != nil {
+		return
+	}
+	h.Notify([]parley.Notice{n})
+	if h.bus != nil {
+		h.bus.Publish(n)
+	}
+}

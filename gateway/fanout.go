@@ -1,0 +1,252 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/wire"
+)
+
+// worker pushes the events of the conversations hashed to it, one
+// conversation at a time and each in seq order. Inputs (notices, baselines,
+// backstop heads) are merged into maps under a mutex, so producers never
+// block and a burst of notices for one conversation costs one Feed.
+type worker struct {
+	h      *Hub
+	signal chan struct{}
+
+	mu    sync.Mutex
+	want  map[string]int64       // conv → highest committed seq announced
+	named map[string][]string    // conv → members named by membership notices
+	base  map[string]parley.Head // conv → head when a socket subscribed
+	heads map[string]parley.Head // conv → head the backstop read
+	reads map[readKey]parley.Notice
+
+	states map[string]*convState // owned by run
+}
+
+type readKey struct{ conv, user, device string }
+
+// convState is what this gateway has pushed of one conversation.
+type convState struct {
+	pushed int64 // every seq up to here was handed to the sockets
+	epoch  int64
+}
+
+func newWorker(h *Hub) *worker {
+	return &worker{
+		h: h, signal: make(chan struct{}, 1),
+		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{},
+		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
+		states: map[string]*convState{},
+	}
+}
+
+func (w *worker) wake() {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) notice(n parley.Notice) {
+	w.mu.Lock()
+	if n.Read() {
+		k := readKey{n.Conv, n.User, n.Device}
+		if old, ok := w.reads[k]; !ok || old.Seq < n.Seq {
+			w.reads[k] = n
+		}
+	} else {
+		if n.Seq > w.want[n.Conv] {
+			w.want[n.Conv] = n.Seq
+		}
+		if n.User != "" {
+			w.named[n.Conv] = append(w.named[n.Conv], n.User)
+		}
+	}
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) baseline(hd parley.Head) {
+	w.mu.Lock()
+	w.base[hd.Conv] = hd
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) check(hd parley.Head) {
+	w.mu.Lock()
+	w.heads[hd.Conv] = hd
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) run(ctx context.Context) {
+	prune := time.NewTicker(time.Minute)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-prune.C:
+			for conv := range w.states {
+				if !w.h.isWatched(conv) {
+					delete(w.states, conv)
+				}
+			}
+			continue
+		case <-w.signal:
+		}
+		w.mu.Lock()
+		want, named, base, heads, reads := w.want, w.named, w.base, w.heads, w.reads
+		w.want, w.named, w.base, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
+		w.mu.Unlock()
+
+		for conv, hd := range base {
+			if w.states[conv] == nil {
+				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+			}
+		}
+		for conv, hd := range heads {
+			st := w.states[conv]
+			switch {
+			case st == nil:
+				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+			case st.epoch != 0 && st.epoch != hd.Epoch:
+				w.epochChanged(conv, hd)
+			case hd.Seq > st.pushed:
+				w.h.stats.Backstops.Add(1)
+				if hd.Seq > want[conv] {
+					want[conv] = hd.Seq
+				}
+			}
+		}
+		for conv, seq := range want {
+			if ctx.Err() != nil {
+				return
+			}
+			if w.states[conv] == nil && !w.h.isWatched(conv) && !w.h.anySubscribed(named[conv]) {
+				continue // none of our sockets may see it: not worth a read
+			}
+			w.advance(ctx, conv, seq)
+		}
+		for _, n := range reads {
+			w.readHint(n)
+		}
+	}
+}
+
+// advance pushes conv's events up to target, reading from the last pushed
+// seq, so a gap in the notices is filled from the store.
+func (w *worker) advance(ctx context.Context, conv string, target int64) {
+	st := w.states[conv]
+	if st == nil {
+		// Nobody here watched conv, and a user of ours was just added: start
+		// at the announced seq, their join event.
+		st = &convState{pushed: target - 1}
+		w.states[conv] = st
+	}
+	for st.pushed < target {
+		fctx, cancel := context.WithTimeout(ctx, w.h.o.RequestTimeout)
+		f, err := w.h.store.Feed(fctx, conv, st.pushed, parley.MaxPage)
+		cancel()
+		if err != nil {
+			if parley.ErrorCode(err) == parley.CodeNotFound {
+				delete(w.states, conv)
+			} else if ctx.Err() == nil {
+				// The backstop will try again.
+				w.h.log.Warn("fan-out: feed failed", "conv", conv, "after", st.pushed, "err", err)
+			}
+			return
+		}
+		if st.epoch != 0 && f.Epoch != st.epoch {
+			w.epochChanged(conv, parley.Head{Conv: conv, Seq: f.Head, Epoch: f.Epoch})
+			return
+		}
+		st.epoch = f.Epoch
+		if len(f.Events) == 0 {
+			return // nothing committed past pushed (a stale notice)
+		}
+		w.deliver(f)
+		st.pushed = f.Events[len(f.Events)-1].Seq
+	}
+}
+
+// deliver queues each event to every subscribed socket of every user who
+// may see it, encoded once; large conversations get a hint instead.
+func (w *worker) deliver(f parley.Feed) {
+	for _, ev := range f.Events {
+		if fault.Hit(fault.GatewayPush) != nil {
+			continue // lab fault: this push is lost (the client must notice the gap)
+		}
+		audience := f.Audience(ev.Seq)
+		if len(audience) == 0 {
+			continue
+		}
+		large := len(audience) > w.h.o.HintMembers
+		var fr frame
+		if !large {
+			fr = frame{b: wire.MarshalFrame(wire.EventPush(ev))}
+		}
+		for _, user := range audience {
+			for _, c := range w.h.subscribers(user, f.Conv) {
+				if large {
+					c.hint(f.Conv, f.Head)
+				} else {
+					c.push(fr, f.Conv, f.Head)
+				}
+			}
+		}
+	}
+}
+
+// epochChanged handles a rollback: its seqs will be reused, so a hint (which
+// a client follows only when the head is past its cursor) is not enough;
+// every socket watching conv gets resync, its next sync of conv answers
+// EPOCH_CHANGED and it rebuilds. Pushing goes on from the new head.
+func (w *worker) epochChanged(conv string, hd parley.Head) {
+	w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+	f := frame{b: wire.MarshalFrame(wire.Resync())}
+	for _, c := range w.h.watchers(conv) {
+		c.enqueue(f)
+	}
+}
+
+// readHint tells a user's other devices that their read cursor moved.
+func (w *worker) readHint(n parley.Notice) {
+	head := n.Seq
+	if st := w.states[n.Conv]; st != nil && st.pushed > head {
+		head = st.pushed
+	}
+	read := n.Seq
+	var fr frame
+	for _, c := range w.h.subscribers(n.User, n.Conv) {
+		if c.p.DeviceID == n.Device {
+			continue
+		}
+		if fr.b == nil {
+			fr = frame{b: wire.MarshalFrame(wire.Hint(n.Conv, head, &read))}
+		}
+		c.enqueue(fr)
+		w.h.stats.Hinted.Add(1)
+	}
+}
+
+// watchers returns the subscribed sockets watching conv.
+func (h *Hub) watchers(conv string) []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var cs []*conn
+	for _, set := range h.subs {
+		for c := range set {
+			if _, ok := c.watched[conv]; ok {
+				cs = append(cs, c)
+			}
+		}
+	}
+	return cs
+}

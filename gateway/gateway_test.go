@@ -1,0 +1,798 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/gateway"
+	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/postgres/pgtest"
+	"github.com/parleychat/parley/sqlite"
+	"github.com/parleychat/parley/wire"
+)
+
+// stores runs fn once per store: SQLite always, PostgreSQL when
+// PARLEY_TEST_POSTGRES is set (pgtest skips that subtest otherwise).
+func stores(t *testing.T, fn func(t *testing.T, s parley.Store)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		s, err := postgres.Open(context.Background(), pgtest.DSN(t), parley.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+}
+
+// server is a hub behind a real listener on 127.0.0.1.
+type server struct {
+	hub   *gateway.Hub
+	store parley.Store
+	url   string // ws://…
+	http  string // http://…
+}
+
+func newServer(t *testing.T, s parley.Store, o gateway.Options) *server {
+	t.Helper()
+	o.Store = s
+	if o.Bus == nil {
+		o.Bus = inmem.NewBus()
+	}
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	hub := gateway.New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(ctx); close(done) }()
+	srv := httptest.NewServer(hub)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return &server{hub: hub, store: s, url: "ws" + strings.TrimPrefix(srv.URL, "http"), http: srv.URL}
+}
+
+// user creates an account and returns a token for one of its devices.
+func user(t *testing.T, s parley.Store, id string) {
+	t.Helper()
+	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+		t.Fatal(err)
+	}
+}
+
+func login(t *testing.T, s parley.Store, id, device, install string) parley.Session {
+	t.Helper()
+	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: id, Password: "pw-" + id, DeviceID: device, InstallID: install})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
+}
+
+func group(t *testing.T, s parley.Store, id, owner string, members ...string) {
+	t.Helper()
+	_, err := s.CreateConversation(context.Background(), parley.Principal{User: owner}, parley.NewConversation{ID: id, Kind: parley.KindGroup, Title: id, Members: append([]string{owner}, members...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// client is a raw WebSocket peer that speaks frames by hand.
+type client struct {
+	t       *testing.T
+	ws      *websocket.Conn
+	n       int
+	pending []wire.Frame // pushes read while waiting for a reply
+	frames  chan wire.Frame
+	err     chan error // why the socket ended
+}
+
+func dial(t *testing.T, url, token string) *client {
+	t.Helper()
+	return dialBuffered(t, url, token, 100000)
+}
+
+// dialBuffered dials a client that buffers at most n frames before it
+// stops reading its socket (n small: a client that does not read).
+func dialBuffered(t *testing.T, url, token string, n int) *client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatalf("dial: %v (%v)", err, resp)
+	}
+	ws.SetReadLimit(1 << 20)
+	t.Cleanup(func() { ws.CloseNow() })
+	c := &client{t: t, ws: ws, frames: make(chan wire.Frame, n), err: make(chan error, 1)}
+	// One reader for the socket's life: coder/websocket closes a socket
+	// whose Read context ends, so reads cannot time out individually.
+	go func() {
+		for {
+			_, b, err := ws.Read(context.Background())
+			if err != nil {
+				c.err <- err
+				close(c.frames)
+				return
+			}
+			f, err := wire.DecodeFrame(b)
+			if err != nil {
+				f = wire.Frame{T: "undecodable:" + string(b)}
+			}
+			c.frames <- f
+		}
+	}()
+	return c
+}
+
+func (c *client) raw(typ websocket.MessageType, b []byte) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, typ, b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// do sends a request with a fresh rid and returns its reply, skipping
+// pushes that arrive before it.
+func (c *client) do(req map[string]any) wire.Frame {
+	c.t.Helper()
+	c.n++
+	rid := fmt.Sprintf("r%d", c.n)
+	req["rid"] = rid
+	b, _ := json.Marshal(req)
+	c.raw(websocket.MessageText, b)
+	for {
+		f, err := c.read(5 * time.Second)
+		if err != nil {
+			c.t.Fatalf("read: %v", err)
+		}
+		if string(f.RID) == `"`+rid+`"` {
+			return f
+		}
+		if f.RID != nil {
+			c.t.Fatalf("reply for %s while waiting for %s", f.RID, rid)
+		}
+		c.pending = append(c.pending, f)
+	}
+}
+
+// next returns the next frame (a push kept by do first) within 5 s.
+func (c *client) next() wire.Frame {
+	c.t.Helper()
+	if len(c.pending) > 0 {
+		f := c.pending[0]
+		c.pending = c.pending[1:]
+		return f
+	}
+	f, err := c.read(5 * time.Second)
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	return f
+}
+
+// read returns the next frame from the socket within d; after the socket
+// ended, the reason it ended.
+func (c *client) read(d time.Duration) (wire.Frame, error) {
+	select {
+	case f, ok := <-c.frames:
+		if !ok {
+			err := <-c.err
+			c.err <- err
+			return wire.Frame{}, err
+		}
+		return f, nil
+	case <-time.After(d):
+		return wire.Frame{}, context.DeadlineExceeded
+	}
+}
+
+// quiet asserts that no frame arrives within d.
+func (c *client) quiet(d time.Duration) {
+	c.t.Helper()
+	if len(c.pending) > 0 {
+		c.t.Fatalf("unexpected frame %+v", c.pending[0])
+	}
+	if f, err := c.read(d); err == nil {
+		c.t.Fatalf("unexpected frame %+v", f)
+	}
+}
+
+// push reads until a push of type typ arrives.
+func (c *client) push(typ string) wire.Frame {
+	c.t.Helper()
+	for {
+		f := c.next()
+		if f.T == typ && f.RID == nil {
+			return f
+		}
+	}
+}
+
+func wantCode(t *testing.T, f wire.Frame, code parley.Code) {
+	t.Helper()
+	if f.T != wire.TError || f.Code != code {
+		t.Fatalf("got %s %s (%s), want error %s", f.T, f.Code, f.Msg, code)
+	}
+}
+
+func send(c *client, conv, cmid, body string) wire.Frame {
+	c.t.Helper()
+	f := c.do(map[string]any{"t": "send", "conv": conv, "cmid": cmid, "body": body})
+	if f.T != wire.TSent {
+		c.t.Fatalf("send: got %s %s %s", f.T, f.Code, f.Msg)
+	}
+	return f
+}
+
+func TestRequests(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+
+		sent := send(ana, "g1", "c1", "hello")
+		if *sent.Seq != 3 || *sent.Dup || sent.MID == "" || *sent.Epoch != 1 || sent.Conv != "g1" {
+			t.Fatalf("sent = %+v", sent)
+		}
+		again := send(ana, "g1", "c1", "hello")
+		if *again.Seq != 3 || !*again.Dup || again.MID != sent.MID {
+			t.Fatalf("replay = %+v, want seq 3 dup", again)
+		}
+		wantCode(t, ana.do(map[string]any{"t": "send", "conv": "g1", "cmid": "c1", "body": "other"}), parley.CodeIdempotencyMismatch)
+		wantCode(t, ana.do(map[string]any{"t": "send", "conv": "nope", "cmid": "c1", "body": "x"}), parley.CodeNotMember)
+
+		page := ana.do(map[string]any{"t": "sync", "conv": "g1", "after": 0})
+		if page.T != wire.TPage || len(page.Events) != 3 || *page.NextAfter != 3 || *page.HasMore || *page.Head != 3 || *page.MinSeq != 1 || *page.Trimmed || *page.Epoch != 1 {
+			t.Fatalf("page = %+v", page)
+		}
+		if ev := page.Events[2]; ev.Kind != "message" || ev.Body != "hello" || ev.Sender != "ana" || ev.Device != "d1" || !strings.HasSuffix(ev.At, "Z") {
+			t.Fatalf("event = %+v", ev)
+		}
+		empty := ana.do(map[string]any{"t": "sync", "conv": "g1", "after": 3, "limit": 10})
+		if empty.Events == nil || len(empty.Events) != 0 {
+			t.Fatalf("empty page events = %#v, want []", empty.Events)
+		}
+		wantCode(t, ana.do(map[string]any{"t": "sync", "conv": "g1", "after": 9}), parley.CodeCursorAhead)
+		wantCode(t, ana.do(map[string]any{"t": "sync", "conv": "g1", "after": 0, "epoch": 7}), parley.CodeEpochChanged)
+		wantCode(t, ana.do(map[string]any{"t": "sync", "conv": "g1", "after": 0, "limit": 0}), parley.CodeInvalidArgument)
+
+		if f := ana.do(map[string]any{"t": "ack", "conv": "g1", "seq": 3}); f.T != wire.TAcked || *f.Delivered != 3 || f.Conv != "g1" {
+			t.Fatalf("ack = %+v", f)
+		}
+		if f := ana.do(map[string]any{"t": "read", "conv": "g1", "seq": 2}); f.T != wire.TReadOK || *f.Read != 2 {
+			t.Fatalf("read = %+v", f)
+		}
+		if f := ana.do(map[string]any{"t": "fetch", "conv": "g1", "seq": 3}); f.T != wire.TFetched || f.Ev == nil || f.Ev.Body != "hello" {
+			t.Fatalf("fetch = %+v", f)
+		}
+		wantCode(t, ana.do(map[string]any{"t": "fetch", "conv": "g1", "seq": 99}), parley.CodeNotFound)
+		rec := ana.do(map[string]any{"t": "recall", "conv": "g1", "target": 3, "cmid": "r1"})
+		if rec.T != wire.TRecalled || *rec.Seq != 4 || *rec.Dup {
+			t.Fatalf("recall = %+v", rec)
+		}
+		if f := ana.do(map[string]any{"t": "fetch", "conv": "g1", "seq": 3}); f.Ev == nil || !f.Ev.Recalled || f.Ev.Body != "" {
+			t.Fatalf("recalled fetch = %+v", f.Ev)
+		}
+		convs := ana.do(map[string]any{"t": "convs"})
+		if convs.T != wire.TConvsReply || len(convs.Convs) != 1 || convs.Convs[0].Conv != "g1" || convs.Convs[0].Head != 4 || convs.Convs[0].Read != 2 {
+			t.Fatalf("convs = %+v", convs)
+		}
+		if f := ana.do(map[string]any{"t": "sub"}); f.T != wire.TSubscribed {
+			t.Fatalf("sub = %+v", f)
+		}
+		// A numeric rid is echoed as it came.
+		ana.raw(websocket.MessageText, []byte(`{"t":"convs","rid":42}`))
+		if f := ana.next(); string(f.RID) != "42" || f.T != wire.TConvsReply {
+			t.Fatalf("numeric rid: %+v", f)
+		}
+	})
+}
+
+// TestPushes: events reach every subscribed socket of every member who may
+// see them (the sender's other sockets included), never a socket before
+// its sub, never a non-member or a former member; read-cursor moves reach
+// the user's other devices as hints.
+func TestPushes(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		for _, u := range []string{"ana", "ben", "cy", "dan"} {
+			user(t, s, u)
+		}
+		group(t, s, "g1", "ana", "ben", "cy")
+		ana1 := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		ana2 := dial(t, srv.url, login(t, s, "ana", "d2", "i1").Token)
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		benNoSub := dial(t, srv.url, login(t, s, "ben", "d2", "i1").Token)
+		cy := dial(t, srv.url, login(t, s, "cy", "d1", "i1").Token)
+		dan := dial(t, srv.url, login(t, s, "dan", "d1", "i1").Token)
+		for _, c := range []*client{ana1, ana2, ben, cy, dan} {
+			if f := c.do(map[string]any{"t": "sub"}); f.T != wire.TSubscribed {
+				t.Fatalf("sub: %+v", f)
+			}
+		}
+		send(ana1, "g1", "m1", "one")
+		for name, c := range map[string]*client{"ana2": ana2, "ben": ben, "cy": cy} {
+			f := c.push(wire.TEvent)
+			if f.Ev == nil || f.Ev.Seq != 4 || f.Ev.Body != "one" || f.Ev.Conv != "g1" {
+				t.Fatalf("%s push = %+v", name, f.Ev)
+			}
+		}
+		if f := ana1.push(wire.TEvent); f.Ev.Seq != 4 {
+			t.Fatalf("sender's own socket push = %+v", f.Ev)
+		}
+		dan.quiet(200 * time.Millisecond)
+		benNoSub.quiet(100 * time.Millisecond)
+
+		// cy leaves: she gets her own member_left, then nothing more.
+		if _, err := s.RemoveMember(context.Background(), parley.Principal{User: "ana"}, "g1", "cy"); err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g1", Seq: 5}})
+		if f := cy.push(wire.TEvent); f.Ev.Kind != "member_left" || f.Ev.User != "cy" {
+			t.Fatalf("cy's removal push = %+v", f.Ev)
+		}
+		ben.push(wire.TEvent) // ben sees the removal too
+		send(ana1, "g1", "m2", "after cy left")
+		if f := ben.push(wire.TEvent); f.Ev.Seq != 6 {
+			t.Fatalf("ben push = %+v", f.Ev)
+		}
+		cy.quiet(200 * time.Millisecond)
+
+		// dan joins later: his join event is pushed to him, and what follows.
+		if _, err := s.AddMember(context.Background(), parley.Principal{User: "ana"}, "g1", "dan"); err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g1", Seq: 7}})
+		if f := dan.push(wire.TEvent); f.Ev.Kind != "member_joined" || f.Ev.Seq != 7 {
+			t.Fatalf("dan's join push = %+v", f.Ev)
+		}
+		send(ben, "g1", "m3", "welcome dan")
+		if f := dan.push(wire.TEvent); f.Ev.Seq != 8 || f.Ev.Body != "welcome dan" {
+			t.Fatalf("dan push = %+v", f.Ev)
+		}
+
+		// ana reads on d1: d2 gets a hint with read, d1 does not.
+		ana1.do(map[string]any{"t": "read", "conv": "g1", "seq": 8})
+		h := ana2.push(wire.THint)
+		if h.Conv != "g1" || h.Read == nil || *h.Read != 8 || *h.Head < 8 {
+			t.Fatalf("read hint = %+v", h)
+		}
+		for {
+			f, err := ana1.read(200 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			if f.T == wire.THint {
+				t.Fatalf("the reading device got its own read hint: %+v", f)
+			}
+		}
+	})
+}
+
+// TestPushGapFilled: a notice that skips seqs makes the gateway read the
+// missing ones from the store, so nothing is skipped.
+func TestPushGapFilled(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		ben.do(map[string]any{"t": "sub"})
+		p := parley.Principal{User: "ana", DeviceID: "d1"}
+		for i := range 5 { // committed behind the gateway's back: no notices
+			if _, err := s.Send(context.Background(), p, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g1", Seq: 7}})
+		for want := int64(3); want <= 7; want++ {
+			if f := ben.push(wire.TEvent); f.Ev.Seq != want {
+				t.Fatalf("push seq %d, want %d", f.Ev.Seq, want)
+			}
+		}
+	})
+}
+
+// TestBackstop: with no notice at all, the poll of watched heads pushes.
+func TestBackstop(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{Backstop: 100 * time.Millisecond})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		ben.do(map[string]any{"t": "sub"})
+		if _, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g1", CMID: "c1", Body: "quiet"}); err != nil {
+			t.Fatal(err)
+		}
+		if f := ben.push(wire.TEvent); f.Ev.Seq != 3 || f.Ev.Body != "quiet" {
+			t.Fatalf("backstop push = %+v", f.Ev)
+		}
+		if srv.hub.Stats().Backstops.Load() == 0 {
+			t.Fatal("the backstop did not count the conversation it found behind")
+		}
+	})
+}
+
+func TestResyncOnBusLoss(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		subbed := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		subbed.do(map[string]any{"t": "sub"})
+		other := dial(t, srv.url, login(t, s, "ana", "d2", "i1").Token)
+		srv.hub.Lost()
+		if f := subbed.push(wire.TResync); f.T != wire.TResync {
+			t.Fatal("no resync")
+		}
+		other.quiet(150 * time.Millisecond)
+	})
+}
+
+// TestHintForLargeGroup: above the member threshold, members get a hint
+// (conv, head) instead of the event; small conversations get events.
+func TestHintForLargeGroup(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{HintMembers: 3})
+		for _, u := range []string{"ana", "ben", "cy", "dan"} {
+			user(t, s, u)
+		}
+		group(t, s, "big", "ana", "ben", "cy", "dan") // 4 members > 3
+		group(t, s, "small", "ana", "ben")
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		ben.do(map[string]any{"t": "sub"})
+		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		send(ana, "big", "b1", "to many")
+		h := ben.push(wire.THint)
+		if h.Conv != "big" || *h.Head != 5 || h.Read != nil {
+			t.Fatalf("hint = %+v", h)
+		}
+		send(ana, "small", "s1", "to few")
+		if f := ben.push(wire.TEvent); f.Ev.Conv != "small" {
+			t.Fatalf("small group push = %+v", f)
+		}
+	})
+}
+
+// TestSlowConsumer: a socket that does not read is disconnected when its
+// queue fills, and nobody else waits for it: another socket of the same
+// user gets its pushes meanwhile.
+func TestSlowConsumer(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{QueueSize: 4})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		p := parley.Principal{User: "ana", DeviceID: "d1"}
+		body := strings.Repeat("x", 4000)
+		for i := range 200 {
+			if _, err := s.Send(context.Background(), p, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: body}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slow := dialBuffered(t, srv.url, login(t, s, "ben", "slow", "i1").Token, 1)
+		slow.do(map[string]any{"t": "sub"})
+		fast := dial(t, srv.url, login(t, s, "ben", "fast", "i1").Token)
+		fast.do(map[string]any{"t": "sub"})
+		// 40 pages of 800 KB that the slow socket never reads.
+		for range 40 {
+			slow.raw(websocket.MessageText, []byte(`{"t":"sync","conv":"g1","after":0,"limit":200}`))
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for srv.hub.Stats().Kicked.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := srv.hub.Stats().Kicked.Load(); got != 1 {
+			t.Fatalf("kicked = %d, want the slow socket", got)
+		}
+		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		send(ana, "g1", "late", "still flowing")
+		if f := fast.push(wire.TEvent); f.Ev.Body != "still flowing" {
+			t.Fatalf("fast socket push = %+v", f.Ev)
+		}
+		// The slow socket ends (close 1008 once the buffered bytes drain,
+		// or the connection is simply gone).
+		var err error
+		for err == nil {
+			_, err = slow.read(20 * time.Second)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal("the slow socket was not closed")
+		}
+		if st := websocket.CloseStatus(err); st != -1 && st != websocket.StatusPolicyViolation {
+			t.Fatalf("slow socket closed with %v, want 1008", st)
+		}
+	})
+}
+
+// TestHighWaterHints: above the high-water mark a socket's events become
+// one hint per conversation.
+func TestHighWaterHints(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{QueueSize: 1000, HighWater: 1})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		ben.do(map[string]any{"t": "sub"})
+		p := parley.Principal{User: "ana", DeviceID: "d1"}
+		for i := range 50 {
+			if _, err := s.Send(context.Background(), p, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: strings.Repeat("y", 4000)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g1", Seq: 52}})
+		events, hints := 0, 0
+		for {
+			f, err := ben.read(300 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			switch f.T {
+			case wire.TEvent:
+				events++
+			case wire.THint:
+				hints++
+			}
+		}
+		if hints == 0 || events+hints >= 50 {
+			t.Fatalf("events %d, hints %d: want hints to replace events above the high-water mark", events, hints)
+		}
+	})
+}
+
+func TestFrameLimits(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		c := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		frame := func(n int) []byte {
+			b := []byte(`{"t":"convs","rid":"big"}`)
+			return append(b, []byte(strings.Repeat(" ", n-len(b)))...)
+		}
+		c.raw(websocket.MessageText, frame(parley.MaxFrameBytes))
+		if f := c.next(); f.T != wire.TConvsReply || string(f.RID) != `"big"` {
+			t.Fatalf("a frame of exactly 64 KiB: %+v", f)
+		}
+		c.raw(websocket.MessageText, frame(parley.MaxFrameBytes+1))
+		_, err := c.read(5 * time.Second)
+		if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+			t.Fatalf("a frame over 64 KiB: %v, want close 1009", err)
+		}
+	})
+}
+
+func TestBadFrames(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		group(t, s, "g1", "ana")
+		c := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		tests := []struct {
+			name  string
+			typ   websocket.MessageType
+			frame string
+			rid   string
+		}{
+			{"invalid UTF-8", websocket.MessageText, "{\"t\":\"send\",\"rid\":\"u\",\"conv\":\"g1\",\"cmid\":\"x\",\"body\":\"\xff\xfe\"}", ""},
+			{"not JSON", websocket.MessageText, "hello", ""},
+			{"JSON array", websocket.MessageText, `[1,2]`, ""},
+			{"empty object", websocket.MessageText, `{}`, ""},
+			{"unknown type", websocket.MessageText, `{"t":"shout","rid":"a"}`, `"a"`},
+			{"missing body", websocket.MessageText, `{"t":"send","rid":"b","conv":"g1","cmid":"x"}`, `"b"`},
+			{"seq not a number", websocket.MessageText, `{"t":"ack","rid":"c","conv":"g1","seq":"3"}`, `"c"`},
+			{"rid an object", websocket.MessageText, `{"t":"convs","rid":{"a":1}}`, ""},
+			{"body too long", websocket.MessageText, `{"t":"send","rid":"d","conv":"g1","cmid":"x","body":"` + strings.Repeat("é", 4001) + `"}`, `"d"`},
+			{"NUL in body", websocket.MessageText, `{"t":"send","rid":"e","conv":"g1","cmid":"x","body":"a\u0000b"}`, `"e"`},
+			{"binary frame", websocket.MessageBinary, `{"t":"convs"}`, ""},
+		}
+		for _, tt := range tests {
+			c.raw(tt.typ, []byte(tt.frame))
+			f := c.next()
+			if f.T != wire.TError || f.Code != parley.CodeInvalidArgument || string(f.RID) != tt.rid {
+				t.Errorf("%s: got %s %s rid %s (%s), want INVALID_ARGUMENT rid %q", tt.name, f.T, f.Code, f.RID, f.Msg, tt.rid)
+			}
+			// The connection stays usable.
+			if f := c.do(map[string]any{"t": "convs"}); f.T != wire.TConvsReply {
+				t.Fatalf("after %s: %+v", tt.name, f)
+			}
+		}
+		if n, err := s.Sync(context.Background(), parley.Principal{User: "ana"}, parley.SyncRequest{Conv: "g1", Limit: 10}); err != nil || n.Head != 1 {
+			t.Fatalf("bad frames wrote something: head %d, %v", n.Head, err)
+		}
+	})
+}
+
+func TestUnauthenticated(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		loggedOut := login(t, s, "ana", "d1", "i1").Token
+		if err := s.Logout(context.Background(), loggedOut); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			name   string
+			header http.Header
+		}{
+			{"no token", nil},
+			{"garbage token", http.Header{"Authorization": {"Bearer nope"}}},
+			{"logged-out token", http.Header{"Authorization": {"Bearer " + loggedOut}}},
+			{"basic auth", http.Header{"Authorization": {"Basic YTpi"}}},
+			{"bad cookie", http.Header{"Cookie": {wire.SessionCookie + "=nope"}}},
+		}
+		for _, tt := range tests {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: tt.header})
+			cancel()
+			if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s: upgrade answered %v, %v; want 401", tt.name, resp, err)
+			}
+			if resp.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s: 401 without WWW-Authenticate", tt.name)
+			}
+		}
+		// The cookie works like the bearer token.
+		tok := login(t, s, "ana", "d2", "i1").Token
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {wire.SessionCookie + "=" + tok}}})
+		if err != nil {
+			t.Fatalf("cookie upgrade: %v", err)
+		}
+		ws.CloseNow()
+	})
+}
+
+func TestStaleInstall(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		group(t, s, "g1", "ana")
+		old := login(t, s, "ana", "d1", "install-1").Token
+		open := dial(t, srv.url, old)
+		login(t, s, "ana", "d1", "install-2") // the device was reinstalled
+		// A new upgrade with the old install's token: 401 STALE_INSTALL.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + old}}})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("stale upgrade: %v %v", resp, err)
+		}
+		var p wire.Problem
+		body, _ := io.ReadAll(resp.Body)
+		if json.Unmarshal(body, &p) != nil || p.Code != parley.CodeStaleInstall {
+			t.Fatalf("stale upgrade body %s, want code STALE_INSTALL", body)
+		}
+		// A socket the old install still has open: ack says STALE_INSTALL.
+		wantCode(t, open.do(map[string]any{"t": "ack", "conv": "g1", "seq": 1}), parley.CodeStaleInstall)
+	})
+}
+
+// TestDrain: goaway to every socket, then new frames get UNAVAILABLE and
+// new upgrades 503.
+func TestDrain(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		group(t, s, "g1", "ana")
+		tok := login(t, s, "ana", "d1", "i1").Token
+		c := dial(t, srv.url, tok)
+		send(c, "g1", "before", "accepted")
+		srv.hub.Drain()
+		if f := c.push(wire.TGoaway); f.T != wire.TGoaway {
+			t.Fatal("no goaway")
+		}
+		wantCode(t, c.do(map[string]any{"t": "send", "conv": "g1", "cmid": "after", "body": "x"}), parley.CodeUnavailable)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("upgrade while draining: %v %v", resp, err)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		if err := srv.hub.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		var rerr error
+		for rerr == nil {
+			_, rerr = c.read(5 * time.Second)
+		}
+		if websocket.CloseStatus(rerr) != websocket.StatusGoingAway {
+			t.Fatalf("after shutdown: %v, want close 1001", rerr)
+		}
+		if errors.Is(rerr, context.DeadlineExceeded) {
+			t.Fatal("socket not closed")
+		}
+	})
+}
+
+// TestJoinUnwatched: a gateway skips conversations none of its sockets
+// watch, until a membership notice names one of its users; then that user
+// gets the join event and what follows.
+func TestJoinUnwatched(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		user(t, s, "dan")
+		group(t, s, "g2", "ana")
+		dan := dial(t, srv.url, login(t, s, "dan", "d1", "i1").Token)
+		dan.do(map[string]any{"t": "sub"})
+		mc, err := s.AddMember(context.Background(), parley.Principal{User: "ana"}, "g2", "dan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: mc.Seq}}) // says nothing of dan
+		dan.quiet(200 * time.Millisecond)
+		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: mc.Seq, User: "dan"}})
+		if f := dan.push(wire.TEvent); f.Ev.Kind != "member_joined" || f.Ev.User != "dan" {
+			t.Fatalf("join push = %+v", f.Ev)
+		}
+		sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: sent.Seq}})
+		if f := dan.push(wire.TEvent); f.Ev.Body != "hi dan" {
+			t.Fatalf("push after the join = %+v", f.Ev)
+		}
+	})
+}
+
+// TestRollbackResync: after an operator rollback the seqs are reused, so
+// the sockets watching the conversation get resync and their next sync of
+// it answers EPOCH_CHANGED. A rollback may leave the head below what was
+// pushed, so no notice reveals it: the backstop sees the epoch move.
+func TestRollbackResync(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{Backstop: 100 * time.Millisecond})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		group(t, s, "g1", "ana", "ben")
+		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
+		ben.do(map[string]any{"t": "sub"})
+		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		send(ana, "g1", "c1", "kept")
+		send(ana, "g1", "c2", "rolled back")
+		ben.push(wire.TEvent)
+		ben.push(wire.TEvent)
+		if _, err := s.Rollback(context.Background(), "g1", 3); err != nil {
+			t.Fatal(err)
+		}
+		ben.push(wire.TResync)
+		wantCode(t, ben.do(map[string]any{"t": "sync", "conv": "g1", "after": 0, "epoch": 1}), parley.CodeEpochChanged)
+	})
+}
