@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/wire"
+)
+
+// follow is the applier of one connection, the only goroutine that calls
+// the Handler or moves cursors: sub, convs, sync of every conversation that
+// changed, then the pushes as they come.
+func (s *session) follow(ctx context.Context) error {
+	if _, err := s.doOwn(ctx, wire.Request{T: wire.TSub}); err != nil {
+		return err
+	}
+	if err := s.resyncAll(ctx); err != nil {
+		return err
+	}
+	if s.c.opts.OnConnect != nil {
+		s.c.opts.OnConnect(s.url)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return nil
+		case <-s.pushed:
+		}
+		fs, overflow := s.takePushes()
+		if overflow {
+			s.c.log.Warn("client: too many pushes queued; resyncing", "url", s.url)
+			if err := s.resyncAll(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.apply(ctx, fs); err != nil {
+			return err
+		}
+	}
+}
+
+// resyncAll learns the conversation list and syncs every conversation
+// whose head or epoch differs from its cursor.
+func (s *session) resyncAll(ctx context.Context) error {
+	f, err := s.doOwn(ctx, wire.Request{T: wire.TConvs})
+	if err != nil {
+		return err
+	}
+	s.c.opts.Handler.Convs(f.Convs)
+	for _, e := range f.Convs {
+		s.c.learn(e.Conv)
+	}
+	for _, e := range f.Convs {
+		cur, _ := s.c.Cursor(e.Conv)
+		if cur.After == e.Head && cur.Epoch == e.Epoch {
+			continue
+		}
+		if err := s.syncConv(ctx, e.Conv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply handles a run of pushes in order. Consecutive events that continue
+// a conversation's cursor are handed over as one batch and stored once.
+func (s *session) apply(ctx context.Context, fs []wire.Frame) error {
+	var conv string
+	var batch []wire.Event
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		cur, _ := s.c.Cursor(conv)
+		s.c.opts.Handler.Events(conv, cur.Epoch, batch)
+		last := batch[len(batch)-1].Seq
+		batch = nil
+		return s.c.setCursor(ctx, conv, Cursor{After: last, Epoch: cur.Epoch})
+	}
+	for _, f := range fs {
+		switch f.T {
+		case wire.TEvent:
+			if f.Ev == nil || f.Ev.Conv == "" {
+				continue
+			}
+			ev := *f.Ev
+			if ev.Conv != conv {
+				if err := flush(); err != nil {
+					return err
+				}
+				conv = ev.Conv
+			}
+			cur, known := s.c.Cursor(ev.Conv)
+			after := cur.After
+			if len(batch) > 0 {
+				after = batch[len(batch)-1].Seq
+			}
+			switch {
+			case known && cur.Epoch != 0 && ev.Seq <= after:
+				// A duplicate: already handed over.
+			case known && cur.Epoch != 0 && ev.Seq == after+1:
+				batch = append(batch, ev)
+			default:
+				// A gap, or a conversation not synced yet: sync fills it.
+				if err := flush(); err != nil {
+					return err
+				}
+				if err := s.syncConv(ctx, ev.Conv); err != nil {
+					return err
+				}
+			}
+		case wire.THint:
+			if err := flush(); err != nil {
+				return err
+			}
+			if f.Conv == "" {
+				continue
+			}
+			if f.Read != nil {
+				s.c.opts.Handler.Read(f.Conv, *f.Read)
+			}
+			cur, known := s.c.Cursor(f.Conv)
+			if !known || cur.Epoch == 0 || (f.Head != nil && *f.Head > cur.After) {
+				if err := s.syncConv(ctx, f.Conv); err != nil {
+					return err
+				}
+			}
+		case wire.TResync:
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := s.resyncAll(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// syncConv pages through conv from its cursor until has_more is false,
+// handing each page to the Handler before storing the cursor after it.
+// EPOCH_CHANGED and CURSOR_AHEAD reset the conversation and start it over
+// from 0. Other terminal codes (NOT_MEMBER, …) skip the conversation; a
+// retryable code is retried on this connection after backoff; a lost
+// connection or no reply returns the error, which ends the connection.
+func (s *session) syncConv(ctx context.Context, conv string) error {
+	resets, retries := 0, 0
+	for {
+		cur, _ := s.c.Cursor(conv)
+		after, limit := cur.After, s.c.opts.SyncLimit
+		req := wire.Request{T: wire.TSync, Conv: conv, After: &after, Limit: &limit}
+		if cur.Epoch != 0 {
+			epoch := cur.Epoch
+			req.Epoch = &epoch
+		}
+		f, err := s.doOwn(ctx, req)
+		code := parley.ErrorCode(err)
+		var pe *parley.Error
+		switch {
+		case err == nil:
+		case code == parley.CodeEpochChanged || code == parley.CodeCursorAhead:
+			if resets++; resets > 3 {
+				return fmt.Errorf("client: sync %s: %s again after a reset: %w", conv, code, err)
+			}
+			if err := s.reset(ctx, conv, code); err != nil {
+				return err
+			}
+			continue
+		case errors.As(err, &pe) && pe.Code.IsTerminal():
+			s.c.log.Warn("client: cannot sync conversation; skipping it", "conv", conv, "code", pe.Code, "msg", pe.Msg)
+			return nil
+		case errors.As(err, &pe):
+			// UNAVAILABLE or RATE_LIMITED from the server: the connection is fine.
+			wait := backoff(retries, s.c.opts.BackoffBase, s.c.opts.BackoffMax, s.c.jitter())
+			if pe.Code == parley.CodeRateLimited && f.RetryAfterMS > 0 {
+				wait = msDuration(f.RetryAfterMS)
+			}
+			retries++
+			if !s.sleep(ctx, wait) {
+				return ErrConnLost
+			}
+			continue
+		default:
+			return err
+		}
+		retries = 0
+
+		p := pageOf(f)
+		if cur.Epoch != 0 && p.Epoch != cur.Epoch {
+			// The server should have said EPOCH_CHANGED; rebuild all the same.
+			if resets++; resets > 3 {
+				return fmt.Errorf("client: sync %s: epoch %d after a reset, want %d", conv, p.Epoch, cur.Epoch)
+			}
+			if err := s.reset(ctx, conv, parley.CodeEpochChanged); err != nil {
+				return err
+			}
+			continue
+		}
+		if p.Trimmed {
+			s.c.opts.Handler.Trimmed(conv, p.MinSeq)
+		}
+		// Hand over only what continues the cursor, ascending: a page is
+		// trusted for order but never allowed to repeat or go back.
+		evs := make([]wire.Event, 0, len(p.Events))
+		last := cur.After
+		for _, ev := range p.Events {
+			if ev.Seq > last {
+				evs = append(evs, ev)
+				last = ev.Seq
+			}
+		}
+		if len(evs) > 0 {
+			s.c.opts.Handler.Events(conv, p.Epoch, evs)
+		}
+		next := max(p.NextAfter, last)
+		if err := s.c.setCursor(ctx, conv, Cursor{After: next, Epoch: p.Epoch}); err != nil {
+			return err
+		}
+		if !p.HasMore {
+			return nil
+		}
+		if next <= cur.After {
+			return fmt.Errorf("client: sync %s: has_more without progress past %d", conv, cur.After)
+		}
+	}
+}
+
+// reset tells the Handler to drop conv and starts its cursor over.
+func (s *session) reset(ctx context.Context, conv string, code parley.Code) error {
+	s.c.log.Info("client: rebuilding conversation", "conv", conv, "code", code)
+	s.c.opts.Handler.Reset(conv, code)
+	return s.c.setCursor(ctx, conv, Cursor{})
+}
