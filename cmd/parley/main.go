@@ -1,0 +1,100 @@
+// Command parley is the Parley chat server and its tools (SPEC §8):
+//
+//	parley serve [--addr 127.0.0.1:8080] [--db sqlite:FILE | postgres://…] [--data-dir DIR] [--demo]
+//	parley migrate [--db …]
+//	parley user add ID [--email E] [--admin] --password-stdin [--db …]
+//	parley user disable ID [--db …]
+//
+// Every flag can also be set by an environment variable: --data-dir is
+// PARLEY_DATA_DIR, and so on. Exit status: 0 success, 1 failure, 2 bad usage;
+// errors go to stderr on one line.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "parley: "+oneLine(err.Error()))
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+const usage = `usage:
+  parley serve [--addr HOST:PORT] [--db sqlite:FILE|postgres://...] [--data-dir DIR] [--demo]
+  parley migrate [--db ...]
+  parley user add ID [--email E] [--admin] --password-stdin [--db ...]
+  parley user disable ID [--db ...]
+every flag also reads PARLEY_<FLAG> from the environment (--data-dir: PARLEY_DATA_DIR)`
+
+// run is the whole program; main only wires it to the process. ctx ends on
+// SIGINT or SIGTERM.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		return usagef("no command (see parley help)")
+	}
+	switch cmd, rest := args[1], args[2:]; cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout)
+	case "user":
+		return runUser(ctx, rest, getenv, stdin, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	default:
+		return usagef("unknown command %q (see parley help)", cmd)
+	}
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from PARLEY_<NAME> (dashes become underscores).
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usagef("%s=%q: %v", env, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/gateway"
+	"github.com/parleychat/parley/httpapi"
+	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/postgres"
+)
+
+type serveFlags struct {
+	storeFlags
+	addr         string
+	demo         bool
+	origins      string
+	hintMembers  int
+	queue        int
+	backstop     time.Duration
+	ping         time.Duration
+	drainTimeout time.Duration
+	secureCookie bool
+	logFormat    string
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f.storeFlags.register(fs)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
+	fs.BoolVar(&f.demo, "demo", false, "create demo users ana (admin), ben, cy (password parley-demo) and group c-team when missing")
+	fs.StringVar(&f.origins, "origins", "", "comma-separated browser origins allowed to open /ws besides the server's own host")
+	fs.IntVar(&f.hintMembers, "hint-members", 1000, "conversations with more members get hints instead of event pushes")
+	fs.IntVar(&f.queue, "send-queue", 256, "frames queued per socket before a slow client is disconnected")
+	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
+	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
+	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("serve: unexpected argument %q", fs.Arg(0))
+	}
+	var handler slog.Handler
+	switch f.logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, nil)
+	case "json":
+		handler = slog.NewJSONHandler(stderr, nil)
+	default:
+		return usagef("--log-format %q: want text or json", f.logFormat)
+	}
+	log := slog.New(handler)
+	if spec := getenv("PARLEY_FAULTS"); spec != "" {
+		if err := fault.Arm(spec); err != nil {
+			return usagef("PARLEY_FAULTS: %v", err)
+		}
+		log.Warn("fault points armed (lab setting)", "faults", spec)
+	}
+
+	store, kind, err := f.open(ctx, parley.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if f.demo {
+		if err := seedDemo(ctx, store); err != nil {
+			return fmt.Errorf("demo data: %w", err)
+		}
+	}
+
+	var bus parley.Bus = inmem.NewBus()
+	if kind == "postgres" {
+		if bus, err = postgres.NewBus(f.dsn(), postgres.BusOptions{Logger: log}); err != nil {
+			return err
+		}
+	}
+	var origins []string
+	for _, o := range strings.Split(f.origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	hub := gateway.New(gateway.Options{
+		Store: store, Bus: bus, Log: log,
+		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
+		PingEvery: f.ping, OriginPatterns: origins,
+	})
+	api := httpapi.NewHandler(httpapi.Deps{
+		Store: store, Gateway: hub, Log: log, Draining: hub.Draining, SecureCookie: f.secureCookie,
+	})
+
+	// Bind before serving, so a taken port fails here, synchronously.
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	defer stopHub()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := hub.Run(hubCtx); err != nil {
+			log.Error("gateway stopped", "err", err)
+		}
+	})
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	log.Info("parley serving", "addr", ln.Addr().String(), "store", kind)
+
+	select {
+	case err := <-serveErr:
+		stopHub()
+		wg.Wait()
+		return err
+	case <-ctx.Done():
+	}
+
+	// Graceful drain: goaway to every socket once accepted requests are
+	// answered, stop accepting, finish in-flight HTTP requests, close the
+	// sockets after their queues are written, then stop the fan-out and
+	// the store (in reverse order of construction).
+	log.Info("draining")
+	dctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+	defer cancel()
+	hub.Drain()
+	shutdownErr := srv.Shutdown(dctx)
+	if err := hub.Shutdown(dctx); err != nil {
+		log.Warn("sockets still open at the drain deadline", "err", err)
+	}
+	stopHub()
+	wg.Wait()
+	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
+		return shutdownErr
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// seedDemo creates the demo users and group when they are missing.
+func seedDemo(ctx context.Context, store parley.Store) error {
+	users := []parley.NewUser{
+		{ID: "ana", Password: "parley-demo", Role: parley.RoleAdmin},
+		{ID: "ben", Password: "parley-demo"},
+		{ID: "cy", Password: "parley-demo"},
+	}
+	for _, u := range users {
+		if _, err := store.CreateUser(ctx, u); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+			return err
+		}
+	}
+	ana := parley.Principal{User: "ana", Role: parley.RoleAdmin}
+	_, err := store.CreateConversation(ctx, ana, parley.NewConversation{
+		ID: "c-team", Kind: parley.KindGroup, Title: "C team", Members: []string{"ana", "ben", "cy"},
+	})
+	if err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+		return err
+	}
+	return nil
+}

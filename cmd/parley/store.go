@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/sqlite"
+)
+
+// storeFlags are the flags of every command that opens the store.
+type storeFlags struct {
+	db      string
+	dataDir string
+}
+
+func (f *storeFlags) register(fs interface {
+	StringVar(p *string, name, value, usage string)
+}) {
+	fs.StringVar(&f.db, "db", "", "store: sqlite:FILE or postgres://… (default sqlite:DATA-DIR/parley.db)")
+	fs.StringVar(&f.dataDir, "data-dir", "./parley-data", "directory for the embedded database and local files")
+}
+
+// dsn returns the store's DSN, the default being the embedded file.
+func (f *storeFlags) dsn() string {
+	if f.db != "" {
+		return f.db
+	}
+	return "sqlite:" + filepath.Join(f.dataDir, "parley.db")
+}
+
+// kind names the store a DSN selects; the choice is an explicit switch on
+// the scheme.
+func storeKind(dsn string) (string, error) {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return "sqlite", nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return "postgres", nil
+	}
+	return "", usagef("--db %q: want sqlite:FILE or postgres://…", redact(dsn))
+}
+
+// openStore opens (and migrates) the store the flags name.
+func (f *storeFlags) open(ctx context.Context, opts parley.Options) (parley.Store, string, error) {
+	dsn := f.dsn()
+	kind, err := storeKind(dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	switch kind {
+	case "sqlite":
+		file := strings.TrimPrefix(dsn, "sqlite:")
+		if dir := filepath.Dir(file); dir != "" {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, "", fmt.Errorf("data directory: %w", err)
+			}
+		}
+		db, err := sqlite.Open(ctx, file, opts)
+		return db, kind, err
+	default:
+		db, err := postgres.Open(ctx, dsn, opts)
+		return db, kind, err
+	}
+}
+
+// redact hides a password in a DSN for messages.
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		rest := dsn[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if colon := strings.Index(rest[:at], ":"); colon >= 0 {
+				return dsn[:i+3] + rest[:colon] + ":***" + rest[at:]
+			}
+		}
+	}
+	return dsn
+}
