@@ -278,3 +278,29 @@ func (f Feed) Audience(seq int64) []string {
 	}
 	return users
 }
+
+// CheckFeed validates the arguments of Feeder.Feed.
+func CheckFeed(conv string, after int64, limit int) error {
+	if err := CheckConvID(conv); err != nil {
+		return err
+	}
+	if err := CheckSeq("after", after); err != nil {
+		return err
+	}
+	if limit < 1 {
+		return Errorf(CodeInvalidArgument, "limit must be at least 1")
+	}
+	return nil
+}
+
+// HeadIDs returns the ids of Feeder.Heads that can name a conversation:
+// malformed ones are left out like unknown ones.
+func HeadIDs(convs []string) []string {
+	ids := make([]string, 0, len(convs))
+	for _, id := range convs {
+		if ValidConvID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

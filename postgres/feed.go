@@ -36,7 +36,7 @@ ORDER BY e.seq`
 
 // Feed implements parley.Feeder: one statement (feedSQL).
 func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (parley.Feed, error) {
-	if err := checkFeed(convID, after, limit); err != nil {
+	if err := parley.CheckFeed(convID, after, limit); err != nil {
 		return parley.Feed{}, err
 	}
 	f := parley.Feed{Conv: convID}
@@ -73,30 +73,11 @@ func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (
 	return f, nil
 }
 
-// checkFeed validates Feed's arguments.
-func checkFeed(convID string, after int64, limit int) error {
-	if err := parley.CheckConvID(convID); err != nil {
-		return err
-	}
-	if err := parley.CheckSeq("after", after); err != nil {
-		return err
-	}
-	if limit < 1 {
-		return parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
-	}
-	return nil
-}
-
 // Heads implements parley.Feeder: one statement over the primary key of
 // conversations. Malformed ids cannot name a conversation and are left out
 // like unknown ones.
 func (db *DB) Heads(ctx context.Context, convs []string) ([]parley.Head, error) {
-	ids := make([]string, 0, len(convs))
-	for _, id := range convs {
-		if parley.ValidConvID(id) {
-			ids = append(ids, id)
-		}
-	}
+	ids := parley.HeadIDs(convs)
 	if len(ids) == 0 {
 		return []parley.Head{}, nil
 	}
