@@ -54,7 +54,18 @@ type proc struct {
 // environment (PARLEY_FAULTS=…), and waits until it is healthy.
 func serve(t testing.TB, db, dataDir string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "serve", "--addr", "127.0.0.1:0", "--db", db, "--data-dir", dataDir, "--backstop", "200ms", "--drain-timeout", "10s")
+	return serveEnv(t, env, "--db", db, "--data-dir", dataDir)
+}
+
+// serveArgs starts `parley serve` with extra arguments.
+func serveArgs(t testing.TB, args ...string) *proc {
+	t.Helper()
+	return serveEnv(t, nil, args...)
+}
+
+func serveEnv(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
 	cmd.Env = append(os.Environ(), append([]string{"PARLEY_E2E_CHILD=1", "PARLEY_FAULTS="}, env...)...)
 	p := &proc{t: t, cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = writerFunc(func(b []byte) (int, error) {
