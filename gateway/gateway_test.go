@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/gateway"
@@ -795,4 +796,128 @@ func TestRollbackResync(t *testing.T) {
 		ben.push(wire.TResync)
 		wantCode(t, ben.do(map[string]any{"t": "sync", "conv": "g1", "after": 0, "epoch": 1}), parley.CodeEpochChanged)
 	})
+}
+
+// TestListenerDropResync: two gateways on one PostgreSQL; when a gateway's
+// listening connection is killed, it reconnects and tells its subscribed
+// sockets to resync, and pushes from the other gateway flow again.
+func TestListenerDropResync(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, dsn, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	newBus := func() parley.Bus {
+		b, err := postgres.NewBus(dsn, postgres.BusOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a := newServer(t, s, gateway.Options{Bus: newBus()})
+	b := newServer(t, s, gateway.Options{Bus: newBus()})
+	user(t, s, "ana")
+	user(t, s, "ben")
+	group(t, s, "g1", "ana", "ben")
+	ben := dial(t, b.url, login(t, s, "ben", "d1", "i1").Token)
+	ben.do(map[string]any{"t": "sub"})
+	ana := dial(t, a.url, login(t, s, "ana", "d1", "i1").Token)
+	send(ana, "g1", "c1", "before")
+	if f := ben.push(wire.TEvent); f.Ev.Body != "before" {
+		t.Fatalf("cross-gateway push = %+v", f.Ev)
+	}
+
+	admin, err := pgx.Connect(ctx, pgtest.Libpq(dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	// Both gateways' listeners share this database; kill them all: each
+	// gateway must notice, reconnect and resync its own sockets.
+	var killed int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, postgres.BusListenApp).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed != 2 {
+		t.Fatalf("killed %d listeners, want 2", killed)
+	}
+	ben.push(wire.TResync)
+	send(ana, "g1", "c2", "after")
+	if f := ben.push(wire.TEvent); f.Ev.Body != "after" {
+		t.Fatalf("push after the reconnect = %+v", f.Ev)
+	}
+}
+
+// TestKeepalive: a peer that stops answering pings is dropped.
+func TestKeepalive(t *testing.T) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	srv := newServer(t, s, gateway.Options{PingEvery: 100 * time.Millisecond})
+	user(t, s, "ana")
+	tok := login(t, s, "ana", "d1", "i1").Token
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A socket nobody reads never answers a ping (pongs are sent by Read).
+	mute, _, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.CloseNow()
+	live := dial(t, srv.url, tok) // reads, so it answers pings
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.hub.Stats().Conns.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := srv.hub.Stats().Conns.Load(); n != 1 {
+		t.Fatalf("%d sockets open, want only the one answering pings", n)
+	}
+	if f := live.do(map[string]any{"t": "convs"}); f.T != wire.TConvsReply {
+		t.Fatalf("live socket: %+v", f)
+	}
+}
+
+// TestOrigin: a browser from another origin may not open /ws unless
+// allowed; clients without an Origin header are not checked.
+func TestOrigin(t *testing.T) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	srv := newServer(t, s, gateway.Options{OriginPatterns: []string{"app.example.com"}})
+	user(t, s, "ana")
+	tok := login(t, s, "ana", "d1", "i1").Token
+	host := strings.TrimPrefix(srv.http, "http://")
+	tests := []struct {
+		origin string
+		ok     bool
+	}{
+		{"", true},
+		{"http://" + host, true},
+		{"https://app.example.com", true},
+		{"https://evil.example.com", false},
+	}
+	for _, tt := range tests {
+		h := http.Header{"Authorization": {"Bearer " + tok}}
+		if tt.origin != "" {
+			h.Set("Origin", tt.origin)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ws, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: h})
+		cancel()
+		if tt.ok != (err == nil) {
+			t.Errorf("origin %q: %v (%v), want allowed %v", tt.origin, err, resp, tt.ok)
+		}
+		if err == nil {
+			ws.CloseNow()
+		} else if !tt.ok && (resp == nil || resp.StatusCode != http.StatusForbidden) {
+			t.Errorf("origin %q: %v, want 403", tt.origin, resp)
+		}
+	}
 }
