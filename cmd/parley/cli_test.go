@@ -107,6 +107,21 @@ func TestServeDemo(t *testing.T) {
 		if bad.StatusCode != http.StatusUnauthorized || prob.Code != parley.CodeUnauthenticated || bad.Header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("bad login: %d %+v", bad.StatusCode, prob)
 		}
+		// Logout revokes the token: the next upgrade with it is refused.
+		req, _ := http.NewRequest(http.MethodPost, p.http+"/api/logout", nil)
+		req.Header.Set("Authorization", "Bearer "+got.Token)
+		out, err := http.DefaultClient.Do(req)
+		if err != nil || out.StatusCode != http.StatusNoContent {
+			t.Fatalf("logout: %v %v", out, err)
+		}
+		out.Body.Close()
+		ws, _ := http.NewRequest(http.MethodGet, p.http+"/ws", nil)
+		ws.Header.Set("Authorization", "Bearer "+got.Token)
+		if r, err := http.DefaultClient.Do(ws); err != nil || r.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("upgrade after logout: %v %v, want 401", r, err)
+		} else {
+			r.Body.Close()
+		}
 		p.kill()
 	}
 }
