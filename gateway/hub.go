@@ -191,8 +191,10 @@ func (h *Hub) Draining() bool { return h.draining.Load() }
 // upgrades 503, every socket gets goaway, and Drain returns once every
 // request already accepted has finished and been answered.
 func (h *Hub) Drain() {
+	// Taking drainMu waits for every request already accepted; frames read
+	// from now on block on it and then see the flag.
+	h.drainMu.Lock()
 	h.draining.Store(true)
-	h.drainMu.Lock() // waits for every accepted request
 	h.drainMu.Unlock()
 	goaway := frame{b: wire.MarshalFrame(wire.Goaway())}
 	for _, c := range h.snapshot() {
