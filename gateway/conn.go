@@ -142,7 +142,7 @@ func (c *conn) pingLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, c.h.o.PingEvery)
+			pctx, cancel := context.WithTimeout(ctx, c.h.o.PongTimeout)
 			err := c.ws.Ping(pctx)
 			cancel()
 			if err != nil {

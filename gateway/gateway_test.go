@@ -858,7 +858,7 @@ func TestKeepalive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	srv := newServer(t, s, gateway.Options{PingEvery: 100 * time.Millisecond})
+	srv := newServer(t, s, gateway.Options{PingEvery: 100 * time.Millisecond, PongTimeout: 3 * time.Second})
 	user(t, s, "ana")
 	tok := login(t, s, "ana", "d1", "i1").Token
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -870,7 +870,7 @@ func TestKeepalive(t *testing.T) {
 	}
 	defer mute.CloseNow()
 	live := dial(t, srv.url, tok) // reads, so it answers pings
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for srv.hub.Stats().Conns.Load() != 1 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

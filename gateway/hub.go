@@ -48,8 +48,9 @@ type Options struct {
 	QueueSize int
 	HighWater int
 	// PingEvery is the keepalive interval (default 30s); a ping not
-	// answered within it closes the socket.
-	PingEvery time.Duration
+	// answered within PongTimeout (default PingEvery) closes the socket.
+	PingEvery   time.Duration
+	PongTimeout time.Duration
 	// WriteTimeout bounds every socket write (default 10s).
 	WriteTimeout time.Duration
 	// RequestTimeout bounds every store call a frame makes (default 10s).
@@ -81,6 +82,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PingEvery <= 0 {
 		o.PingEvery = 30 * time.Second
+	}
+	if o.PongTimeout <= 0 {
+		o.PongTimeout = o.PingEvery
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
