@@ -192,13 +192,11 @@ func (w *worker) deliver(f parley.Feed) {
 		if !large {
 			fr = frame{b: wire.MarshalFrame(wire.EventPush(ev))}
 		}
-		for _, user := range audience {
-			for _, c := range w.h.subscribers(user, f.Conv) {
-				if large {
-					c.hint(f.Conv, f.Head)
-				} else {
-					c.push(fr, f.Conv, f.Head)
-				}
+		for _, c := range w.h.subscribers(f.Conv, audience...) {
+			if large {
+				c.hint(f.Conv, f.Head)
+			} else {
+				c.push(fr, f.Conv, f.Head)
 			}
 		}
 	}
@@ -224,7 +222,7 @@ func (w *worker) readHint(n parley.Notice) {
 	}
 	read := n.Seq
 	var fr frame
-	for _, c := range w.h.subscribers(n.User, n.Conv) {
+	for _, c := range w.h.subscribers(n.Conv, n.User) {
 		if c.p.DeviceID == n.Device {
 			continue
 		}

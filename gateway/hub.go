@@ -332,18 +332,19 @@ func (h *Hub) subscribe(ctx context.Context, c *conn) error {
 	return nil
 }
 
-// subscribers returns the subscribed sockets of user; watching conv is
-// recorded on each (a user who joined after subscribing starts to be
-// watched with their join event).
-func (h *Hub) subscribers(user, conv string) []*conn {
-	h.mu.RLock()
-	set := h.subs[user]
-	cs := make([]*conn, 0, len(set))
+// subscribers returns the subscribed sockets of users, under one read
+// lock. Watching conv is recorded on each: a user who joined after
+// subscribing starts to be watched with their join event.
+func (h *Hub) subscribers(conv string, users ...string) []*conn {
+	var cs []*conn
 	fresh := false
-	for c := range set {
-		cs = append(cs, c)
-		if _, ok := c.watched[conv]; !ok {
-			fresh = true
+	h.mu.RLock()
+	for _, u := range users {
+		for c := range h.subs[u] {
+			cs = append(cs, c)
+			if _, ok := c.watched[conv]; !ok {
+				fresh = true
+			}
 		}
 	}
 	h.mu.RUnlock()
