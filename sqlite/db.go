@@ -50,6 +50,11 @@ const BusyTimeout = 10 * time.Second
 // DB is a parley.Store on one SQLite file.
 type DB struct {
 	w    *sql.DB // the single writer connection
+	// turn hands the writer to waiting writers first come, first served:
+	// database/sql gives a freed connection to a random waiter, which made
+	// the p99 of 64 concurrent senders six times the median. Goroutines
+	// blocked on a channel receive are woken in order.
+	turn chan struct{}
 	r    *sql.DB // readers
 	opts parley.Options
 }
@@ -86,7 +91,8 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 	n := max(4, runtime.GOMAXPROCS(0))
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
-	db := &DB{w: w, r: r, opts: opts.WithDefaults()}
+	db := &DB{w: w, r: r, opts: opts.WithDefaults(), turn: make(chan struct{}, 1)}
+	db.turn <- struct{}{}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -141,6 +147,12 @@ func (db *DB) migrate(ctx context.Context) error {
 // write runs fn in an immediate transaction on the writer connection.
 // Errors with a protocol code pass through; others are wrapped with op.
 func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	select {
+	case <-db.turn:
+		defer func() { db.turn <- struct{}{} }()
+	case <-ctx.Done():
+		return fmt.Errorf("sqlite: %s: waiting for the writer: %w", op, ctx.Err())
+	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
