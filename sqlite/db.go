@@ -49,7 +49,7 @@ const BusyTimeout = 10 * time.Second
 
 // DB is a parley.Store on one SQLite file.
 type DB struct {
-	w    *sql.DB // the single writer connection
+	w *sql.DB // the single writer connection
 	// turn hands the writer to waiting writers first come, first served:
 	// database/sql gives a freed connection to a random waiter, which made
 	// the p99 of 64 concurrent senders six times the median. Goroutines
