@@ -239,6 +239,10 @@ func (h *Hub) snapshot() []*conn {
 // session cookie; without a valid one the upgrade is refused with 401 and
 // a problem body whose code is UNAUTHENTICATED or STALE_INSTALL.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Counted from the start: http.Server.Shutdown stops tracking a request
+	// once it is hijacked, and Shutdown below must not miss it.
+	h.wg.Add(1)
+	defer h.wg.Done()
 	if h.draining.Load() {
 		w.Header().Set("Retry-After", "1")
 		wire.WriteProblem(w, parley.CodeUnavailable, "server is draining; reconnect to another gateway", "")
@@ -270,8 +274,6 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
 	h.stats.Conns.Add(1)
-	h.wg.Add(1)
-	defer h.wg.Done()
 	c.serve()
 	h.remove(c)
 }
