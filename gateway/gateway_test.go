@@ -245,6 +245,20 @@ func wantCode(t *testing.T, f wire.Frame, code parley.Code) {
 	}
 }
 
+// twoInG1 creates ana and ben and their group g1, and returns a subscribed
+// socket of ben's.
+func twoInG1(t *testing.T, srv *server) *client {
+	t.Helper()
+	user(t, srv.store, "ana")
+	user(t, srv.store, "ben")
+	group(t, srv.store, "g1", "ana", "ben")
+	ben := dial(t, srv.url, login(t, srv.store, "ben", "d1", "i1").Token)
+	if f := ben.do(map[string]any{"t": "sub"}); f.T != wire.TSubscribed {
+		t.Fatalf("sub: %+v", f)
+	}
+	return ben
+}
+
 func send(c *client, conv, cmid, body string) wire.Frame {
 	c.t.Helper()
 	f := c.do(map[string]any{"t": "send", "conv": conv, "cmid": cmid, "body": body})
@@ -406,11 +420,7 @@ func TestPushes(t *testing.T) {
 func TestPushGapFilled(t *testing.T) {
 	stores(t, func(t *testing.T, s parley.Store) {
 		srv := newServer(t, s, gateway.Options{})
-		user(t, s, "ana")
-		user(t, s, "ben")
-		group(t, s, "g1", "ana", "ben")
-		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
-		ben.do(map[string]any{"t": "sub"})
+		ben := twoInG1(t, srv)
 		p := parley.Principal{User: "ana", DeviceID: "d1"}
 		for i := range 5 { // committed behind the gateway's back: no notices
 			if _, err := s.Send(context.Background(), p, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: "x"}); err != nil {
@@ -430,11 +440,7 @@ func TestPushGapFilled(t *testing.T) {
 func TestBackstop(t *testing.T) {
 	stores(t, func(t *testing.T, s parley.Store) {
 		srv := newServer(t, s, gateway.Options{Backstop: 100 * time.Millisecond})
-		user(t, s, "ana")
-		user(t, s, "ben")
-		group(t, s, "g1", "ana", "ben")
-		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
-		ben.do(map[string]any{"t": "sub"})
+		ben := twoInG1(t, srv)
 		if _, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g1", CMID: "c1", Body: "quiet"}); err != nil {
 			t.Fatal(err)
 		}
@@ -543,11 +549,7 @@ func TestSlowConsumer(t *testing.T) {
 func TestHighWaterHints(t *testing.T) {
 	stores(t, func(t *testing.T, s parley.Store) {
 		srv := newServer(t, s, gateway.Options{QueueSize: 1000, HighWater: 1})
-		user(t, s, "ana")
-		user(t, s, "ben")
-		group(t, s, "g1", "ana", "ben")
-		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
-		ben.do(map[string]any{"t": "sub"})
+		ben := twoInG1(t, srv)
 		p := parley.Principal{User: "ana", DeviceID: "d1"}
 		for i := range 50 {
 			if _, err := s.Send(context.Background(), p, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: strings.Repeat("y", 4000)}); err != nil {
@@ -780,11 +782,7 @@ func TestJoinUnwatched(t *testing.T) {
 func TestRollbackResync(t *testing.T) {
 	stores(t, func(t *testing.T, s parley.Store) {
 		srv := newServer(t, s, gateway.Options{Backstop: 100 * time.Millisecond})
-		user(t, s, "ana")
-		user(t, s, "ben")
-		group(t, s, "g1", "ana", "ben")
-		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
-		ben.do(map[string]any{"t": "sub"})
+		ben := twoInG1(t, srv)
 		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
 		send(ana, "g1", "c1", "kept")
 		send(ana, "g1", "c2", "rolled back")
