@@ -238,7 +238,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		var sent parley.Sent
 		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
 		if err == nil {
-			c.h.publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
+			c.h.Publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
 			err = fault.Hit(fault.APIAfterSendCommit)
 			f = wire.Sent(sent)
 		}
@@ -246,7 +246,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		var r parley.Recalled
 		r, err = s.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})
 		if err == nil {
-			c.h.publish(parley.Notice{Conv: r.Conv, Seq: r.Seq})
+			c.h.Publish(parley.Notice{Conv: r.Conv, Seq: r.Seq})
 			f = wire.Recalled(r)
 		}
 	case wire.TSync:
@@ -261,7 +261,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		var r int64
 		r, err = s.Read(ctx, p, req.Conv, *req.Seq)
 		if err == nil && r == *req.Seq {
-			c.h.publish(parley.Notice{Conv: req.Conv, Seq: r, User: p.User, Device: p.DeviceID})
+			c.h.Publish(parley.Notice{Conv: req.Conv, Seq: r, User: p.User, Device: p.DeviceID})
 		}
 		f = wire.ReadOK(req.Conv, r)
 	case wire.TConvs:
@@ -283,12 +283,15 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	c.reply(f, req.RID)
 }
 
-// publish announces a committed change: to this gateway's fan-out at once
-// and to every gateway over the bus. The bus may echo it back; the fan-out
+// Publish announces a committed change: to this gateway's fan-out at once
+// and to every gateway over the bus. Call it after the commit, for every
+// write (the HTTP API's too): a send or recall with the event's seq, a
+// membership change with User set to the member, a read with User and
+// Device. The bus may echo it back; the fan-out
 // ignores seqs it has pushed. The bus.publish fault point drops both, as a
 // publisher that died between commit and publish would: the backstop is
 // then the only way the event is pushed.
-func (h *Hub) publish(n parley.Notice) {
+func (h *Hub) Publish(n parley.Notice) {
 	if fault.Hit(fault.BusPublish) != nil {
 		return
 	}
