@@ -796,26 +796,51 @@ func TestRollbackResync(t *testing.T) {
 	})
 }
 
-// TestListenerDropResync: two gateways on one PostgreSQL; when a gateway's
-// listening connection is killed, it reconnects and tells its subscribed
-// sockets to resync, and pushes from the other gateway flow again.
-func TestListenerDropResync(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	ctx := context.Background()
-	s, err := postgres.Open(ctx, dsn, parley.Options{})
+// twoGateways starts two hubs, each with its own PostgreSQL bus, on one
+// fresh database.
+func twoGateways(t *testing.T) (dsn string, s parley.Store, a, b *server) {
+	t.Helper()
+	dsn = pgtest.DSN(t)
+	s, err := postgres.Open(context.Background(), dsn, parley.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	newBus := func() parley.Bus {
-		b, err := postgres.NewBus(dsn, postgres.BusOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		bus, err := postgres.NewBus(dsn, postgres.BusOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
+		return bus
 	}
-	a := newServer(t, s, gateway.Options{Bus: newBus()})
-	b := newServer(t, s, gateway.Options{Bus: newBus()})
+	return dsn, s, newServer(t, s, gateway.Options{Bus: newBus()}), newServer(t, s, gateway.Options{Bus: newBus()})
+}
+
+// TestCrossGatewayReadHint: a read on one gateway reaches the user's other
+// device on another gateway as a hint carrying the read cursor.
+func TestCrossGatewayReadHint(t *testing.T) {
+	_, s, a, b := twoGateways(t)
+	user(t, s, "ana")
+	user(t, s, "ben")
+	group(t, s, "g1", "ana", "ben")
+	phone := dial(t, a.url, login(t, s, "ana", "phone", "i1").Token)
+	laptop := dial(t, b.url, login(t, s, "ana", "laptop", "i1").Token)
+	laptop.do(map[string]any{"t": "sub"})
+	if f := phone.do(map[string]any{"t": "read", "conv": "g1", "seq": 2}); f.T != wire.TReadOK {
+		t.Fatalf("read: %+v", f)
+	}
+	h := laptop.push(wire.THint)
+	if h.Conv != "g1" || h.Read == nil || *h.Read != 2 {
+		t.Fatalf("hint on the other gateway = %+v", h)
+	}
+}
+
+// TestListenerDropResync: two gateways on one PostgreSQL; when a gateway's
+// listening connection is killed, it reconnects and tells its subscribed
+// sockets to resync, and pushes from the other gateway flow again.
+func TestListenerDropResync(t *testing.T) {
+	dsn, s, a, b := twoGateways(t)
+	ctx := context.Background()
 	user(t, s, "ana")
 	user(t, s, "ben")
 	group(t, s, "g1", "ana", "ben")
