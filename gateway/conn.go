@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -22,12 +21,12 @@ type frame struct {
 }
 
 // conn is one socket. The reader goroutine answers requests in order; the
-// writer goroutine owns every write; the pinger keeps it alive.
+// writer goroutine owns every write; the hub's keepalive loop pings it.
 type conn struct {
 	h   *Hub
 	ws  *websocket.Conn
 	p   parley.Principal
-	out chan frame
+	out chan *frame
 
 	// Guarded by h.mu.
 	subscribed bool
@@ -41,6 +40,7 @@ type conn struct {
 	closeOnce sync.Once
 	flush     chan closeReq
 	kicked    atomic.Bool
+	pinging   atomic.Bool
 }
 
 type closeReq struct {
@@ -52,7 +52,7 @@ func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Princi
 	ctx, cancel := context.WithCancel(parent)
 	return &conn{
 		h: h, ws: ws, p: p, ctx: ctx, cancel: cancel,
-		out:     make(chan frame, h.o.QueueSize),
+		out:     make(chan *frame, h.o.QueueSize),
 		watched: map[string]struct{}{},
 		hinted:  map[string]bool{},
 		flush:   make(chan closeReq, 1),
@@ -64,7 +64,6 @@ func (c *conn) serve() {
 	defer c.cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.writeLoop(c.ctx) })
-	wg.Go(func() { c.pingLoop(c.ctx) })
 	c.readLoop(c.ctx)
 	c.cancel()
 	wg.Wait()
@@ -123,7 +122,7 @@ func (c *conn) writeLoop(ctx context.Context) {
 	}
 }
 
-func (c *conn) write(ctx context.Context, f frame) bool {
+func (c *conn) write(ctx context.Context, f *frame) bool {
 	if f.hint != "" {
 		c.hmu.Lock()
 		delete(c.hinted, f.hint)
@@ -134,28 +133,24 @@ func (c *conn) write(ctx context.Context, f frame) bool {
 	return c.ws.Write(wctx, websocket.MessageText, f.b) == nil
 }
 
-func (c *conn) pingLoop(ctx context.Context) {
-	t := time.NewTicker(c.h.o.PingEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, c.h.o.PongTimeout)
-			err := c.ws.Ping(pctx)
-			cancel()
-			if err != nil {
-				c.cancel()
-				return
-			}
-		}
+// ping checks that the peer answers; one that does not within PongTimeout
+// is dropped. The hub's keepalive loop calls it, so an idle socket costs no
+// goroutine of its own for it.
+func (c *conn) ping() {
+	if c.pinging.Swap(true) {
+		return // the last ping is still waiting for its pong
+	}
+	defer c.pinging.Store(false)
+	ctx, cancel := context.WithTimeout(c.ctx, c.h.o.PongTimeout)
+	defer cancel()
+	if err := c.ws.Ping(ctx); err != nil {
+		c.cancel()
 	}
 }
 
 // enqueue queues a frame that must not be dropped (replies, control
 // frames). A full queue means the client is not reading: it is closed.
-func (c *conn) enqueue(f frame) {
+func (c *conn) enqueue(f *frame) {
 	select {
 	case c.out <- f:
 	default:
@@ -164,7 +159,7 @@ func (c *conn) enqueue(f frame) {
 }
 
 // push queues an event; above the high-water mark it becomes a hint.
-func (c *conn) push(f frame, conv string, head int64) {
+func (c *conn) push(f *frame, conv string, head int64) {
 	if len(c.out) >= c.h.o.HighWater {
 		c.hint(conv, head)
 		return
@@ -187,7 +182,7 @@ func (c *conn) hint(conv string, head int64) {
 	c.hinted[conv] = true
 	c.hmu.Unlock()
 	c.h.stats.Hinted.Add(1)
-	c.enqueue(frame{b: wire.MarshalFrame(wire.Hint(conv, head, nil)), hint: conv})
+	c.enqueue(&frame{b: wire.MarshalFrame(wire.Hint(conv, head, nil)), hint: conv})
 }
 
 // kick disconnects a client whose queue is full; it resyncs when it
@@ -212,7 +207,7 @@ func (c *conn) closeAfterFlush(code websocket.StatusCode, reason string) {
 // reply queues a reply frame with the request's rid.
 func (c *conn) reply(f wire.Frame, rid json.RawMessage) {
 	f.RID = rid
-	c.enqueue(frame{b: wire.MarshalFrame(f)})
+	c.enqueue(&frame{b: wire.MarshalFrame(f)})
 }
 
 func (c *conn) replyErr(rid json.RawMessage, err error, op string) {

@@ -188,9 +188,9 @@ func (w *worker) deliver(f parley.Feed) {
 			continue
 		}
 		large := len(audience) > w.h.o.HintMembers
-		var fr frame
+		var fr *frame
 		if !large {
-			fr = frame{b: wire.MarshalFrame(wire.EventPush(ev))}
+			fr = &frame{b: wire.MarshalFrame(wire.EventPush(ev))}
 		}
 		for _, c := range w.h.subscribers(f.Conv, audience...) {
 			if large {
@@ -208,7 +208,7 @@ func (w *worker) deliver(f parley.Feed) {
 // EPOCH_CHANGED and it rebuilds. Pushing goes on from the new head.
 func (w *worker) epochChanged(conv string, hd parley.Head) {
 	w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
-	f := frame{b: wire.MarshalFrame(wire.Resync())}
+	f := &frame{b: wire.MarshalFrame(wire.Resync())}
 	for _, c := range w.h.watchers(conv) {
 		c.enqueue(f)
 	}
@@ -221,13 +221,13 @@ func (w *worker) readHint(n parley.Notice) {
 		head = st.pushed
 	}
 	read := n.Seq
-	var fr frame
+	var fr *frame
 	for _, c := range w.h.subscribers(n.Conv, n.User) {
 		if c.p.DeviceID == n.Device {
 			continue
 		}
-		if fr.b == nil {
-			fr = frame{b: wire.MarshalFrame(wire.Hint(n.Conv, head, &read))}
+		if fr == nil {
+			fr = &frame{b: wire.MarshalFrame(wire.Hint(n.Conv, head, &read))}
 		}
 		c.enqueue(fr)
 		w.h.stats.Hinted.Add(1)

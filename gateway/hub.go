@@ -166,6 +166,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		wg.Go(func() { w.run(ctx) })
 	}
 	wg.Go(func() { h.backstop(ctx) })
+	wg.Go(func() { h.keepalive(ctx) })
 	var err error
 	if h.bus != nil {
 		err = h.bus.Run(ctx, busHandler{h})
@@ -200,7 +201,7 @@ func (h *Hub) Drain() {
 	h.drainMu.Lock()
 	h.draining.Store(true)
 	h.drainMu.Unlock()
-	goaway := frame{b: wire.MarshalFrame(wire.Goaway())}
+	goaway := &frame{b: wire.MarshalFrame(wire.Goaway())}
 	for _, c := range h.snapshot() {
 		c.enqueue(goaway)
 	}
@@ -424,7 +425,7 @@ func (h *Hub) Notify(ns []parley.Notice) {
 
 // Lost tells every subscribed socket to resync and polls the heads now.
 func (h *Hub) Lost() {
-	f := frame{b: wire.MarshalFrame(wire.Resync())}
+	f := &frame{b: wire.MarshalFrame(wire.Resync())}
 	h.mu.RLock()
 	for _, set := range h.subs {
 		for c := range set {
@@ -436,6 +437,23 @@ func (h *Hub) Lost() {
 	select {
 	case h.poke <- struct{}{}:
 	default:
+	}
+}
+
+// keepalive pings every socket each PingEvery, each ping on a short-lived
+// goroutine of its own.
+func (h *Hub) keepalive(ctx context.Context) {
+	t := time.NewTicker(h.o.PingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range h.snapshot() {
+			go c.ping()
+		}
 	}
 }
 
