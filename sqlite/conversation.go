@@ -34,6 +34,18 @@ func (c conv) public() parley.Conversation {
 
 const convColumns = `id, kind, title, owner, next_seq, min_seq, epoch, retain_max_age_ms, retain_last_n, last_at, created_at`
 
+// The statements of the send path (prepared once: DB.prepared).
+const (
+	qLoadConv    = `SELECT ` + convColumns + ` FROM conversations WHERE id = ?`
+	qOpenMember  = `SELECT count(*) FROM periods WHERE conv_id = ? AND user_id = ? AND to_seq IS NULL`
+	qKeyLookup   = `SELECT seq, mid, kind, request_hash FROM events WHERE conv_id = ? AND sender_user = ? AND cmid = ?`
+	qTombstone   = `SELECT count(*) FROM tombstones WHERE conv_id = ? AND sender_user = ? AND cmid = ?`
+	qAdvanceConv = `UPDATE conversations SET next_seq = ?, last_at = ? WHERE id = ?`
+	qInsertEvent = `INSERT INTO events
+		(conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
+)
+
 func scanConv(row *sql.Row) (conv, error) {
 	var c conv
 	err := row.Scan(&c.id, &c.kind, &c.title, &c.owner, &c.next, &c.min, &c.epoch, &c.maxAgeMS, &c.keepLast, &c.lastAt, &c.createdAt)
@@ -43,8 +55,8 @@ func scanConv(row *sql.Row) (conv, error) {
 // loadConv reads a conversation; a missing one is notFound. Inside a write
 // transaction this read is the contract's row lock: BEGIN IMMEDIATE already
 // holds the database's write lock.
-func loadConv(ctx context.Context, tx *sql.Tx, id string, notFound error) (conv, error) {
-	c, err := scanConv(tx.QueryRowContext(ctx, `SELECT `+convColumns+` FROM conversations WHERE id = ?`, id))
+func loadConv(ctx context.Context, tx *txn, id string, notFound error) (conv, error) {
+	c, err := scanConv(tx.QueryRowContext(ctx, qLoadConv, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, notFound
 	}
@@ -52,7 +64,7 @@ func loadConv(ctx context.Context, tx *sql.Tx, id string, notFound error) (conv,
 }
 
 // periodsOf returns user's membership periods in conv, ordered.
-func periodsOf(ctx context.Context, tx *sql.Tx, convID, user string) (parley.Periods, error) {
+func periodsOf(ctx context.Context, tx *txn, convID, user string) (parley.Periods, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT from_seq, COALESCE(to_seq, 0) FROM periods
 		WHERE conv_id = ? AND user_id = ? ORDER BY from_seq`, convID, user)
 	if err != nil {
@@ -72,7 +84,7 @@ func periodsOf(ctx context.Context, tx *sql.Tx, convID, user string) (parley.Per
 
 // memberView loads a conversation and the caller's periods for a read or a
 // cursor move: no conversation or no period at all is NOT_MEMBER.
-func memberView(ctx context.Context, tx *sql.Tx, convID, user string) (conv, parley.Periods, error) {
+func memberView(ctx context.Context, tx *txn, convID, user string) (conv, parley.Periods, error) {
 	c, err := loadConv(ctx, tx, convID, parley.ErrNotMember)
 	if err != nil {
 		return c, nil, err
@@ -85,15 +97,15 @@ func memberView(ctx context.Context, tx *sql.Tx, convID, user string) (conv, par
 }
 
 // isOpenMember reports whether user has an open period in conv.
-func isOpenMember(ctx context.Context, tx *sql.Tx, convID, user string) (bool, error) {
+func isOpenMember(ctx context.Context, tx *txn, convID, user string) (bool, error) {
 	var n int
-	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM periods WHERE conv_id = ? AND user_id = ? AND to_seq IS NULL`, convID, user).Scan(&n)
+	err := tx.QueryRowContext(ctx, qOpenMember, convID, user).Scan(&n)
 	return n > 0, err
 }
 
 // appendEvent writes ev at the conversation's next seq and advances it.
 // It fills ev.Seq, ev.MID and ev.At.
-func appendEvent(ctx context.Context, tx *sql.Tx, c *conv, ev *parley.Event, cmid string, hash []byte) error {
+func appendEvent(ctx context.Context, tx *txn, c *conv, ev *parley.Event, cmid string, hash []byte) error {
 	ev.Conv, ev.Seq, ev.MID = c.id, c.next, parley.NewID()
 	var cmidArg, targetArg, userArg any
 	if cmid != "" {
@@ -106,9 +118,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, c *conv, ev *parley.Event, cmi
 		userArg = ev.User
 	}
 	var at int64
-	err := tx.QueryRowContext(ctx, `INSERT INTO events
-		(conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, `+nowMS+`) RETURNING created_at`,
+	err := tx.QueryRowContext(ctx, qInsertEvent,
 		c.id, ev.Seq, ev.MID, string(ev.Kind), ev.Sender, ev.Device, cmidArg, hash, ev.Body, targetArg, userArg).Scan(&at)
 	if err != nil {
 		if cmid != "" && isUnique(err) {
@@ -116,7 +126,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, c *conv, ev *parley.Event, cmi
 		}
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE conversations SET next_seq = ?, last_at = ? WHERE id = ?`, c.next+1, at, c.id); err != nil {
+	if _, err := tx.ExecContext(ctx, qAdvanceConv, c.next+1, at, c.id); err != nil {
 		return err
 	}
 	c.next++
@@ -127,7 +137,7 @@ func appendEvent(ctx context.Context, tx *sql.Tx, c *conv, ev *parley.Event, cmi
 
 // appendMembership appends a membership event and opens or closes user's
 // period at its seq.
-func appendMembership(ctx context.Context, tx *sql.Tx, c *conv, kind parley.EventKind, sender, user string) (int64, error) {
+func appendMembership(ctx context.Context, tx *txn, c *conv, kind parley.EventKind, sender, user string) (int64, error) {
 	ev := parley.Event{Kind: kind, Sender: sender, User: user}
 	if err := appendEvent(ctx, tx, c, &ev, "", nil); err != nil {
 		return 0, err
@@ -141,7 +151,7 @@ func appendMembership(ctx context.Context, tx *sql.Tx, c *conv, kind parley.Even
 	return ev.Seq, err
 }
 
-func userExists(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
+func userExists(ctx context.Context, tx *txn, id string) (bool, error) {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM users WHERE id = ?`, id).Scan(&n)
 	return n > 0, err
@@ -158,7 +168,7 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 		owner = ""
 	}
 	var out parley.Conversation
-	err = db.write(ctx, "create conversation", func(tx *sql.Tx) error {
+	err = db.write(ctx, "create conversation", func(tx *txn) error {
 		for _, m := range nc.Members {
 			ok, err := userExists(ctx, tx, m)
 			if err != nil {
@@ -199,12 +209,12 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 // memberChange runs the shared checks of AddMember and RemoveMember and
 // returns the locked conversation, or a no-op result.
 func (db *DB) memberChange(ctx context.Context, op string, remove bool, p parley.Principal, convID, user string,
-	fn func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error)) (parley.MemberChange, error) {
+	fn func(tx *txn, c *conv, in bool) (parley.MemberChange, error)) (parley.MemberChange, error) {
 	if err := parley.CheckMemberArgs(convID, user); err != nil {
 		return parley.MemberChange{}, err
 	}
 	var out parley.MemberChange
-	err := db.write(ctx, op, func(tx *sql.Tx) error {
+	err := db.write(ctx, op, func(tx *txn) error {
 		c, err := loadConv(ctx, tx, convID, parley.ErrNotMember)
 		if err != nil {
 			return err
@@ -228,7 +238,7 @@ func (db *DB) memberChange(ctx context.Context, op string, remove bool, p parley
 
 // AddMember implements parley.Store.
 func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "add member", false, p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "add member", false, p, convID, user, func(tx *txn, c *conv, in bool) (parley.MemberChange, error) {
 		ok, err := userExists(ctx, tx, user)
 		if err != nil {
 			return parley.MemberChange{}, err
@@ -246,7 +256,7 @@ func (db *DB) AddMember(ctx context.Context, p parley.Principal, convID, user st
 
 // RemoveMember implements parley.Store.
 func (db *DB) RemoveMember(ctx context.Context, p parley.Principal, convID, user string) (parley.MemberChange, error) {
-	return db.memberChange(ctx, "remove member", true, p, convID, user, func(tx *sql.Tx, c *conv, in bool) (parley.MemberChange, error) {
+	return db.memberChange(ctx, "remove member", true, p, convID, user, func(tx *txn, c *conv, in bool) (parley.MemberChange, error) {
 		if !in {
 			return parley.MemberChange{Conv: c.id, User: user}, nil
 		}
@@ -261,7 +271,7 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 		return parley.Conversation{}, err
 	}
 	var out parley.Conversation
-	err := db.read(ctx, "conversation", func(tx *sql.Tx) error {
+	err := db.read(ctx, "conversation", func(tx *txn) error {
 		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		out = c.public()
 		return err
@@ -277,7 +287,7 @@ func (db *DB) SetRetention(ctx context.Context, id string, r parley.Retention) e
 	if err := parley.ValidateRetention(r); err != nil {
 		return err
 	}
-	return db.write(ctx, "set retention", func(tx *sql.Tx) error {
+	return db.write(ctx, "set retention", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, `UPDATE conversations SET retain_max_age_ms = ?, retain_last_n = ? WHERE id = ?`,
 			r.MaxAge.Milliseconds(), r.KeepLast, id)
 		if err != nil {
@@ -296,7 +306,7 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 		return parley.PurgeResult{}, err
 	}
 	out := parley.PurgeResult{Conv: id}
-	err := db.write(ctx, "purge", func(tx *sql.Tx) error {
+	err := db.write(ctx, "purge", func(tx *txn) error {
 		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		if err != nil {
 			return err
@@ -348,7 +358,7 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 		return parley.RollbackResult{}, err
 	}
 	out := parley.RollbackResult{Conv: id}
-	err := db.write(ctx, "rollback", func(tx *sql.Tx) error {
+	err := db.write(ctx, "rollback", func(tx *txn) error {
 		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		if err != nil {
 			return err
@@ -410,7 +420,7 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 }
 
 // openMembers lists the users with an open period, in id order.
-func openMembers(ctx context.Context, tx *sql.Tx, convID string) ([]string, error) {
+func openMembers(ctx context.Context, tx *txn, convID string) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT user_id FROM periods WHERE conv_id = ? AND to_seq IS NULL ORDER BY user_id`, convID)
 	if err != nil {
 		return nil, err

@@ -14,11 +14,10 @@ import (
 // IDEMPOTENCY_MISMATCH; a purged original is ORIGINAL_EXPIRED. found is
 // false for a new request. The fault point store.after_key_lookup sits
 // right after the key's row is read, before anything is decided on it.
-func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind parley.EventKind, hash []byte) (seq int64, mid string, found bool, err error) {
+func keyLookup(ctx context.Context, tx *txn, convID, user, cmid string, kind parley.EventKind, hash []byte) (seq int64, mid string, found bool, err error) {
 	var stored []byte
 	var storedKind string
-	err = tx.QueryRowContext(ctx, `SELECT seq, mid, kind, request_hash FROM events
-		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
+	err = tx.QueryRowContext(ctx, qKeyLookup, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, err
 	}
@@ -32,8 +31,7 @@ func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind 
 		return seq, mid, true, nil
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM tombstones
-		WHERE conv_id = ? AND sender_user = ? AND cmid = ?`, convID, user, cmid).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, qTombstone, convID, user, cmid).Scan(&n); err != nil {
 		return 0, "", false, err
 	}
 	if n > 0 {
@@ -45,7 +43,7 @@ func keyLookup(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind 
 // keyedStart is the start of Send and Recall, in the contract's order: lock
 // the conversation (none: NOT_MEMBER) → request key (a replay: found) →
 // tombstone → open period (NOT_MEMBER).
-func keyedStart(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind parley.EventKind, hash []byte) (c conv, seq int64, mid string, found bool, err error) {
+func keyedStart(ctx context.Context, tx *txn, convID, user, cmid string, kind parley.EventKind, hash []byte) (c conv, seq int64, mid string, found bool, err error) {
 	if c, err = loadConv(ctx, tx, convID, parley.ErrNotMember); err != nil {
 		return c, 0, "", false, err
 	}
@@ -62,7 +60,7 @@ func keyedStart(ctx context.Context, tx *sql.Tx, convID, user, cmid string, kind
 // keyed runs a keyed write (Send, Recall) and retries it once when a
 // concurrent insert of the same key won the race: the retry finds that row
 // and answers with the dup reply.
-func (db *DB) keyed(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+func (db *DB) keyed(ctx context.Context, op string, fn func(tx *txn) error) error {
 	err := db.write(ctx, op, fn)
 	if errors.Is(err, errDupKey) {
 		err = db.write(ctx, op, fn)
@@ -77,7 +75,7 @@ func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest
 	}
 	hash := parley.Fingerprint(r.Conv, r.Body)
 	var out parley.Sent
-	err := db.keyed(ctx, "send", func(tx *sql.Tx) error {
+	err := db.keyed(ctx, "send", func(tx *txn) error {
 		c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 		if err != nil {
 			return err
@@ -109,7 +107,7 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 	}
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
 	var out parley.Recalled
-	err := db.keyed(ctx, "recall", func(tx *sql.Tx) error {
+	err := db.keyed(ctx, "recall", func(tx *txn) error {
 		c, seq, _, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash)
 		if err != nil {
 			return err
@@ -167,7 +165,7 @@ func scanEvent(s scanner) (parley.Event, error) {
 
 // eventsIn appends to evs the events with from <= seq <= to, ascending, at
 // most limit of them, over the primary key.
-func eventsIn(ctx context.Context, tx *sql.Tx, evs []parley.Event, convID string, from, to int64, limit int) ([]parley.Event, error) {
+func eventsIn(ctx context.Context, tx *txn, evs []parley.Event, convID string, from, to int64, limit int) ([]parley.Event, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE conv_id = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`, convID, from, to, limit)
 	if err != nil {
@@ -191,7 +189,7 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 		return parley.Page{}, err
 	}
 	var page parley.Page
-	err = db.read(ctx, "sync", func(tx *sql.Tx) error {
+	err = db.read(ctx, "sync", func(tx *txn) error {
 		c, ps, err := memberView(ctx, tx, r.Conv, p.User)
 		if err != nil {
 			return err
@@ -236,7 +234,7 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 		return parley.Event{}, err
 	}
 	var ev parley.Event
-	err := db.read(ctx, "fetch", func(tx *sql.Tx) error {
+	err := db.read(ctx, "fetch", func(tx *txn) error {
 		c, ps, err := memberView(ctx, tx, convID, p.User)
 		if err != nil {
 			return err
@@ -266,7 +264,7 @@ func (db *DB) cursor(ctx context.Context, op string, p parley.Principal, convID 
 		return 0, err
 	}
 	var cur int64
-	err := db.write(ctx, op, func(tx *sql.Tx) error {
+	err := db.write(ctx, op, func(tx *txn) error {
 		if err := checkInstall(ctx, tx, p); err != nil {
 			return err
 		}
@@ -342,7 +340,7 @@ ORDER BY w.activity DESC, w.id`
 // Convs implements parley.Store.
 func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
 	out := []parley.ConvSummary{}
-	err := db.read(ctx, "convs", func(tx *sql.Tx) error {
+	err := db.read(ctx, "convs", func(tx *txn) error {
 		rows, err := tx.QueryContext(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1)
 		if err != nil {
 			return err

@@ -28,7 +28,7 @@ func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (
 		return parley.Feed{}, err
 	}
 	f := parley.Feed{Conv: convID}
-	err := db.read(ctx, "feed", func(tx *sql.Tx) error {
+	err := db.read(ctx, "feed", func(tx *txn) error {
 		if after < math.MaxInt64 { // else nothing can follow
 			var err error
 			f.Events, err = eventsIn(ctx, tx, nil, convID, after+1, math.MaxInt64, min(limit, parley.MaxPage))
@@ -103,7 +103,7 @@ func (db *DB) Joined(ctx context.Context, user string) ([]parley.Head, error) {
 // heads runs a query of (id, head, epoch) rows.
 func (db *DB) heads(ctx context.Context, op, query string, args ...any) ([]parley.Head, error) {
 	out := []parley.Head{}
-	err := db.read(ctx, op, func(tx *sql.Tx) error {
+	err := db.read(ctx, op, func(tx *txn) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err

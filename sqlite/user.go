@@ -23,7 +23,7 @@ func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, e
 		email = nu.Email
 	}
 	var u parley.User
-	err = db.write(ctx, "create user", func(tx *sql.Tx) error {
+	err = db.write(ctx, "create user", func(tx *txn) error {
 		var created int64
 		err := tx.QueryRowContext(ctx, `INSERT INTO users (id, email, password_hash, role, created_at)
 			VALUES (?, ?, ?, ?, `+nowMS+`) RETURNING created_at`,
@@ -59,7 +59,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 	var u parley.User
 	var hash, role string
 	var created int64
-	err = db.read(ctx, "user", func(tx *sql.Tx) error {
+	err = db.read(ctx, "user", func(tx *txn) error {
 		return tx.QueryRowContext(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &created)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -75,7 +75,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 
 // SetUserDisabled implements parley.Store.
 func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
-	return db.write(ctx, "set user disabled", func(tx *sql.Tx) error {
+	return db.write(ctx, "set user disabled", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, `UPDATE users SET disabled = ? WHERE id = ?`, disabled, id)
 		if err != nil {
 			return err
@@ -104,7 +104,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
-	err = db.write(ctx, "login", func(tx *sql.Tx) error {
+	err = db.write(ctx, "login", func(tx *txn) error {
 		var current string
 		err := tx.QueryRowContext(ctx, `SELECT install_id FROM devices WHERE user_id = ? AND device_id = ?`, u.ID, r.DeviceID).Scan(&current)
 		switch {
@@ -145,7 +145,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 		return parley.Principal{}, err
 	}
 	var r parley.TokenRecord
-	err := db.read(ctx, "authenticate", func(tx *sql.Tx) error {
+	err := db.read(ctx, "authenticate", func(tx *txn) error {
 		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, '')
 			FROM tokens t
 			JOIN users u ON u.id = t.user_id
@@ -160,7 +160,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 
 // Logout implements parley.Store.
 func (db *DB) Logout(ctx context.Context, token string) error {
-	return db.write(ctx, "logout", func(tx *sql.Tx) error {
+	return db.write(ctx, "logout", func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE token_hash = ?`, parley.HashToken(token))
 		return err
 	})
@@ -168,7 +168,7 @@ func (db *DB) Logout(ctx context.Context, token string) error {
 
 // checkInstall answers STALE_INSTALL when the principal's install is no
 // longer the device's current one.
-func checkInstall(ctx context.Context, tx *sql.Tx, p parley.Principal) error {
+func checkInstall(ctx context.Context, tx *txn, p parley.Principal) error {
 	var current string
 	err := tx.QueryRowContext(ctx, `SELECT install_id FROM devices WHERE user_id = ? AND device_id = ?`, p.User, p.DeviceID).Scan(&current)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && current != p.InstallID) {
