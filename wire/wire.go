@@ -6,7 +6,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -369,8 +368,7 @@ func MarshalFrame(f Frame) []byte {
 // DecodeFrame parses a server frame (clients).
 func DecodeFrame(b []byte) (Frame, error) {
 	var f Frame
-	d := json.NewDecoder(bytes.NewReader(b))
-	if err := d.Decode(&f); err != nil {
+	if err := json.Unmarshal(b, &f); err != nil {
 		return f, fmt.Errorf("wire: bad server frame: %w", err)
 	}
 	if f.T == "" {

@@ -128,3 +128,37 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeFrame: a client decodes whatever a server (or something posing
+// as one) sends; no input panics it, and an accepted frame has a type and
+// encodes back to JSON that decodes to the same frame.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, fr := range []Frame{
+		Sent(parley.Sent{Conv: "g", Seq: 3, MID: "m", Epoch: 1}),
+		Page(parley.Page{Conv: "g", Events: []parley.Event{{Conv: "g", Seq: 1, Kind: parley.EventMessage, Body: "hi"}}, Head: 1, MinSeq: 1, Epoch: 1}),
+		Convs([]parley.ConvSummary{{Conv: "g", Head: 2}}),
+		Error(parley.CodeRateLimited, "slow down"),
+		Hint("g", 5, nil),
+		Resync(),
+	} {
+		f.Add(MarshalFrame(fr))
+	}
+	f.Add([]byte(`{"t":"event","ev":{"seq":"x"}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := DecodeFrame(b)
+		if err != nil {
+			return
+		}
+		if fr.T == "" {
+			t.Fatal("accepted a frame without t")
+		}
+		again, err := DecodeFrame(MarshalFrame(fr))
+		if err != nil {
+			t.Fatalf("re-encoded frame does not decode: %v", err)
+		}
+		if string(MarshalFrame(again)) != string(MarshalFrame(fr)) {
+			t.Fatalf("frame changed in a round trip:\n%s\n%s", MarshalFrame(fr), MarshalFrame(again))
+		}
+	})
+}
