@@ -23,10 +23,11 @@ type frame struct {
 // conn is one socket. The reader goroutine answers requests in order; the
 // writer goroutine owns every write; the hub's keepalive loop pings it.
 type conn struct {
-	h   *Hub
-	ws  *websocket.Conn
-	p   parley.Principal
-	out chan *frame
+	h     *Hub
+	ws    *websocket.Conn
+	p     parley.Principal
+	token string // re-checked now and then: a revoked token ends the socket
+	out   chan *frame
 
 	// Guarded by h.mu.
 	subscribed bool
@@ -41,6 +42,7 @@ type conn struct {
 	flush     chan closeReq
 	kicked    atomic.Bool
 	pinging   atomic.Bool
+	revoked   atomic.Bool // the token stopped working: frames are refused
 }
 
 type closeReq struct {
@@ -48,10 +50,10 @@ type closeReq struct {
 	reason string
 }
 
-func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Principal) *conn {
+func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Principal, token string) *conn {
 	ctx, cancel := context.WithCancel(parent)
 	return &conn{
-		h: h, ws: ws, p: p, ctx: ctx, cancel: cancel,
+		h: h, ws: ws, p: p, token: token, ctx: ctx, cancel: cancel,
 		out:     make(chan *frame, h.o.QueueSize),
 		watched: map[string]struct{}{},
 		hinted:  map[string]bool{},
@@ -78,6 +80,11 @@ func (c *conn) readLoop(ctx context.Context) {
 		}
 		if typ != websocket.MessageText {
 			c.reply(wire.Error(parley.CodeInvalidArgument, "frames must be JSON text frames"), nil)
+			continue
+		}
+		if c.revoked.Load() {
+			req, _ := wire.DecodeRequest(data)
+			c.reply(wire.Error(parley.CodeUnauthenticated, parley.ErrBadToken.Msg), req.RID)
 			continue
 		}
 		c.h.drainMu.RLock()
@@ -197,6 +204,21 @@ func (c *conn) kick() {
 		c.ws.Close(websocket.StatusPolicyViolation, "send queue full: the client reads too slowly")
 		c.cancel()
 	}()
+}
+
+// revoke ends a socket whose token no longer authenticates: an error frame
+// with the code (UNAUTHENTICATED or STALE_INSTALL) so the client knows not
+// to reconnect with it, then close 1008. From then on it gets nothing.
+func (c *conn) revoke(code parley.Code, msg string) {
+	if c.revoked.Swap(true) {
+		return
+	}
+	c.h.mu.Lock()
+	c.h.unsubscribeLocked(c)
+	c.h.mu.Unlock()
+	c.h.stats.Revoked.Add(1)
+	c.enqueue(&frame{b: wire.MarshalFrame(wire.Error(code, msg))})
+	c.closeAfterFlush(websocket.StatusPolicyViolation, "token revoked")
 }
 
 // closeAfterFlush closes the socket once what is queued is written.

@@ -944,3 +944,58 @@ func TestOrigin(t *testing.T) {
 		}
 	}
 }
+
+// TestRevoke: a socket whose token stops working gets an error frame with
+// the code, is closed with 1008, and gets no more pushes: at once for a
+// logout through this gateway, within Reauth for a disabled account or a
+// replaced install.
+func TestRevoke(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{Reauth: 100 * time.Millisecond})
+		ben := twoInG1(t, srv)
+		user(t, s, "cy")
+		anaTok := login(t, s, "ana", "d1", "i1").Token
+		ana := dial(t, srv.url, anaTok)
+		ana.do(map[string]any{"t": "sub"})
+		cy := dial(t, srv.url, login(t, s, "cy", "d1", "i1").Token)
+		benOld := dial(t, srv.url, login(t, s, "ben", "d2", "install-1").Token)
+
+		ended := func(c *client, code parley.Code) {
+			t.Helper()
+			f := c.push(wire.TError)
+			if f.Code != code {
+				t.Fatalf("revocation frame %+v, want %s", f, code)
+			}
+			var err error
+			for err == nil {
+				_, err = c.read(10 * time.Second)
+			}
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("revoked socket ended with %v, want close 1008", err)
+			}
+		}
+
+		srv.hub.RevokeToken(anaTok) // what the HTTP logout does
+		ended(ana, parley.CodeUnauthenticated)
+
+		if err := s.SetUserDisabled(context.Background(), "cy", true); err != nil {
+			t.Fatal(err)
+		}
+		ended(cy, parley.CodeUnauthenticated)
+
+		login(t, s, "ben", "d2", "install-2") // ben's device d2 was reinstalled
+		ended(benOld, parley.CodeStaleInstall)
+
+		if n := srv.hub.Stats().Revoked.Load(); n != 3 {
+			t.Fatalf("revoked = %d, want 3", n)
+		}
+		// ben's other device is untouched and still gets pushes.
+		if _, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d9"}, parley.SendRequest{Conv: "g1", CMID: "x", Body: "still here"}); err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g1", Seq: 3}})
+		if f := ben.push(wire.TEvent); f.Ev.Body != "still here" {
+			t.Fatalf("ben push = %+v", f.Ev)
+		}
+	})
+}

@@ -58,6 +58,11 @@ type Options struct {
 	// Backstop is how often the heads of watched conversations are polled
 	// (default 5s).
 	Backstop time.Duration
+	// Reauth is how often every socket's token is checked again (default
+	// 1m): a token logged out on another gateway, or an account disabled,
+	// ends its sockets within it. A logout through this gateway's own HTTP
+	// API ends them at once (RevokeToken).
+	Reauth time.Duration
 	// OriginPatterns lists the browser origins allowed besides the
 	// server's own host (see websocket.AcceptOptions); a request without
 	// an Origin header (a non-browser client) is always allowed.
@@ -98,6 +103,9 @@ func (o Options) withDefaults() Options {
 	if o.Workers <= 0 {
 		o.Workers = 8
 	}
+	if o.Reauth <= 0 {
+		o.Reauth = time.Minute
+	}
 	return o
 }
 
@@ -134,6 +142,7 @@ type Stats struct {
 	Kicked    atomic.Int64 // sockets closed for a full queue
 	Resyncs   atomic.Int64 // resync frames sent after a bus loss
 	Backstops atomic.Int64 // conversations the backstop found behind
+	Revoked   atomic.Int64 // sockets closed because their token stopped working
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -167,6 +176,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { h.backstop(ctx) })
 	wg.Go(func() { h.keepalive(ctx) })
+	wg.Go(func() { h.reauth(ctx) })
 	var err error
 	if h.bus != nil {
 		err = h.bus.Run(ctx, busHandler{h})
@@ -270,7 +280,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered (403 for a foreign origin)
 	}
 	ws.SetReadLimit(parley.MaxFrameBytes)
-	c := newConn(h.ctx(), h, ws, p)
+	c := newConn(h.ctx(), h, ws, p, token)
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
@@ -284,6 +294,12 @@ func (h *Hub) remove(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.conns, c)
+	h.unsubscribeLocked(c)
+	h.stats.Conns.Add(-1)
+}
+
+// unsubscribeLocked stops pushes to c and forgets what it watched.
+func (h *Hub) unsubscribeLocked(c *conn) {
 	if set := h.subs[c.p.User]; set != nil {
 		if _, ok := set[c]; ok {
 			delete(set, c)
@@ -295,7 +311,8 @@ func (h *Hub) remove(c *conn) {
 			}
 		}
 	}
-	h.stats.Conns.Add(-1)
+	c.watched = map[string]struct{}{}
+	c.subscribed = false
 }
 
 func (h *Hub) unwatchLocked(conv string) {
@@ -318,6 +335,9 @@ func (h *Hub) subscribe(ctx context.Context, c *conn) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if c.revoked.Load() {
+		return parley.ErrBadToken
+	}
 	if c.subscribed {
 		return nil
 	}
@@ -453,6 +473,45 @@ func (h *Hub) keepalive(ctx context.Context) {
 		}
 		for _, c := range h.snapshot() {
 			go c.ping()
+		}
+	}
+}
+
+// reauth checks every socket's token again each Reauth, one at a time, so
+// the cost is spread and bounded: a socket whose token was logged out, whose
+// install was replaced, or whose account was disabled is ended.
+func (h *Hub) reauth(ctx context.Context) {
+	t := time.NewTicker(h.o.Reauth)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range h.snapshot() {
+			actx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
+			_, err := h.store.Authenticate(actx, c.token)
+			cancel()
+			switch code := parley.ErrorCode(err); code {
+			case "":
+			case parley.CodeUnauthenticated, parley.CodeStaleInstall:
+				c.revoke(code, parley.ErrorMessage(err))
+			default: // the store is unwell: keep the socket, try next round
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// RevokeToken ends this gateway's sockets that use token, at once: the HTTP
+// API calls it after a logout. Other gateways notice within Reauth.
+func (h *Hub) RevokeToken(token string) {
+	for _, c := range h.snapshot() {
+		if c.token == token {
+			c.revoke(parley.CodeUnauthenticated, parley.ErrBadToken.Msg)
 		}
 	}
 }

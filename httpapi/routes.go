@@ -17,6 +17,8 @@ type Deps struct {
 	Log     *slog.Logger
 	// Draining reports a graceful drain in progress: /readyz answers 503.
 	Draining func() bool
+	// Revoke ends the sockets that use a token, after a logout (nil: none).
+	Revoke func(token string)
 	// SecureCookie sets the Secure attribute on the session cookie (serve
 	// over TLS, or behind a TLS-terminating proxy).
 	SecureCookie bool

@@ -70,6 +70,9 @@ func handleLogout(d Deps) http.Handler {
 			writeError(w, d.Log, err, "logout")
 			return
 		}
+		if d.Revoke != nil {
+			d.Revoke(token)
+		}
 		http.SetCookie(w, &http.Cookie{Name: wire.SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie})
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/wire"
@@ -107,7 +110,15 @@ func TestServeDemo(t *testing.T) {
 		if bad.StatusCode != http.StatusUnauthorized || prob.Code != parley.CodeUnauthenticated || bad.Header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("bad login: %d %+v", bad.StatusCode, prob)
 		}
-		// Logout revokes the token: the next upgrade with it is refused.
+		// Logout revokes the token: a socket open with it is ended at once,
+		// and the next upgrade with it is refused.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sock, _, err := websocket.Dial(ctx, p.ws, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + got.Token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sock.CloseNow()
 		req, _ := http.NewRequest(http.MethodPost, p.http+"/api/logout", nil)
 		req.Header.Set("Authorization", "Bearer "+got.Token)
 		out, err := http.DefaultClient.Do(req)
@@ -115,6 +126,13 @@ func TestServeDemo(t *testing.T) {
 			t.Fatalf("logout: %v %v", out, err)
 		}
 		out.Body.Close()
+		_, b, err := sock.Read(ctx)
+		if f, _ := wire.DecodeFrame(b); err != nil || f.Code != parley.CodeUnauthenticated {
+			t.Fatalf("open socket after logout: %s %v, want an UNAUTHENTICATED frame", b, err)
+		}
+		if _, _, err := sock.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+			t.Fatalf("open socket after logout: %v, want close 1008", err)
+		}
 		ws, _ := http.NewRequest(http.MethodGet, p.http+"/ws", nil)
 		ws.Header.Set("Authorization", "Bearer "+got.Token)
 		if r, err := http.DefaultClient.Do(ws); err != nil || r.StatusCode != http.StatusUnauthorized {

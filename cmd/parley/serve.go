@@ -30,6 +30,7 @@ type serveFlags struct {
 	queue        int
 	backstop     time.Duration
 	ping         time.Duration
+	reauth       time.Duration
 	drainTimeout time.Duration
 	secureCookie bool
 	logFormat    string
@@ -46,6 +47,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&f.queue, "send-queue", 256, "frames queued per socket before a slow client is disconnected")
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
+	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -98,10 +100,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	hub := gateway.New(gateway.Options{
 		Store: store, Bus: bus, Log: log,
 		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
-		PingEvery: f.ping, OriginPatterns: origins,
+		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
 	})
 	api := httpapi.NewHandler(httpapi.Deps{
-		Store: store, Gateway: hub, Log: log, Draining: hub.Draining, SecureCookie: f.secureCookie,
+		Store: store, Gateway: hub, Log: log, Draining: hub.Draining, Revoke: hub.RevokeToken, SecureCookie: f.secureCookie,
 	})
 
 	// Bind before serving, so a taken port fails here, synchronously.
