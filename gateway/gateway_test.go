@@ -171,7 +171,7 @@ func (c *client) do(req map[string]any) wire.Frame {
 	b, _ := json.Marshal(req)
 	c.raw(websocket.MessageText, b)
 	for {
-		f, err := c.read(5 * time.Second)
+		f, err := c.read(15 * time.Second)
 		if err != nil {
 			c.t.Fatalf("read: %v", err)
 		}
@@ -185,7 +185,7 @@ func (c *client) do(req map[string]any) wire.Frame {
 	}
 }
 
-// next returns the next frame (a push kept by do first) within 5 s.
+// next returns the next frame (a push kept by do first) within 15 s.
 func (c *client) next() wire.Frame {
 	c.t.Helper()
 	if len(c.pending) > 0 {
@@ -193,7 +193,7 @@ func (c *client) next() wire.Frame {
 		c.pending = c.pending[1:]
 		return f
 	}
-	f, err := c.read(5 * time.Second)
+	f, err := c.read(15 * time.Second)
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}
