@@ -1014,3 +1014,34 @@ func TestCloseEndsRun(t *testing.T) {
 		t.Errorf("Enqueue on a closed client = %v", err)
 	}
 }
+
+// TestGatewayRevokedTokenEndsRun: a connected client whose token is logged
+// out gets UNAUTHENTICATED from Run and does not reconnect with it.
+func TestGatewayRevokedTokenEndsRun(t *testing.T) {
+	s := newStore(t)
+	g := newGateway(t, s)
+	tok := token(t, s, "ana", "d1", "i1")
+	connected := make(chan struct{}, 1)
+	c, err := client.Open(ctxT(t), client.Options{
+		URLs: []string{g.url}, Token: tok, Outbox: filepath.Join(t.TempDir(), "o.db"),
+		OnConnect: func(string) { connected <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctxT(t)) }()
+	select {
+	case <-connected:
+	case err := <-done:
+		t.Fatalf("Run ended before connecting: %v", err)
+	}
+	if err := s.Logout(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	g.hub.RevokeToken(tok)
+	if err := <-done; parley.ErrorCode(err) != parley.CodeUnauthenticated {
+		t.Fatalf("Run = %v, want UNAUTHENTICATED", err)
+	}
+}
