@@ -468,27 +468,37 @@ func TestResyncOnBusLoss(t *testing.T) {
 	})
 }
 
-// TestHintForLargeGroup: above the member threshold, members get a hint
-// (conv, head) instead of the event; small conversations get events.
+// TestHintForLargeGroup: above the default member threshold (1000),
+// members get a hint (conv, head) instead of the event; a group of exactly
+// 1000 still gets events. The silent members are created through the store
+// without passwords (no hashing), as the issue allows.
 func TestHintForLargeGroup(t *testing.T) {
 	stores(t, func(t *testing.T, s parley.Store) {
-		srv := newServer(t, s, gateway.Options{HintMembers: 3})
-		for _, u := range []string{"ana", "ben", "cy", "dan"} {
-			user(t, s, u)
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		user(t, s, "ben")
+		ctx := context.Background()
+		var others []string
+		for i := range 999 {
+			id := fmt.Sprintf("m%03d", i)
+			if _, err := s.CreateUser(ctx, parley.NewUser{ID: id}); err != nil {
+				t.Fatal(err)
+			}
+			others = append(others, id)
 		}
-		group(t, s, "big", "ana", "ben", "cy", "dan") // 4 members > 3
-		group(t, s, "small", "ana", "ben")
+		group(t, s, "crowd", "ana", append([]string{"ben"}, others...)...)      // 1001 members
+		group(t, s, "full", "ana", append([]string{"ben"}, others[:998]...)...) // 1000 members
 		ben := dial(t, srv.url, login(t, s, "ben", "d1", "i1").Token)
 		ben.do(map[string]any{"t": "sub"})
 		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
-		send(ana, "big", "b1", "to many")
+		send(ana, "crowd", "b1", "to many")
 		h := ben.push(wire.THint)
-		if h.Conv != "big" || *h.Head != 5 || h.Read != nil {
-			t.Fatalf("hint = %+v", h)
+		if h.Conv != "crowd" || *h.Head != 1002 || h.Read != nil {
+			t.Fatalf("hint = %+v, want crowd at head 1002", h)
 		}
-		send(ana, "small", "s1", "to few")
-		if f := ben.push(wire.TEvent); f.Ev.Conv != "small" {
-			t.Fatalf("small group push = %+v", f)
+		send(ana, "full", "s1", "to a thousand")
+		if f := ben.push(wire.TEvent); f.Ev.Conv != "full" || f.Ev.Body != "to a thousand" {
+			t.Fatalf("1000-member group push = %+v", f)
 		}
 	})
 }
