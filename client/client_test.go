@@ -737,7 +737,13 @@ func newStore(t *testing.T) *sqlite.DB {
 
 func newGateway(t *testing.T, s *sqlite.DB) *gw {
 	t.Helper()
-	hub := gateway.New(gateway.Options{Store: s, Bus: inmem.NewBus(), Log: slog.New(slog.DiscardHandler)})
+	return newGatewayWith(t, s, gateway.Options{})
+}
+
+func newGatewayWith(t *testing.T, s *sqlite.DB, o gateway.Options) *gw {
+	t.Helper()
+	o.Store, o.Bus, o.Log = s, inmem.NewBus(), slog.New(slog.DiscardHandler)
+	hub := gateway.New(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { hub.Run(ctx); close(done) }()
@@ -1043,5 +1049,45 @@ func TestGatewayRevokedTokenEndsRun(t *testing.T) {
 	g.hub.RevokeToken(tok)
 	if err := <-done; parley.ErrorCode(err) != parley.CodeUnauthenticated {
 		t.Fatalf("Run = %v, want UNAUTHENTICATED", err)
+	}
+}
+
+// TestGatewayRollbackRebuilds: an operator rolls a conversation back under
+// a connected client. The gateway sees the epoch move and sends resync; the
+// client's sync answers EPOCH_CHANGED, it resets the conversation and
+// rebuilds it, and the seqs that are reused arrive in the new epoch.
+func TestGatewayRollbackRebuilds(t *testing.T) {
+	s := newStore(t)
+	g := newGatewayWith(t, s, gateway.Options{Backstop: 100 * time.Millisecond})
+	ben := start(t, client.Options{URLs: []string{g.url}, Token: token(t, s, "ben", "d1", "i1"), Outbox: filepath.Join(t.TempDir(), "ben.db")})
+	ben.waitConnected(t)
+	ana := parley.Principal{User: "ana", DeviceID: "d1"}
+	for i, body := range []string{"one", "two", "three"} {
+		sent, err := s.Send(context.Background(), ana, parley.SendRequest{Conv: "g1", CMID: fmt.Sprint("c", i), Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.hub.Publish(parley.Notice{Conv: "g1", Seq: sent.Seq})
+	}
+	eventually(t, "seqs 1..5", func() bool { return slices.Equal(ben.rec.seqsOf("g1"), upTo(5)) })
+
+	if _, err := s.Rollback(context.Background(), "g1", 3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the rebuild after the rollback", func() bool { return slices.Equal(ben.rec.seqsOf("g1"), upTo(3)) })
+	sent, err := s.Send(context.Background(), ana, parley.SendRequest{Conv: "g1", CMID: "after", Body: "four, again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.hub.Publish(parley.Notice{Conv: "g1", Seq: sent.Seq})
+	eventually(t, "the reused seq 4 in the new epoch", func() bool { return slices.Equal(ben.rec.seqsOf("g1"), upTo(4)) })
+
+	ben.rec.mu.Lock()
+	defer ben.rec.mu.Unlock()
+	if !slices.Contains(ben.rec.resets, "g1 "+string(parley.CodeEpochChanged)) {
+		t.Errorf("resets %q, want g1 EPOCH_CHANGED", ben.rec.resets)
+	}
+	if got := ben.rec.bodies["g1"]; got[3] != "four, again" || ben.rec.epoch["g1"] != 2 {
+		t.Errorf("after the rollback: bodies %q epoch %d", got, ben.rec.epoch["g1"])
 	}
 }
