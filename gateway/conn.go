@@ -83,20 +83,25 @@ func (c *conn) readLoop(ctx context.Context) {
 			continue
 		}
 		if c.revoked.Load() {
-			req, _ := wire.DecodeRequest(data)
-			c.reply(wire.Error(parley.CodeUnauthenticated, parley.ErrBadToken.Msg), req.RID)
+			c.refuse(data, parley.CodeUnauthenticated, parley.ErrBadToken.Msg)
 			continue
 		}
 		c.h.drainMu.RLock()
 		if c.h.draining.Load() {
 			c.h.drainMu.RUnlock()
-			req, _ := wire.DecodeRequest(data)
-			c.reply(wire.Error(parley.CodeUnavailable, "server is draining; reconnect and retry with the same request key"), req.RID)
+			c.refuse(data, parley.CodeUnavailable, "server is draining; reconnect and retry with the same request key")
 			continue
 		}
 		c.handle(ctx, data)
 		c.h.drainMu.RUnlock()
 	}
+}
+
+// refuse answers a frame with an error without handling it, echoing its
+// rid when it has a readable one.
+func (c *conn) refuse(data []byte, code parley.Code, msg string) {
+	req, _ := wire.DecodeRequest(data)
+	c.reply(wire.Error(code, msg), req.RID)
 }
 
 func (c *conn) writeLoop(ctx context.Context) {

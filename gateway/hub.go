@@ -174,9 +174,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	for _, w := range h.workers {
 		wg.Go(func() { w.run(ctx) })
 	}
-	wg.Go(func() { h.backstop(ctx) })
-	wg.Go(func() { h.keepalive(ctx) })
-	wg.Go(func() { h.reauth(ctx) })
+	wg.Go(func() { every(ctx, h.o.Backstop, h.poke, func() { h.backstop(ctx) }) })
+	wg.Go(func() { every(ctx, h.o.PingEvery, nil, h.keepalive) })
+	wg.Go(func() { every(ctx, h.o.Reauth, nil, func() { h.reauth(ctx) }) })
 	var err error
 	if h.bus != nil {
 		err = h.bus.Run(ctx, busHandler{h})
@@ -460,47 +460,51 @@ func (h *Hub) Lost() {
 	}
 }
 
-// keepalive pings every socket each PingEvery, each ping on a short-lived
-// goroutine of its own.
-func (h *Hub) keepalive(ctx context.Context) {
-	t := time.NewTicker(h.o.PingEvery)
+// every runs fn each d, and at once when poke fires (a nil poke never
+// does), until ctx ends.
+func every(ctx context.Context, d time.Duration, poke <-chan struct{}, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-poke:
 		}
-		for _, c := range h.snapshot() {
-			go c.ping()
-		}
+		fn()
 	}
 }
 
-// reauth checks every socket's token again each Reauth, one at a time, so
-// the cost is spread and bounded: a socket whose token was logged out, whose
-// install was replaced, or whose account was disabled is ended.
+// keepalive pings every socket, each ping on a short-lived goroutine of
+// its own.
+func (h *Hub) keepalive() {
+	for _, c := range h.snapshot() {
+		go c.ping()
+	}
+}
+
+// reauth checks every socket's token again, one token at a time and each
+// token once however many sockets share it, so the cost is spread and
+// bounded: a socket whose token was logged out, whose install was replaced,
+// or whose account was disabled is ended.
 func (h *Hub) reauth(ctx context.Context) {
-	t := time.NewTicker(h.o.Reauth)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, c := range h.snapshot() {
+	verdict := map[string]error{}
+	for _, c := range h.snapshot() {
+		err, seen := verdict[c.token]
+		if !seen {
 			actx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
-			_, err := h.store.Authenticate(actx, c.token)
+			_, err = h.store.Authenticate(actx, c.token)
 			cancel()
-			switch code := parley.ErrorCode(err); code {
-			case "":
-			case parley.CodeUnauthenticated, parley.CodeStaleInstall:
-				c.revoke(code, parley.ErrorMessage(err))
-			default: // the store is unwell: keep the socket, try next round
-				if ctx.Err() != nil {
-					return
-				}
+			verdict[c.token] = err
+		}
+		switch code := parley.ErrorCode(err); code {
+		case "":
+		case parley.CodeUnauthenticated, parley.CodeStaleInstall:
+			c.revoke(code, parley.ErrorMessage(err))
+		default: // the store is unwell: keep the socket, try next round
+			if ctx.Err() != nil {
+				return
 			}
 		}
 	}
@@ -519,31 +523,21 @@ func (h *Hub) RevokeToken(token string) {
 // backstop polls the heads of watched conversations and hands the ones
 // ahead of what was pushed to their workers.
 func (h *Hub) backstop(ctx context.Context) {
-	t := time.NewTicker(h.o.Backstop)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	convs := h.watched()
+	for len(convs) > 0 {
+		batch := convs[:min(len(convs), 1000)]
+		convs = convs[len(batch):]
+		qctx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
+		heads, err := h.store.Heads(qctx, batch)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("backstop: reading heads failed", "err", err)
+			}
 			return
-		case <-t.C:
-		case <-h.poke:
 		}
-		convs := h.watched()
-		for len(convs) > 0 {
-			batch := convs[:min(len(convs), 1000)]
-			convs = convs[len(batch):]
-			qctx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
-			heads, err := h.store.Heads(qctx, batch)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					h.log.Warn("backstop: reading heads failed", "err", err)
-				}
-				break
-			}
-			for _, hd := range heads {
-				h.worker(hd.Conv).check(hd)
-			}
+		for _, hd := range heads {
+			h.worker(hd.Conv).check(hd)
 		}
 	}
 }
