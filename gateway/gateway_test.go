@@ -125,7 +125,7 @@ func dialBuffered(t *testing.T, url, token string, n int) *client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: bearer(token)})
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
@@ -237,6 +237,26 @@ func (c *client) push(typ string) wire.Frame {
 		}
 	}
 }
+
+// refused tries an upgrade that must be refused with status, and returns
+// the answer and its problem body.
+func refused(t *testing.T, url string, h http.Header, status int) (*http.Response, wire.Problem) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	if err == nil || resp == nil || resp.StatusCode != status {
+		t.Fatalf("upgrade with %v answered %v, %v; want %d", h, resp, err, status)
+	}
+	var p wire.Problem
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("refused upgrade body %q: %v", body, err)
+	}
+	return resp, p
+}
+
+func bearer(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
 
 func wantCode(t *testing.T, f wire.Frame, code parley.Code) {
 	t.Helper()
@@ -667,14 +687,9 @@ func TestUnauthenticated(t *testing.T) {
 			{"bad cookie", http.Header{"Cookie": {wire.SessionCookie + "=nope"}}},
 		}
 		for _, tt := range tests {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: tt.header})
-			cancel()
-			if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
-				t.Fatalf("%s: upgrade answered %v, %v; want 401", tt.name, resp, err)
-			}
-			if resp.Header.Get("WWW-Authenticate") == "" {
-				t.Errorf("%s: 401 without WWW-Authenticate", tt.name)
+			resp, p := refused(t, srv.url, tt.header, http.StatusUnauthorized)
+			if resp.Header.Get("WWW-Authenticate") == "" || p.Code != parley.CodeUnauthenticated {
+				t.Errorf("%s: 401 with WWW-Authenticate %q, code %s", tt.name, resp.Header.Get("WWW-Authenticate"), p.Code)
 			}
 		}
 		// The cookie works like the bearer token.
@@ -698,16 +713,8 @@ func TestStaleInstall(t *testing.T) {
 		open := dial(t, srv.url, old)
 		login(t, s, "ana", "d1", "install-2") // the device was reinstalled
 		// A new upgrade with the old install's token: 401 STALE_INSTALL.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + old}}})
-		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("stale upgrade: %v %v", resp, err)
-		}
-		var p wire.Problem
-		body, _ := io.ReadAll(resp.Body)
-		if json.Unmarshal(body, &p) != nil || p.Code != parley.CodeStaleInstall {
-			t.Fatalf("stale upgrade body %s, want code STALE_INSTALL", body)
+		if _, p := refused(t, srv.url, bearer(old), http.StatusUnauthorized); p.Code != parley.CodeStaleInstall {
+			t.Fatalf("stale upgrade code %s, want STALE_INSTALL", p.Code)
 		}
 		// A socket the old install still has open: ack says STALE_INSTALL.
 		wantCode(t, open.do(map[string]any{"t": "ack", "conv": "g1", "seq": 1}), parley.CodeStaleInstall)
@@ -729,11 +736,8 @@ func TestDrain(t *testing.T) {
 			t.Fatal("no goaway")
 		}
 		wantCode(t, c.do(map[string]any{"t": "send", "conv": "g1", "cmid": "after", "body": "x"}), parley.CodeUnavailable)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, resp, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
-		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-			t.Fatalf("upgrade while draining: %v %v", resp, err)
+		if resp, p := refused(t, srv.url, bearer(tok), http.StatusServiceUnavailable); resp.Header.Get("Retry-After") == "" || p.Code != parley.CodeUnavailable {
+			t.Fatalf("upgrade while draining: Retry-After %q, code %s", resp.Header.Get("Retry-After"), p.Code)
 		}
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -897,7 +901,7 @@ func TestKeepalive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A socket nobody reads never answers a ping (pongs are sent by Read).
-	mute, _, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	mute, _, err := websocket.Dial(ctx, srv.url, &websocket.DialOptions{HTTPHeader: bearer(tok)})
 	if err != nil {
 		t.Fatal(err)
 	}
