@@ -427,6 +427,22 @@ func TestCrash(t *testing.T) {
 	}
 }
 
+// wantReplay resends req, whose first attempt committed as seq 3, and
+// wants the original seq with dup=true and the body stored once.
+func wantReplay(t *testing.T, c *client.Client, s parley.Store, req wire.Request) {
+	t.Helper()
+	f, err := do(t, c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *f.Seq != 3 || !*f.Dup {
+		t.Fatalf("retry = seq %d dup %v, want seq 3 dup true", *f.Seq, *f.Dup)
+	}
+	if n := count(messages(t, s), req.Body); n != 1 {
+		t.Fatalf("%q stored %d times, want once", req.Body, n)
+	}
+}
+
 // TestLostReplyRetry: the reply to a committed send never reaches the
 // client (it gave up waiting); the resend with the same cmid gets the
 // original seq with dup=true, and there is one row.
@@ -443,16 +459,7 @@ func TestLostReplyRetry(t *testing.T) {
 			t.Fatalf("first send: %v, want no reply in time", err)
 		}
 		time.Sleep(1500 * time.Millisecond)
-		f, err := do(t, c, sendReq("lost-1", "lost reply"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if *f.Seq != 3 || !*f.Dup {
-			t.Fatalf("retry = seq %d dup %v, want seq 3 dup true", *f.Seq, *f.Dup)
-		}
-		if n := count(messages(t, s), "lost reply"); n != 1 {
-			t.Fatalf("%d rows, want 1", n)
-		}
+		wantReplay(t, c, s, sendReq("lost-1", "lost reply"))
 	})
 }
 
@@ -468,13 +475,7 @@ func TestUnavailableAfterCommit(t *testing.T) {
 		if parley.ErrorCode(err) != parley.CodeUnavailable || client.IsTerminal(err) {
 			t.Fatalf("first send: %v, want retryable UNAVAILABLE", err)
 		}
-		f, err := do(t, c, sendReq("u-1", "unavailable"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if *f.Seq != 3 || !*f.Dup {
-			t.Fatalf("retry = seq %d dup %v, want seq 3 dup true", *f.Seq, *f.Dup)
-		}
+		wantReplay(t, c, s, sendReq("u-1", "unavailable"))
 		// Through the outbox the retry is automatic.
 		it, err := c.Enqueue(context.Background(), "g1", "second")
 		if err != nil {
