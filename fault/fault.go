@@ -22,6 +22,7 @@ package fault
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -98,7 +99,7 @@ func parse(spec string) (map[string]*rule, error) {
 		if !ok {
 			return nil, fmt.Errorf("fault %q: want point=action[@N]", entry)
 		}
-		if !known(name) {
+		if !slices.Contains(Points, name) {
 			return nil, fmt.Errorf("fault %q: unknown point %q (known: %s)", entry, name, strings.Join(Points, ", "))
 		}
 		r := &rule{}
@@ -133,14 +134,6 @@ func parse(spec string) (map[string]*rule, error) {
 	return rules, nil
 }
 
-func known(name string) bool {
-	for _, p := range Points {
-		if p == name {
-			return true
-		}
-	}
-	return false
-}
 
 // Armed reports whether point is armed at all (whatever its @N). Code uses
 // it to take a slower path only in lab runs, such as sending COMMIT as its
