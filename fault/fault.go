@@ -134,7 +134,6 @@ func parse(spec string) (map[string]*rule, error) {
 	return rules, nil
 }
 
-
 // Armed reports whether point is armed at all (whatever its @N). Code uses
 // it to take a slower path only in lab runs, such as sending COMMIT as its
 // own round trip so a fault can sit before it.
