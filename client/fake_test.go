@@ -17,7 +17,8 @@ import (
 
 // fake is a scripted server for what the real gateway cannot be made to do
 // on demand: duplicate and out-of-order pushes, a reply that never comes, a
-// rollback, a rate limit. It keeps conversations whose every event is
+// cursor above the head without an epoch change, a rate limit (a rollback
+// runs against the real gateway: TestGatewayRollbackRebuilds). It keeps conversations whose every event is
 // visible, answers the protocol's requests from them, and lets a test take
 // over any request with hook. Several listeners may share one fake (they
 // then behave as gateways on one store).
@@ -208,18 +209,6 @@ func (f *fake) add(conv string, n int) []wire.Event {
 		evs = append(evs, f.appendLocked(conv, fmt.Sprintf("m%d", i)))
 	}
 	return evs
-}
-
-// rollback cuts conv to toSeq and bumps its epoch.
-func (f *fake) rollback(conv string, toSeq int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.convs[conv]
-	c.events = c.events[:toSeq]
-	c.epoch++
-	for i := range c.events {
-		c.events[i].MID = fmt.Sprintf("m-%s-%d-%d", conv, c.epoch, c.events[i].Seq)
-	}
 }
 
 // push writes fr to every subscribed socket.
