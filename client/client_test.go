@@ -1058,9 +1058,11 @@ func TestGatewayRollbackRebuilds(t *testing.T) {
 	g.hub.Publish(parley.Notice{Conv: "g1", Seq: sent.Seq})
 	eventually(t, "the reused seq 4 in the new epoch", func() bool { return slices.Equal(ben.rec.seqsOf("g1"), upTo(4)) })
 
-	if cur, _ := ben.Cursor("g1"); cur != (client.Cursor{After: 4, Epoch: 2}) {
-		t.Errorf("cursor %+v, want after 4 in epoch 2", cur)
-	}
+	// The cursor is stored after the handler returns: wait for it.
+	eventually(t, "cursor after 4 in epoch 2", func() bool {
+		cur, _ := ben.Cursor("g1")
+		return cur == client.Cursor{After: 4, Epoch: 2}
+	})
 	ben.rec.mu.Lock()
 	defer ben.rec.mu.Unlock()
 	if !slices.Equal(ben.rec.resets, []string{"g1 EPOCH_CHANGED"}) {
