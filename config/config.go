@@ -1,0 +1,316 @@
+// Package config is Parley's policy file (SPEC §6): one YAML file, given to
+// `parley serve --config parley.yaml`, holding what may change while the
+// server runs — rate limits, trusted proxies, access modes, permission
+// rules, new-flow switches, retries and timeouts. Process settings (--addr,
+// --db, --data-dir) stay flags. testdata/parley.yaml is the documented
+// example of every key.
+//
+// # Fail-safe defaults
+//
+// A hot-reloaded file can be missing a value or hold a wrong one at any
+// moment. Every value therefore has a stated default, and the default points
+// to the side whose mistake costs less (seed 004 §3.3):
+//
+//	value                 what a mistake costs          missing or malformed
+//	rate limit            blocking legitimate traffic   off (limit 0)
+//	access mode           opening a closed feature      missing: the feature's default; unknown: CLOSED
+//	access window         opening a closed feature      any bad field: always outside
+//	time zone             windows shifting by hours     UTC when missing; unknown: every window outside
+//	permission rule       privilege escalation          a missing or bad rule denies
+//	new-flow switch       running an unproven path      false (the old flow)
+//	retries, backoff      skipped calls, negative sleep default when malformed; negative clamps to 0
+//	timeouts              a hang                        the default, never "no timeout"
+//	trusted proxy         a spoofable client address    a bad entry is dropped (not trusted)
+//	shared rate store     a broken limiter              local (per instance)
+//
+// So Parse fails only when the file is not a YAML mapping (a syntax error,
+// duplicate keys, an empty file, a list at the top): a reloading server then
+// keeps its last good configuration (see Watcher). A bad value never fails
+// the parse; it resolves to its safe side and Parse returns a warning naming
+// the key path, the line and the reason. Unknown keys are warnings too.
+//
+// A Config is immutable once Parse returns it; Watcher swaps whole Configs,
+// so one request sees one consistent policy.
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	// Access windows are read in a named zone; embedding the zone
+	// database makes that work on hosts without /usr/share/zoneinfo.
+	_ "time/tzdata"
+)
+
+// Mode is the access mode of a gated feature.
+type Mode string
+
+// The access modes. Anything else in the file resolves to ModeClosed.
+const (
+	ModeOpen       Mode = "OPEN"        // always allowed
+	ModeTestWindow Mode = "TEST_WINDOW" // allowed only inside the feature's window
+	ModeClosed     Mode = "CLOSED"      // never allowed
+)
+
+// Limit is the rate limit of one route bucket. The zero Limit (Limit 0) is
+// off; a Limit with Limit > 0 always has Window > 0.
+type Limit struct {
+	Limit  int
+	Window time.Duration
+}
+
+// Defaults named in the file schema.
+const (
+	DefaultRateWindow        = time.Minute
+	DefaultExportRetries     = 3
+	DefaultExportBackoff     = time.Second
+	DefaultStoreTimeout      = 10 * time.Second
+	DefaultRedisTimeout      = 200 * time.Millisecond
+	DefaultPermissionTimeout = 2 * time.Second
+)
+
+// defaultModes are the documented modes of the known gated features when the
+// file does not set one. Any other feature defaults to ModeClosed.
+var defaultModes = map[string]Mode{
+	"exports":  ModeOpen,
+	"webhooks": ModeOpen,
+}
+
+// Roles a permission rule may name (parley.RoleUser, parley.RoleAdmin).
+var knownRoles = []string{"user", "admin"}
+
+// Config is a resolved configuration. Every accessor returns a value inside
+// its safe range; none fails.
+type Config struct {
+	loc    *time.Location
+	zoneOK bool // false: the configured zone is unknown, every window is outside
+
+	proxies  []netip.Prefix
+	limits   map[string]Limit
+	redisURL string
+
+	features map[string]feature
+	perms    map[string][]string // rule → roles; an empty list denies everyone
+	switches map[string]bool
+
+	retries int
+	backoff time.Duration
+
+	storeTimeout, redisTimeout, permissionTimeout time.Duration
+}
+
+type feature struct {
+	mode   Mode
+	window Window
+	// hasWindow: a window was configured (or is required by the mode), so
+	// Effective shows it.
+	hasWindow bool
+}
+
+// Default returns the configuration `parley serve` runs on without a file:
+// every documented default, the same as parsing "{}".
+func Default() *Config {
+	c := &Config{
+		loc:               time.UTC,
+		zoneOK:            true,
+		limits:            map[string]Limit{},
+		features:          map[string]feature{},
+		perms:             map[string][]string{"admin": {"admin"}},
+		switches:          map[string]bool{},
+		retries:           DefaultExportRetries,
+		backoff:           DefaultExportBackoff,
+		storeTimeout:      DefaultStoreTimeout,
+		redisTimeout:      DefaultRedisTimeout,
+		permissionTimeout: DefaultPermissionTimeout,
+	}
+	for name, m := range defaultModes {
+		c.features[name] = feature{mode: m}
+	}
+	return c
+}
+
+// Location is the fixed zone access windows are read in. It is UTC when the
+// file names none, and also when it names an unknown zone, in which case
+// every window is outside (see Allowed).
+func (c *Config) Location() *time.Location { return c.loc }
+
+// TrustedProxies returns the proxies whose appended X-Forwarded-For hop is
+// the client address; empty means the peer address is the client. Single
+// addresses are returned as full-length prefixes. The slice is the
+// caller's.
+func (c *Config) TrustedProxies() []netip.Prefix { return slices.Clone(c.proxies) }
+
+// RateLimit returns the limit of a route bucket; the zero Limit (off) when
+// the bucket is not configured or its value is bad.
+func (c *Config) RateLimit(bucket string) Limit { return c.limits[bucket] }
+
+// RedisURL returns the URL of the shared rate-limit store; "" means the
+// local, per-instance store. It may hold a password: log Effective, never
+// this.
+func (c *Config) RedisURL() string { return c.redisURL }
+
+// Access returns the access mode of a gated feature: the configured one,
+// else the feature's documented default (OPEN for exports and webhooks),
+// else CLOSED.
+func (c *Config) Access(feature string) Mode {
+	if f, ok := c.features[feature]; ok {
+		return f.mode
+	}
+	return ModeClosed
+}
+
+// Window returns the access window of a feature. It is the zero Window
+// (always outside) when none is configured, when it has a bad field, or when
+// the configured time zone is unknown.
+func (c *Config) Window(feature string) Window {
+	if !c.zoneOK {
+		return Window{}
+	}
+	return c.features[feature].window
+}
+
+// Allowed reports whether a gated feature may be used at now: always when
+// OPEN, never when CLOSED, and when TEST_WINDOW only while now, read on the
+// wall clock of Location, is inside the feature's window.
+func (c *Config) Allowed(feature string, now time.Time) bool {
+	switch c.Access(feature) {
+	case ModeOpen:
+		return true
+	case ModeTestWindow:
+		return c.Window(feature).Contains(now.In(c.loc))
+	default:
+		return false
+	}
+}
+
+// Permit reports whether a permission rule allows role. A rule that does not
+// exist, or whose configured value was bad, allows nobody.
+func (c *Config) Permit(rule, role string) bool {
+	return slices.Contains(c.perms[rule], role)
+}
+
+// Switch reports whether a new-flow switch is on; false (the old flow) when
+// it is missing or not a boolean.
+func (c *Config) Switch(name string) bool { return c.switches[name] }
+
+// ExportRetries is how many times an export job retries a failed step
+// (>= 0).
+func (c *Config) ExportRetries() int { return c.retries }
+
+// ExportBackoff is the pause between export retries (>= 0).
+func (c *Config) ExportBackoff() time.Duration { return c.backoff }
+
+// StoreTimeout is the deadline of one store call (> 0).
+func (c *Config) StoreTimeout() time.Duration { return c.storeTimeout }
+
+// RedisTimeout is the deadline of one Redis call (> 0).
+func (c *Config) RedisTimeout() time.Duration { return c.redisTimeout }
+
+// PermissionTimeout is the deadline of one permission check (> 0).
+func (c *Config) PermissionTimeout() time.Duration { return c.permissionTimeout }
+
+// Effective returns the configuration in force as plain JSON-able values
+// (maps, slices, strings, numbers, booleans, nil), every key of the file
+// schema with its resolved value, for the admin API. Durations are Go
+// duration strings ("1m0s"). The Redis password is shown as "xxxxx".
+// "timezone" is nil when the configured zone is unknown (every window is
+// then outside); a window is {"valid": false} when it is always outside.
+func (c *Config) Effective() map[string]any {
+	zone := any(c.loc.String())
+	if !c.zoneOK {
+		zone = nil
+	}
+	proxies := []string{}
+	for _, p := range c.proxies {
+		proxies = append(proxies, p.String())
+	}
+	limits := map[string]any{}
+	for name, l := range c.limits {
+		limits[name] = map[string]any{"limit": l.Limit, "window": l.Window.String()}
+	}
+	access := map[string]any{}
+	for name, f := range c.features {
+		m := map[string]any{"mode": string(f.mode)}
+		if f.hasWindow || f.mode == ModeTestWindow {
+			m["window"] = c.Window(name).effective()
+		}
+		access[name] = m
+	}
+	perms := map[string]any{}
+	for rule, roles := range c.perms {
+		perms[rule] = slices.Clone(roles)
+	}
+	switches := map[string]any{}
+	for name, on := range c.switches {
+		switches[name] = on
+	}
+	return map[string]any{
+		"timezone":         zone,
+		"trusted_proxies":  proxies,
+		"rate_limits":      limits,
+		"rate_limit_store": map[string]any{"redis": redactURL(c.redisURL)},
+		"access":           access,
+		"permissions":      perms,
+		"switches":         switches,
+		"export": map[string]any{
+			"retries": c.retries,
+			"backoff": c.backoff.String(),
+		},
+		"timeouts": map[string]any{
+			"store":      c.storeTimeout.String(),
+			"redis":      c.redisTimeout.String(),
+			"permission": c.permissionTimeout.String(),
+		},
+	}
+}
+
+// Window is a weekly access window: the listed days, from a start time up to
+// (not including) an end time, read on the wall clock of the time it is
+// asked about. The zero Window, and any window built from a bad field, is
+// never inside. Windows do not cross midnight (from must be before to).
+type Window struct {
+	days     [7]bool // by time.Weekday
+	from, to int     // minutes after midnight; to may be 24:00
+	valid    bool
+}
+
+// Valid reports whether w can ever be inside.
+func (w Window) Valid() bool { return w.valid }
+
+// Contains reports whether t, on its own wall clock, is inside w. Convert t
+// to the configured zone first (Config.Allowed does).
+func (w Window) Contains(t time.Time) bool {
+	if !w.valid || !w.days[t.Weekday()] {
+		return false
+	}
+	h, m, s := t.Clock()
+	sec := h*3600 + m*60 + s
+	return w.from*60 <= sec && sec < w.to*60
+}
+
+// dayNames are the day names of the file, in time.Weekday order.
+var dayNames = [7]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
+
+func (w Window) effective() map[string]any {
+	if !w.valid {
+		return map[string]any{"valid": false}
+	}
+	days := []string{}
+	for i := range 7 {
+		d := (i + 1) % 7 // mon first
+		if w.days[d] {
+			days = append(days, dayNames[d])
+		}
+	}
+	return map[string]any{
+		"valid": true,
+		"days":  days,
+		"from":  clock(w.from),
+		"to":    clock(w.to),
+	}
+}
+
+// clock formats minutes after midnight as HH:MM.
+func clock(minutes int) string { return fmt.Sprintf("%02d:%02d", minutes/60, minutes%60) }
