@@ -1,0 +1,56 @@
+// Package metrics is Parley's Prometheus instrumentation.
+//
+// A [Metrics] owns a private registry (with the Go runtime and process
+// collectors) and is served by [Metrics.Handler], usually at GET /metrics.
+// Callers record observations through typed methods; they never touch
+// Prometheus types directly.
+//
+// # Metrics never change a result (SPEC §6)
+//
+// Every method is safe to call from any request path:
+//
+//   - it is a no-op on a nil *Metrics, so metrics can be switched off by
+//     passing nil;
+//   - it recovers any panic raised inside it (including one raised by
+//     [Options.Hook]), logs it once per metric and counts it in
+//     parley_metric_errors_total{reason="panic"}; it never propagates;
+//   - label values are normalised: invalid UTF-8 bytes are replaced by U+FFFD,
+//     surrounding white space is trimmed, and the result is cut to 128 runes;
+//   - an observation with a required dimension that is empty, or not in its
+//     allowed set, is skipped (not guessed) and counted in
+//     parley_metric_errors_total{reason="invalid"}.
+//
+// Metric code never writes a response, never reads a request body and
+// returns nothing a caller could act on. Business-outcome metrics (sends,
+// activity) are recorded by the caller after its transaction has committed,
+// and only for real state changes.
+//
+// # Metric names
+//
+//	parley_http_requests_total{route,method,code}       counter    HTTP requests completed. route is the
+//	                                                               ServeMux pattern ("POST /api/convs/{id}/messages"),
+//	                                                               never the raw path; code is the status (100..599).
+//	parley_http_request_duration_seconds{route,method}  histogram  Time to serve those requests (1ms..10s buckets).
+//	parley_activity_total{route}                        counter    Business actions completed with a 2xx response,
+//	                                                               for the allow-listed routes chosen by the caller.
+//	parley_rate_limited_total{bucket,transport}         counter    Requests or frames rejected by the rate limiter;
+//	                                                               transport is "http" or "ws". Not counted as activity.
+//	parley_sends_total{transport,outcome}               counter    Message sends by transport ("http", "ws", "hook");
+//	                                                               outcome "new" (a message was stored), "dup" (an
+//	                                                               idempotent retry answered with the stored message)
+//	                                                               or a protocol error code such as "FORBIDDEN".
+//	parley_config_reloads_total{result}                 counter    Configuration reloads; result "ok" or "error"
+//	                                                               ("error" keeps the last good configuration).
+//	parley_bus_gaps_total                               counter    Notices lost by the bus; the affected receivers resync.
+//	parley_export_downloads_total{code}                 counter    Export download responses by HTTP status.
+//	parley_metric_errors_total{metric,reason}           counter    Observations dropped by this package: reason
+//	                                                               "invalid" (a dimension was empty or not allowed),
+//	                                                               "panic" (a recovered panic) or "register" (a
+//	                                                               GaugeFunc/CounterFunc could not be registered).
+//
+// Gauges and counters owned by other packages (for example
+// parley_ws_connections) are exported with [Metrics.GaugeFunc] and
+// [Metrics.CounterFunc]; a function that panics at scrape time is skipped for
+// that scrape and the rest of the exposition is still served. The standard
+// go_* and process_* metrics are also exported.
+package metrics
