@@ -171,6 +171,9 @@ type Store interface {
 	// Feeder is what the gateways read to push events.
 	Feeder
 
+	// Operations holds the audit log and the incoming webhooks (ops.go).
+	Operations
+
 	// Close releases the store's connections.
 	Close() error
 }

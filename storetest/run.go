@@ -89,6 +89,11 @@ var behaviours = []behaviour{
 
 	// Failures of the store itself (event.go).
 	{name: "cancelled_is_unavailable", run: testCancelledIsUnavailable},
+
+	// Operations (ops.go).
+	{name: "audit_append_and_page", run: testAuditAppendAndPage},
+	{name: "hook_create_rules", run: testHookCreateRules},
+	{name: "hook_delete", run: testHookDelete},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on
