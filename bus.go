@@ -11,6 +11,9 @@ import "context"
 // gateway that does not watch Conv yet learns that one of its users joined.
 // A read-cursor notice (Device set) says User's read cursor in Conv is now
 // Seq, moved from Device; the user's other devices get a hint.
+// An account notice (Conv empty, User set, Seq 0) says User's account
+// changed (disabled, logged out): every gateway checks that user's sockets
+// again at once and forgets cached lookups of the user's tokens.
 type Notice struct {
 	Conv   string
 	Seq    int64
@@ -20,6 +23,12 @@ type Notice struct {
 
 // Read reports whether n is a read-cursor notice.
 func (n Notice) Read() bool { return n.Device != "" }
+
+// Account reports whether n is an account notice.
+func (n Notice) Account() bool { return n.Conv == "" && n.User != "" }
+
+// AccountNotice returns the account notice of user.
+func AccountNotice(user string) Notice { return Notice{User: user} }
 
 // Bus carries notices between the gateways of one deployment.
 //

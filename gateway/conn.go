@@ -244,6 +244,34 @@ func (c *conn) replyErr(rid json.RawMessage, err error, op string) {
 	c.reply(f, rid)
 }
 
+// sendOutcome is the label of a send's outcome: new, dup, or the code the
+// client saw.
+func sendOutcome(s parley.Sent, err error) string {
+	switch {
+	case err == nil && s.Dup:
+		return "dup"
+	case err == nil:
+		return "new"
+	}
+	if code := parley.ErrorCode(err); code != "" {
+		return string(code)
+	}
+	return string(parley.CodeUnavailable)
+}
+
+// metric runs one metrics call; a panic in it never reaches the socket.
+func (h *Hub) metric(f func(Metrics)) {
+	if h.o.Metrics == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			h.log.Error("metric failed; request unaffected", "panic", v)
+		}
+	}()
+	f(h.o.Metrics)
+}
+
 // handle answers one request frame.
 func (c *conn) handle(ctx context.Context, data []byte) {
 	req, err := wire.DecodeRequest(data)
@@ -257,6 +285,16 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	var f wire.Frame
 	switch req.T {
 	case wire.TSend:
+		if lim := c.h.o.SendLimit; lim != nil {
+			if ok, after := lim(ctx, p.User); !ok {
+				c.h.metric(func(m Metrics) { m.RateLimited("send", "ws") })
+				c.h.metric(func(m Metrics) { m.Send("ws", string(parley.CodeRateLimited)) })
+				f := wire.Error(parley.CodeRateLimited, "too many sends; retry after retry_after_ms with the same cmid")
+				f.RetryAfterMS = max(1, after.Milliseconds())
+				c.reply(f, req.RID)
+				return
+			}
+		}
 		var sent parley.Sent
 		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
 		if err == nil {
@@ -264,6 +302,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 			err = fault.Hit(fault.APIAfterSendCommit)
 			f = wire.Sent(sent)
 		}
+		c.h.metric(func(m Metrics) { m.Send("ws", sendOutcome(sent, err)) })
 	case wire.TRecall:
 		var r parley.Recalled
 		r, err = s.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})

@@ -70,6 +70,22 @@ type Options struct {
 	// Workers is the number of fan-out goroutines (default 8). A
 	// conversation is always handled by the same one, in seq order.
 	Workers int
+	// SendLimit decides whether user may send now (nil: no limit); a
+	// refused send frame is answered RATE_LIMITED with retry_after_ms.
+	SendLimit func(ctx context.Context, user string) (ok bool, retryAfter time.Duration)
+	// OnAccount is called for every account notice (a user disabled or
+	// logged out anywhere), e.g. to forget cached token lookups.
+	OnAccount func(user string)
+	// Metrics receives sends by outcome, rate-limited frames and bus
+	// gaps (nil: none).
+	Metrics Metrics
+}
+
+// Metrics is what the hub reports; *metrics.Metrics implements it.
+type Metrics interface {
+	Send(transport, outcome string)
+	RateLimited(bucket, transport string)
+	BusGap()
 }
 
 func (o Options) withDefaults() Options {
@@ -439,12 +455,44 @@ func (b busHandler) Lost()                     { b.h.Lost() }
 // hands each to its conversation's worker. It never blocks.
 func (h *Hub) Notify(ns []parley.Notice) {
 	for _, n := range ns {
+		if n.Account() {
+			h.account(n.User)
+			continue
+		}
 		h.worker(n.Conv).notice(n)
 	}
 }
 
+// account handles an account notice: cached lookups of the user's tokens
+// are dropped, and the user's sockets are checked again now, off the
+// bus goroutine.
+func (h *Hub) account(user string) {
+	if h.o.OnAccount != nil {
+		h.o.OnAccount(user)
+	}
+	var mine []*conn
+	for _, c := range h.snapshot() {
+		if c.p.User == user {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	ctx := h.ctx()
+	h.wg.Go(func() { h.recheck(ctx, mine) })
+}
+
+// RevokeUser ends the sockets of user whose tokens no longer authenticate,
+// on every gateway at once: the HTTP API calls it after disabling an
+// account.
+func (h *Hub) RevokeUser(user string) {
+	h.Publish(parley.AccountNotice(user))
+}
+
 // Lost tells every subscribed socket to resync and polls the heads now.
 func (h *Hub) Lost() {
+	h.metric(func(m Metrics) { m.BusGap() })
 	f := &frame{b: wire.MarshalFrame(wire.Resync())}
 	h.mu.RLock()
 	for _, set := range h.subs {
@@ -489,8 +537,14 @@ func (h *Hub) keepalive() {
 // bounded: a socket whose token was logged out, whose install was replaced,
 // or whose account was disabled is ended.
 func (h *Hub) reauth(ctx context.Context) {
+	h.recheck(ctx, h.snapshot())
+}
+
+// recheck checks the tokens of conns, each token once, and revokes the
+// sockets whose token was refused.
+func (h *Hub) recheck(ctx context.Context, conns []*conn) {
 	verdict := map[string]error{}
-	for _, c := range h.snapshot() {
+	for _, c := range conns {
 		err, seen := verdict[c.token]
 		if !seen {
 			actx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)

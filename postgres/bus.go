@@ -492,6 +492,7 @@ func (q *queue) take() (ns []parley.Notice, lost bool) {
 //	CONV SEQ                an event notice
 //	CONV SEQ USER           an event notice naming a member
 //	CONV SEQ USER DEVICE    a read-cursor notice
+//	@USER                   an account notice
 //
 // Fields are separated by one space. CONV ([A-Za-z0-9._:-]{1,64}) and USER
 // ([a-z0-9][a-z0-9._-]{0,31}) cannot contain a space or newline. SEQ is a
@@ -538,6 +539,9 @@ func encodeNotices(lost bool, ns []parley.Notice, max int) (payloads []string, b
 }
 
 func encodable(n parley.Notice) bool {
+	if n.Account() {
+		return n.Seq == 0 && n.Device == "" && parley.ValidUserID(n.User)
+	}
 	if !parley.ValidConvID(n.Conv) || n.Seq < 0 {
 		return false
 	}
@@ -553,6 +557,9 @@ func validDevice(s string) bool {
 }
 
 func appendNotice(b []byte, n parley.Notice) []byte {
+	if n.Account() {
+		return append(append(b, '@'), n.User...)
+	}
 	b = append(b, n.Conv...)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, n.Seq, 10)
@@ -602,6 +609,12 @@ func decodeNotices(p string) (ns []parley.Notice, lost bool, err error) {
 
 func decodeNotice(line string) (parley.Notice, error) {
 	var n parley.Notice
+	if user, ok := strings.CutPrefix(line, "@"); ok {
+		if !parley.ValidUserID(user) {
+			return n, errors.New("bad account user")
+		}
+		return parley.AccountNotice(user), nil
+	}
 	f := strings.Split(line, " ")
 	if len(f) < 2 || len(f) > 4 {
 		return n, fmt.Errorf("%d fields, want 2 to 4", len(f))

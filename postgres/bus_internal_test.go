@@ -26,6 +26,8 @@ var codecNotices = []parley.Notice{
 	{Conv: "c", Seq: 10, User: "eve", Device: "日本のデバイス🙂"},
 	{Conv: "c", Seq: 11, User: "eve", Device: "\x01\x7f-"},
 	{Conv: "c", Seq: 12, User: "eve", Device: strings.Repeat("é", 64)},
+	parley.AccountNotice("eve"),
+	parley.AccountNotice("u" + strings.Repeat("9", 31)),
 }
 
 func TestNoticeCodecRoundTrip(t *testing.T) {
@@ -95,6 +97,9 @@ func TestNoticeCodecRejects(t *testing.T) {
 		{Conv: "c", Seq: 1, User: "a", Device: "nul\x00"},
 		{Conv: "c", Seq: 1, User: "a", Device: "\xff"},
 		{Conv: "c", Seq: 1, User: "a", Device: strings.Repeat("d", 65)},
+		{User: "Eve"},
+		{User: "eve", Seq: 1},
+		{User: "eve", Device: "d"},
 	}
 	payloads, n := encodeNotices(false, append(bad, parley.Notice{Conv: "ok", Seq: 1}), maxPayload)
 	if n != len(bad) || len(payloads) != 1 || payloads[0] != "p1\nok 1" {
@@ -104,7 +109,7 @@ func TestNoticeCodecRejects(t *testing.T) {
 		"", "hello", "p2\nc 1", "p1\n", "p1\nc", "p1\nc 1 ", "p1\nc +1", "p1\nc -1", "p1\nc 1x",
 		"p1\nc 99999999999999999999", "p1\nc 1 Alice", "p1\nc 1 a d e", "p1\nc 1 a %", "p1\nc 1 a %4",
 		"p1\nc 1 a %G0", "p1\nc 1 a %00", "p1\nc 1 a \x01", "p1\nc 1 a %FF", "p1\nbad/conv 1",
-		"p1\nc 1\n\nc 2", "p1\r\nc 1",
+		"p1\nc 1\n\nc 2", "p1\r\nc 1", "p1\n@", "p1\n@Eve", "p1\n@eve 1", "p1\n@ eve",
 	} {
 		if ns, _, err := decodeNotices(p); err == nil {
 			t.Errorf("decode %q = %v, want an error", p, ns)
