@@ -1,13 +1,23 @@
-// Package httpapi serves Parley's HTTP API (SPEC §4): login, logout, health
-// and readiness today, and the WebSocket gateway at /ws. Errors are RFC 9457
-// problem details carrying the protocol code (wire.WriteProblem).
+// Package httpapi serves Parley's HTTP API (SPEC §4): login and logout,
+// conversations and members, messages, sync, read, ack and recall, the
+// operations API under /api/admin/, incoming webhooks, metrics, health and
+// readiness, and the WebSocket gateway at /ws. Every route runs behind the
+// middleware chain (identify → rate limit → authorize → API metrics →
+// activity metrics) before its handler reads the body. Errors are RFC 9457
+// problem details carrying the protocol code (wire.WriteProblem); every
+// success body is the WebSocket reply frame without "t" and "rid".
 package httpapi
 
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/metrics"
+	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/ratelimit"
 )
 
 // Deps are what the handlers need.
@@ -15,26 +25,128 @@ type Deps struct {
 	Store   parley.Store
 	Gateway http.Handler // GET /ws
 	Log     *slog.Logger
+	// Config returns the configuration in force (hot-reloaded); nil means
+	// the documented defaults.
+	Config func() *config.Config
+	// Identifier resolves tokens for the chain (nil: a fresh one over
+	// Store.Authenticate).
+	Identifier *middleware.Identifier
+	// Limiter returns the rate-limit store in force (nil: a local one).
+	Limiter func() ratelimit.Store
+	// Metrics records what /metrics serves (nil: nothing, and /metrics
+	// answers 404). Recorder overrides it for the chain (tests).
+	Metrics  *metrics.Metrics
+	Recorder middleware.Recorder
+	// Publish announces a committed change to the gateways (nil: none):
+	// every write calls it after its commit.
+	Publish func(parley.Notice)
 	// Draining reports a graceful drain in progress: /readyz answers 503.
 	Draining func() bool
 	// Revoke ends the sockets that use a token, after a logout (nil: none).
 	Revoke func(token string)
+	// RevokeUser ends a user's sockets whose tokens stopped working and
+	// tells every gateway to do the same, after a disable (nil: none).
+	RevokeUser func(user string)
 	// SecureCookie sets the Secure attribute on the session cookie (serve
 	// over TLS, or behind a TLS-terminating proxy).
 	SecureCookie bool
+	Now          func() time.Time
 }
 
-// NewHandler returns the HTTP API: every route is listed here.
+// NewHandler returns the HTTP API. Every route is listed here with its
+// policy: rate-limit bucket (config rate_limits key), who may call it, and
+// which statuses count as a business action.
 func NewHandler(d Deps) http.Handler {
+	d = d.withDefaults()
+	chain := &middleware.Chain{
+		Identifier: d.Identifier, Limiter: d.Limiter, Config: d.Config, Log: d.Log, Now: d.Now,
+	}
+	switch {
+	case d.Recorder != nil:
+		chain.Metrics = d.Recorder
+	case d.Metrics != nil:
+		chain.Metrics = d.Metrics
+	}
+	mux := http.NewServeMux()
+	route := func(pattern string, p middleware.Policy, h http.Handler) {
+		p.Pattern = pattern
+		mux.Handle(pattern, chain.Wrap(p, h))
+	}
+	public := func(bucket string) middleware.Policy {
+		return middleware.Policy{Bucket: bucket, Access: middleware.Public}
+	}
+	user := func(bucket string, activity ...int) middleware.Policy {
+		return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
+	}
+	admin := middleware.Policy{Bucket: "admin", Access: middleware.Permitted, Rule: "admin"}
+
+	// Sessions and the socket.
+	route("POST /api/login", public("login"), handleLogin(d))
+	route("POST /api/logout", public(""), handleLogout(d))
+	route("GET /ws", public("ws_connect"), d.Gateway)
+
+	// Conversations and members.
+	route("GET /api/convs", user("read"), handleConvs(d))
+	route("POST /api/convs", user("convs", http.StatusCreated), handleCreateConv(d))
+	route("POST /api/convs/{id}/members", user("convs", http.StatusOK), handleAddMember(d))
+	route("DELETE /api/convs/{id}/members/{user}", user("convs", http.StatusOK), handleRemoveMember(d))
+
+	// Messages and cursors.
+	route("POST /api/convs/{id}/messages", user("send", http.StatusCreated), handleSend(d))
+	route("GET /api/convs/{id}/events", user("read"), handleEvents(d))
+	route("GET /api/convs/{id}/events/{seq}", user("read"), handleFetch(d))
+	route("POST /api/convs/{id}/read", user("read", http.StatusOK), handleRead(d))
+	route("POST /api/convs/{id}/ack", user("read"), handleAck(d))
+	route("POST /api/convs/{id}/recall", user("send", http.StatusCreated), handleRecall(d))
+
+	// Operations (admin permission rule).
+	route("POST /api/admin/users", admin, handleAdminCreateUser(d))
+	route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(d, true))
+	route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(d, false))
+	route("GET /api/admin/convs/{id}", admin, handleAdminConv(d))
+	route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(d))
+	route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(d))
+	route("POST /api/admin/convs/{id}/purge", admin, handleAdminPurge(d))
+	route("POST /api/admin/hooks", admin, handleAdminCreateHook(d))
+	route("GET /api/admin/hooks", admin, handleAdminHooks(d))
+	route("DELETE /api/admin/hooks/{id}", admin, handleAdminDeleteHook(d))
+	route("GET /api/admin/config", admin, handleAdminConfig(d))
+	route("GET /api/admin/audit", admin, handleAdminAudit(d))
+
+	// Incoming webhooks: signed, not token-authenticated.
+	route("POST /hooks/{id}", middleware.Policy{Bucket: "hooks", Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
+
+	// Operations endpoints.
+	route("GET /healthz", public(""), handleHealthz())
+	route("GET /readyz", public(""), handleReadyz(d))
+	if d.Metrics != nil {
+		route("GET /metrics", public(""), d.Metrics.Handler())
+	}
+	route("/api/", public(""), handleNotFound())
+	route("/hooks/", public(""), handleNotFound())
+	return mux
+}
+
+func (d Deps) withDefaults() Deps {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /api/login", handleLogin(d))
-	mux.Handle("POST /api/logout", handleLogout(d))
-	mux.Handle("GET /healthz", handleHealthz())
-	mux.Handle("GET /readyz", handleReadyz(d))
-	mux.Handle("GET /ws", d.Gateway)
-	mux.Handle("/api/", handleNotFound())
-	return mux
+	if d.Config == nil {
+		def := config.Default()
+		d.Config = func() *config.Config { return def }
+	}
+	if d.Identifier == nil {
+		d.Identifier = middleware.NewIdentifier(d.Store.Authenticate, middleware.IdentifierOptions{})
+	}
+	if d.Limiter == nil {
+		local := ratelimit.NewMemory(ratelimit.MemoryOptions{})
+		d.Limiter = func() ratelimit.Store { return local }
+	}
+	if d.Publish == nil {
+		d.Publish = func(parley.Notice) {}
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return d
 }

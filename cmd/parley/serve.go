@@ -14,11 +14,16 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/fault"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/metrics"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/ratelimit"
+	"github.com/redis/go-redis/v9"
 )
 
 type serveFlags struct {
@@ -34,6 +39,7 @@ type serveFlags struct {
 	drainTimeout time.Duration
 	secureCookie bool
 	logFormat    string
+	configPath   string
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -51,6 +57,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -72,6 +79,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			return usagef("PARLEY_FAULTS: %v", err)
 		}
 		log.Warn("fault points armed (lab setting)", "faults", spec)
+	}
+
+	m := metrics.New(metrics.Options{Log: log})
+	cfg, err := config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: m.ConfigReload})
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
 	}
 
 	store, kind, err := f.open(ctx, parley.Options{})
@@ -97,13 +110,29 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			origins = append(origins, o)
 		}
 	}
+	limiters := newLimiters(log)
+	defer limiters.Close()
+	limiter := func() ratelimit.Store { return limiters.For(cfg.Current()) }
+	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	hub := gateway.New(gateway.Options{
 		Store: store, Bus: bus, Log: log,
 		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
 		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
+		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
+			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), "send", user)
+			if err != nil {
+				log.Warn("rate limit store failed; allowing", "bucket", "send", "err", err)
+			}
+			return d.Allowed, d.RetryAfter
+		},
+		OnAccount: ident.ForgetUser,
+		Metrics:   m,
 	})
+	registerHubMetrics(m, hub)
 	api := httpapi.NewHandler(httpapi.Deps{
-		Store: store, Gateway: hub, Log: log, Draining: hub.Draining, Revoke: hub.RevokeToken, SecureCookie: f.secureCookie,
+		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
+		Metrics: m, Publish: hub.Publish, Draining: hub.Draining, Revoke: hub.RevokeToken,
+		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
 	})
 
 	// Bind before serving, so a taken port fails here, synchronously.
@@ -123,6 +152,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	wg.Go(func() {
 		if err := hub.Run(hubCtx); err != nil {
 			log.Error("gateway stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		if err := cfg.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("configuration watcher stopped", "err", err)
 		}
 	})
 	serveErr := make(chan error, 1)
@@ -179,4 +213,70 @@ func seedDemo(ctx context.Context, store parley.Store) error {
 		return err
 	}
 	return nil
+}
+
+// registerHubMetrics exposes the gateway's counters on /metrics.
+func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
+	st := hub.Stats()
+	m.GaugeFunc("parley_ws_connections", "Open WebSocket connections.", func() float64 { return float64(st.Conns.Load()) })
+	for _, c := range []struct {
+		name, help string
+		v          interface{ Load() int64 }
+	}{
+		{"parley_ws_pushed_total", "Event frames queued to sockets.", &st.Pushed},
+		{"parley_ws_hinted_total", "Hint frames queued to sockets (large groups, slow readers).", &st.Hinted},
+		{"parley_ws_kicked_total", "Sockets closed because their send queue was full.", &st.Kicked},
+		{"parley_ws_resyncs_total", "Resync frames sent after a bus loss.", &st.Resyncs},
+		{"parley_ws_backstops_total", "Conversations the backstop poll found behind.", &st.Backstops},
+		{"parley_ws_revoked_total", "Sockets closed because their token stopped working.", &st.Revoked},
+	} {
+		m.CounterFunc(c.name, c.help, func() float64 { return float64(c.v.Load()) })
+	}
+}
+
+// limiters hands out the rate-limit store the configuration asks for: the
+// local one, or, with the shared_rate_limit switch on and a Redis URL, one
+// Redis store per URL (kept across reloads). A Redis URL that does not
+// parse falls back to the local store, the old flow.
+type limiters struct {
+	log   *slog.Logger
+	local *ratelimit.Memory
+	mu    sync.Mutex
+	redis map[string]*ratelimit.Redis
+	conns []io.Closer
+}
+
+func newLimiters(log *slog.Logger) *limiters {
+	return &limiters{log: log, local: ratelimit.NewMemory(ratelimit.MemoryOptions{}), redis: map[string]*ratelimit.Redis{}}
+}
+
+func (l *limiters) For(cfg *config.Config) ratelimit.Store {
+	url := cfg.RedisURL()
+	if url == "" || !cfg.Switch("shared_rate_limit") {
+		return l.local
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.redis[url]; ok {
+		return r
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		l.log.Warn("rate_limit_store.redis does not parse; limiting per instance", "err", err)
+		return l.local
+	}
+	opt.ContextTimeoutEnabled = true // honour the per-call deadline
+	client := redis.NewClient(opt)
+	l.conns = append(l.conns, client)
+	r := ratelimit.NewRedis(client, ratelimit.RedisOptions{Timeout: cfg.RedisTimeout()})
+	l.redis[url] = r
+	return r
+}
+
+func (l *limiters) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
 }

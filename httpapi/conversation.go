@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/wire"
+)
+
+// handleConvs lists the caller's conversations, latest activity first.
+func handleConvs(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		cs, err := d.Store.Convs(ctx, caller(r))
+		if err != nil {
+			writeError(w, d.Log, err, "convs")
+			return
+		}
+		encode(w, http.StatusOK, frameBody(wire.Convs(cs)))
+	})
+}
+
+type createConvBody struct {
+	ID      string          `json:"id"`
+	Kind    parley.ConvKind `json:"kind"`
+	Title   string          `json:"title"`
+	Members []string        `json:"members"`
+}
+
+// convReply is a conversation header as the API shows it.
+type convReply struct {
+	ID        string          `json:"id"`
+	Kind      parley.ConvKind `json:"kind"`
+	Title     string          `json:"title"`
+	Owner     string          `json:"owner,omitempty"`
+	Head      int64           `json:"head"`
+	MinSeq    int64           `json:"min_seq"`
+	Epoch     int64           `json:"epoch"`
+	Retention retentionReply  `json:"retention"`
+	CreatedAt string          `json:"created_at"`
+}
+
+type retentionReply struct {
+	MaxAge   string `json:"max_age,omitempty"` // Go duration text, e.g. "720h0m0s"
+	KeepLast int64  `json:"keep_last,omitempty"`
+}
+
+func fromConversation(c parley.Conversation) convReply {
+	r := convReply{ID: c.ID, Kind: c.Kind, Title: c.Title, Owner: c.Owner, Head: c.Head, MinSeq: c.MinSeq,
+		Epoch: c.Epoch, Retention: retentionReply{KeepLast: c.Retention.KeepLast},
+		CreatedAt: c.CreatedAt.UTC().Format(wire.TimeFormat)}
+	if c.Retention.MaxAge > 0 {
+		r.Retention.MaxAge = c.Retention.MaxAge.String()
+	}
+	return r
+}
+
+// handleCreateConv creates a conversation owned by the caller: 201 with its
+// header. Every initial member's gateway learns of it at once.
+func handleCreateConv(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b createConvBody
+		if err := decode(w, r, &b); err != nil {
+			writeError(w, d.Log, err, "create conversation")
+			return
+		}
+		p := caller(r)
+		nc := parley.NewConversation{ID: b.ID, Kind: b.Kind, Title: b.Title, Members: b.Members}
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		c, err := d.Store.CreateConversation(ctx, p, nc)
+		if err != nil {
+			writeError(w, d.Log, err, "create conversation")
+			return
+		}
+		// The members in the store's order (creator first): member i
+		// joined at seq i+1.
+		nc.ID, nc.Kind = c.ID, c.Kind
+		if v, err := parley.ValidateNewConversation(p.User, nc); err == nil {
+			for i, m := range v.Members {
+				d.Publish(parley.Notice{Conv: c.ID, Seq: int64(i + 1), User: m})
+			}
+		}
+		encode(w, http.StatusCreated, fromConversation(c))
+	})
+}
+
+type memberBody struct {
+	User string `json:"user"`
+}
+
+// memberReply is the result of adding or removing a member: the seq of the
+// membership event, or changed false for a no-op.
+type memberReply struct {
+	Conv    string `json:"conv"`
+	User    string `json:"user"`
+	Seq     int64  `json:"seq,omitempty"`
+	Changed bool   `json:"changed"`
+}
+
+// handleAddMember adds a user to a group (a member, or an admin, may).
+func handleAddMember(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b memberBody
+		if err := decode(w, r, &b); err != nil {
+			writeError(w, d.Log, err, "add member")
+			return
+		}
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		mc, err := d.Store.AddMember(ctx, caller(r), r.PathValue("id"), b.User)
+		mc.Conv, mc.User = r.PathValue("id"), b.User
+		d.answerMember(w, mc, err, "add member")
+	})
+}
+
+// handleRemoveMember removes a user from a group (the owner, an admin, or
+// the user themself may).
+func handleRemoveMember(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		mc, err := d.Store.RemoveMember(ctx, caller(r), r.PathValue("id"), r.PathValue("user"))
+		mc.Conv, mc.User = r.PathValue("id"), r.PathValue("user")
+		d.answerMember(w, mc, err, "remove member")
+	})
+}
+
+func (d Deps) answerMember(w http.ResponseWriter, mc parley.MemberChange, err error, op string) {
+	if err != nil {
+		writeError(w, d.Log, err, op)
+		return
+	}
+	if mc.Changed {
+		d.Publish(parley.Notice{Conv: mc.Conv, Seq: mc.Seq, User: mc.User})
+	}
+	encode(w, http.StatusOK, memberReply{Conv: mc.Conv, User: mc.User, Seq: mc.Seq, Changed: mc.Changed})
+}

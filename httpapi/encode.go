@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/wire"
+)
+
+// maxBody bounds request bodies the API reads.
+const maxBody = 64 << 10
+
+// ctx bounds the store calls of one request by the configured store
+// timeout: a slow or exhausted store answers UNAVAILABLE, never hangs.
+func (d Deps) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d.Config().StoreTimeout())
+}
+
+// caller is the principal the chain identified (routes that need one are
+// only reached with one).
+func caller(r *http.Request) parley.Principal {
+	return middleware.CallerFrom(r.Context()).Principal
+}
+
+// decode reads a JSON body of at most maxBody bytes into v. Errors are
+// INVALID_ARGUMENT.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody)
+		}
+		return parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object: %v", err)
+	}
+	if dec.More() {
+		return parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object")
+	}
+	return nil
+}
+
+// encode writes v as JSON with status.
+func encode(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers err; an error without a protocol code is logged with a
+// request id and answered UNAVAILABLE with a generic message and that id.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error, op string) {
+	var pe *parley.Error
+	if errors.As(err, &pe) {
+		wire.WriteProblem(w, pe.Code, pe.Msg, "")
+		return
+	}
+	id := parley.NewID()
+	log.Error("internal error", "op", op, "request_id", id, "err", err)
+	wire.WriteProblem(w, parley.CodeUnavailable, parley.InternalMessage, id)
+}
+
+// frameBody is a reply frame as an HTTP body: the frame without t and rid.
+func frameBody(f wire.Frame) wire.Frame {
+	f.T, f.RID = "", nil
+	return f
+}
+
+// idempotencyKey reads the Idempotency-Key header, bare or as a quoted
+// structured-field string (RFC 8941 sf-string, as the IETF Idempotency-Key
+// draft writes it). The store checks the key's bounds as a cmid.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values("Idempotency-Key")
+	if len(vs) != 1 {
+		return "", parley.Errorf(parley.CodeInvalidArgument, "exactly one Idempotency-Key header is required")
+	}
+	k, err := parseKey(strings.TrimSpace(vs[0]))
+	if err != nil {
+		return "", err
+	}
+	if k == "" {
+		return "", parley.Errorf(parley.CodeInvalidArgument, "Idempotency-Key is empty")
+	}
+	return k, nil
+}
+
+// parseKey unquotes an sf-string ("...", with \" and \\ escapes, printable
+// ASCII only) and returns any other value as it is.
+func parseKey(v string) (string, error) {
+	if !strings.HasPrefix(v, `"`) {
+		return v, nil
+	}
+	bad := parley.Errorf(parley.CodeInvalidArgument, "Idempotency-Key: malformed quoted string")
+	if len(v) < 2 || !strings.HasSuffix(v, `"`) {
+		return "", bad
+	}
+	var b strings.Builder
+	in := v[1 : len(v)-1]
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(in) || (in[i] != '"' && in[i] != '\\') {
+				return "", bad
+			}
+			b.WriteByte(in[i])
+		case c == '"' || c < 0x20 || c > 0x7e:
+			return "", bad
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+// queryInt reads an optional integer query parameter.
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, parley.Errorf(parley.CodeInvalidArgument, "%s must be an integer", name)
+	}
+	return n, nil
+}
+
+// pathSeq reads an integer path value.
+func pathSeq(r *http.Request, name string) (int64, error) {
+	n, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil {
+		return 0, parley.Errorf(parley.CodeInvalidArgument, "%s must be an integer", name)
+	}
+	return n, nil
+}

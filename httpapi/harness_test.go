@@ -1,0 +1,300 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/gateway"
+	"github.com/parleychat/parley/httpapi"
+	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/metrics"
+	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/postgres/pgtest"
+	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/sqlite"
+	"github.com/parleychat/parley/wire"
+)
+
+// backends runs fn on SQLite and, when PARLEY_TEST_POSTGRES is set, on
+// PostgreSQL (skipped with instructions otherwise), as parallel subtests.
+// Every open is a fresh, empty database.
+func backends(t *testing.T, fn func(t *testing.T, open func(t *testing.T, o parley.Options) parley.Store)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, func(t *testing.T, o parley.Options) parley.Store {
+			t.Helper()
+			s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		pgtest.Server(t) // skips without PARLEY_TEST_POSTGRES
+		fn(t, func(t *testing.T, o parley.Options) parley.Store {
+			t.Helper()
+			s, err := postgres.Open(context.Background(), pgtest.DSN(t), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
+}
+
+// server is the HTTP API with a real gateway, configuration watcher and
+// metrics, on a real listener.
+type server struct {
+	t       *testing.T
+	URL     string
+	store   parley.Store
+	hub     *gateway.Hub
+	metrics *metrics.Metrics
+	cfgPath string
+	logs    *syncBuffer
+}
+
+type serverOptions struct {
+	config   string              // configuration file text ("" = none)
+	recorder middleware.Recorder // overrides the metrics for the chain
+	hook     func(string)        // metrics hook (panic injection)
+	now      func() time.Time
+}
+
+func start(t *testing.T, store parley.Store, o serverOptions) *server {
+	t.Helper()
+	s := &server{t: t, store: store, logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{AddSource: false}))
+	s.cfgPath = filepath.Join(t.TempDir(), "parley.yaml")
+	if o.config == "" {
+		o.config = "{}\n"
+	}
+	if err := os.WriteFile(s.cfgPath, []byte(o.config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.metrics = metrics.New(metrics.Options{Log: log, Hook: o.hook})
+	cfg, err := config.NewWatcher(s.cfgPath, config.WatcherOptions{Log: log, OnReload: s.metrics.ConfigReload, Debounce: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
+	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
+	s.hub = gateway.New(gateway.Options{
+		Store: store, Bus: inmem.NewBus(), Log: log, OnAccount: ident.ForgetUser, Metrics: s.metrics,
+		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
+			d, _ := middleware.Limit(ctx, limits, cfg.Current(), "send", user)
+			return d.Allowed, d.RetryAfter
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { s.hub.Run(ctx) })
+	wg.Go(func() { cfg.Run(ctx) })
+	h := httpapi.NewHandler(httpapi.Deps{
+		Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
+		Limiter: func() ratelimit.Store { return limits },
+		Metrics: s.metrics, Recorder: o.recorder, Publish: s.hub.Publish, Draining: s.hub.Draining,
+		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
+	})
+	srv := httptest.NewServer(h)
+	s.URL = srv.URL
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		wg.Wait()
+	})
+	return s
+}
+
+// writeConfig replaces the configuration file the way an editor does:
+// a temporary file renamed over it.
+func (s *server) writeConfig(text string) {
+	s.t.Helper()
+	tmp := s.cfgPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.cfgPath); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// user creates an account and logs it in on device "d1", returning its
+// token.
+func (s *server) user(id string, role parley.Role) string {
+	s.t.Helper()
+	if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id, Role: role}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+		s.t.Fatal(err)
+	}
+	return s.login(id, "d1", "i1")
+}
+
+func (s *server) login(id, device, install string) string {
+	s.t.Helper()
+	r := s.do("POST", "/api/login", "", map[string]string{"login": id, "password": "pw-" + id, "device_id": device, "install_id": install})
+	r.want(200)
+	var b struct{ Token string }
+	r.decode(&b)
+	return b.Token
+}
+
+// reply is one HTTP answer.
+type reply struct {
+	t      *testing.T
+	what   string
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request; body is JSON-encoded unless it is a string (sent
+// as is). hdr are extra header name/value pairs.
+func (s *server) do(method, path, token string, body any, hdr ...string) reply {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{t: s.t, what: method + " " + path, status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// want checks the status (and, for an error, that the body is a problem
+// with code).
+func (r reply) want(status int, code ...parley.Code) reply {
+	r.t.Helper()
+	if r.status != status {
+		r.t.Fatalf("%s: status %d, want %d; body %s", r.what, r.status, status, r.body)
+	}
+	if len(code) > 0 {
+		p := r.problem()
+		if p.Code != code[0] {
+			r.t.Fatalf("%s: code %s, want %s; body %s", r.what, p.Code, code[0], r.body)
+		}
+	}
+	return r
+}
+
+func (r reply) problem() wire.Problem {
+	r.t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		r.t.Fatalf("%s: Content-Type %q, want application/problem+json; body %s", r.what, ct, r.body)
+	}
+	var p wire.Problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		r.t.Fatalf("%s: problem body %s: %v", r.what, r.body, err)
+	}
+	if p.Status != r.status {
+		r.t.Errorf("%s: problem status %d, response %d", r.what, p.Status, r.status)
+	}
+	return p
+}
+
+func (r reply) decode(v any) {
+	r.t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		r.t.Fatalf("%s: body %s: %v", r.what, r.body, err)
+	}
+}
+
+// frame decodes the body as a frame (every success body is its frame
+// without t and rid).
+func (r reply) frame() wire.Frame {
+	r.t.Helper()
+	var f wire.Frame
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		r.t.Fatalf("%s: body %s is not a frame: %v", r.what, r.body, err)
+	}
+	if f.T != "" || f.RID != nil {
+		r.t.Errorf("%s: body carries t or rid: %s", r.what, r.body)
+	}
+	return f
+}
+
+// head returns a conversation's head from the store (for "nothing
+// changed" checks).
+func (s *server) head(conv string) int64 {
+	s.t.Helper()
+	c, err := s.store.Conversation(context.Background(), conv)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c.Head
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// eventually polls cond until it holds or 5 seconds pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

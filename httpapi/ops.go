@@ -1,0 +1,415 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/wire"
+)
+
+// The operations API (SPEC §4): every route needs the "admin" permission
+// rule (403 "Access denied" otherwise) and every call, successful or not,
+// is written to the audit log with the operator taken from the login.
+
+// operatorField is the reserved parameter that names the operator. A
+// client may send it; the server always overwrites it with the
+// authenticated caller before anything reads it (seed 004 §3.4: copy the
+// client's parameters first, then overwrite, never the other way round).
+const operatorField = "__authenticatedOperator"
+
+// noBody is the body type of operations calls that take none.
+type noBody struct{}
+
+// adminCall runs one operations call: it decodes a fresh body of type B
+// (none for noBody), sets the operator, runs do, writes the audit entry,
+// and answers. do returns the target, the reply status and body, or an
+// error.
+func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *http.Request, b *B) (target string, status int, reply any, err error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		operator := caller(r).User
+		params := map[string]any{}
+		var b B
+		var err error
+		if _, none := any(&b).(*noBody); !none {
+			params, err = decodeAdmin(w, r, &b, operator)
+		}
+		for _, name := range []string{"id", "user"} {
+			if v := r.PathValue(name); v != "" {
+				params[name] = v
+			}
+		}
+		for k, v := range r.URL.Query() {
+			params[k] = strings.Join(v, ",")
+		}
+		params[operatorField] = operator
+		target, status, reply := "", 0, any(nil)
+		if err == nil {
+			ctx, cancel := d.ctx(r)
+			target, status, reply, err = do(ctx, r, &b)
+			cancel()
+		}
+		if target == "" {
+			target = r.PathValue("id")
+		}
+		d.audit(r, parley.AuditEntry{Operator: operator, Action: action, Target: target, Params: RedactParams(params)}, err)
+		if err != nil {
+			writeError(w, d.Log, err, action)
+			return
+		}
+		encode(w, status, reply)
+	})
+}
+
+// decodeAdmin reads an operations body into v, after writing the operator
+// over any client-supplied operatorField, and returns the parameters for
+// the audit log.
+func decodeAdmin(w http.ResponseWriter, r *http.Request, v any, operator string) (map[string]any, error) {
+	var raw map[string]json.RawMessage
+	if err := decode(w, r, &raw); err != nil {
+		return map[string]any{}, err
+	}
+	if raw == nil {
+		return map[string]any{}, parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object")
+	}
+	op, _ := json.Marshal(operator)
+	raw[operatorField] = op
+	params := make(map[string]any, len(raw))
+	for k, m := range raw {
+		var x any
+		json.Unmarshal(m, &x)
+		params[k] = x
+	}
+	b, _ := json.Marshal(raw)
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return params, parley.Errorf(parley.CodeInvalidArgument, "request body: %v", err)
+	}
+	return params, nil
+}
+
+// audit writes one audit entry; a failure to write it is logged (the
+// operation has already happened and its answer must still reach the
+// operator).
+func (d Deps) audit(r *http.Request, e parley.AuditEntry, err error) {
+	e.Outcome = "ok"
+	if err != nil {
+		e.Outcome = string(parley.ErrorCode(err))
+		if e.Outcome == "" {
+			e.Outcome = string(parley.CodeUnavailable)
+		}
+	}
+	e.Target = capString(e.Target, parley.MaxAuditAction)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), d.Config().StoreTimeout())
+	defer cancel()
+	if _, aerr := d.Store.AppendAudit(ctx, e); aerr != nil {
+		d.Log.Error("audit entry not written", "action", e.Action, "operator", e.Operator, "target", e.Target, "err", aerr)
+	}
+}
+
+// Redaction and capping of audit parameters.
+const (
+	maxParamChars = 256
+	redacted      = "[REDACTED]"
+)
+
+// secretWords mark parameter names whose values never reach the audit log.
+var secretWords = []string{"password", "passwd", "token", "secret", "key", "authorization", "cookie", "signature"}
+
+// RedactParams returns params as JSON for the audit log: values of keys
+// that name a secret (password, token, secret, key, …, at any depth) are
+// replaced by "[REDACTED]", strings are capped at 256 characters, and the
+// whole text at parley.MaxAuditParams bytes (cut at a character boundary,
+// then marked).
+func RedactParams(params map[string]any) string {
+	b, err := json.Marshal(redactValue(params))
+	if err != nil {
+		return `{"unencodable":true}`
+	}
+	s := string(b)
+	if len(s) > parley.MaxAuditParams {
+		const mark = "…(truncated)"
+		cut := parley.MaxAuditParams - len(mark)
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + mark
+	}
+	return s
+}
+
+func redactValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			if isSecretName(k) {
+				out[capString(k, maxParamChars)] = redacted
+				continue
+			}
+			out[capString(k, maxParamChars)] = redactValue(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, val := range x {
+			out[i] = redactValue(val)
+		}
+		return out
+	case string:
+		return capString(x, maxParamChars)
+	default:
+		return x
+	}
+}
+
+func isSecretName(k string) bool {
+	k = strings.ToLower(k)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// capString cuts s to at most n characters (runes), marking the cut.
+func capString(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+type createUserBody struct {
+	ID       string      `json:"id"`
+	Email    string      `json:"email"`
+	Password string      `json:"password"`
+	Role     parley.Role `json:"role"`
+	Operator string      `json:"__authenticatedOperator"`
+}
+
+type userReply struct {
+	ID        string      `json:"id"`
+	Email     string      `json:"email,omitempty"`
+	Role      parley.Role `json:"role"`
+	Disabled  bool        `json:"disabled"`
+	CreatedAt string      `json:"created_at,omitempty"`
+}
+
+func fromUser(u parley.User) userReply {
+	r := userReply{ID: u.ID, Email: u.Email, Role: u.Role, Disabled: u.Disabled}
+	if !u.CreatedAt.IsZero() {
+		r.CreatedAt = u.CreatedAt.UTC().Format(wire.TimeFormat)
+	}
+	return r
+}
+
+// handleAdminCreateUser creates an account (no password: a bot that posts
+// through webhooks and cannot log in).
+func handleAdminCreateUser(d Deps) http.Handler {
+	return adminCall(d, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (string, int, any, error) {
+		u, err := d.Store.CreateUser(ctx, parley.NewUser{ID: b.ID, Email: b.Email, Password: b.Password, Role: b.Role})
+		return b.ID, http.StatusCreated, fromUser(u), err
+	})
+}
+
+// handleAdminSetDisabled disables or enables an account. Disabling ends
+// the user's tokens at once: the identity cache forgets them and every
+// gateway re-checks the user's sockets.
+func handleAdminSetDisabled(d Deps, disabled bool) http.Handler {
+	action := "user.enable"
+	if disabled {
+		action = "user.disable"
+	}
+	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		id := r.PathValue("id")
+		if err := d.Store.SetUserDisabled(ctx, id, disabled); err != nil {
+			return id, 0, nil, err
+		}
+		d.Identifier.ForgetUser(id)
+		if d.RevokeUser != nil {
+			d.RevokeUser(id)
+		}
+		u, err := d.Store.User(ctx, id)
+		return id, http.StatusOK, fromUser(u), err
+	})
+}
+
+// handleAdminConv shows a conversation's header.
+func handleAdminConv(d Deps) http.Handler {
+	return adminCall(d, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
+		return "", http.StatusOK, fromConversation(c), err
+	})
+}
+
+type rollbackBody struct {
+	ToSeq    *int64 `json:"to_seq"`
+	Operator string `json:"__authenticatedOperator"`
+}
+
+type rollbackReply struct {
+	Conv    string `json:"conv"`
+	Removed int64  `json:"removed"`
+	Head    int64  `json:"head"`
+	Epoch   int64  `json:"epoch"`
+}
+
+// handleAdminRollback returns a conversation to a restore point; its
+// sockets are told at once (the new epoch makes every gateway resync them).
+func handleAdminRollback(d Deps) http.Handler {
+	return adminCall(d, "conv.rollback", func(ctx context.Context, r *http.Request, b *rollbackBody) (string, int, any, error) {
+		if b.ToSeq == nil {
+			return "", 0, nil, parley.Errorf(parley.CodeInvalidArgument, "to_seq is required")
+		}
+		res, err := d.Store.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
+		if err == nil {
+			d.Publish(parley.Notice{Conv: res.Conv, Seq: res.Head})
+		}
+		return "", http.StatusOK, rollbackReply{Conv: res.Conv, Removed: res.Removed, Head: res.Head, Epoch: res.Epoch}, err
+	})
+}
+
+type retentionBody struct {
+	MaxAge   string `json:"max_age"` // Go duration text ("720h"); "" or "0s": no age limit
+	KeepLast int64  `json:"keep_last"`
+	Operator string `json:"__authenticatedOperator"`
+}
+
+// handleAdminRetention sets a conversation's retention policy.
+func handleAdminRetention(d Deps) http.Handler {
+	return adminCall(d, "conv.retention", func(ctx context.Context, r *http.Request, b *retentionBody) (string, int, any, error) {
+		var ret parley.Retention
+		if b.MaxAge != "" {
+			age, err := time.ParseDuration(b.MaxAge)
+			if err != nil {
+				return "", 0, nil, parley.Errorf(parley.CodeInvalidArgument, "max_age must be a duration such as 720h")
+			}
+			ret.MaxAge = age
+		}
+		ret.KeepLast = b.KeepLast
+		if err := d.Store.SetRetention(ctx, r.PathValue("id"), ret); err != nil {
+			return "", 0, nil, err
+		}
+		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
+		return "", http.StatusOK, fromConversation(c), err
+	})
+}
+
+type purgeReply struct {
+	Conv       string `json:"conv"`
+	Deleted    int64  `json:"deleted"`
+	Tombstones int64  `json:"tombstones"`
+	MinSeq     int64  `json:"min_seq"`
+}
+
+// handleAdminPurge applies a conversation's retention policy now.
+func handleAdminPurge(d Deps) http.Handler {
+	return adminCall(d, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		res, err := d.Store.Purge(ctx, r.PathValue("id"))
+		return "", http.StatusOK, purgeReply{Conv: res.Conv, Deleted: res.Deleted, Tombstones: res.Tombstones, MinSeq: res.MinSeq}, err
+	})
+}
+
+type createHookBody struct {
+	Conv     string `json:"conv"`
+	Bot      string `json:"bot"`
+	Operator string `json:"__authenticatedOperator"`
+}
+
+type hookReply struct {
+	ID        string `json:"id"`
+	Conv      string `json:"conv"`
+	Bot       string `json:"bot"`
+	Secret    string `json:"secret,omitempty"` // shown once, at creation
+	URL       string `json:"url"`
+	CreatedBy string `json:"created_by"`
+	CreatedAt string `json:"created_at"`
+}
+
+func fromHook(h parley.Hook) hookReply {
+	return hookReply{ID: h.ID, Conv: h.Conv, Bot: h.Bot, Secret: h.Secret, URL: "/hooks/" + h.ID,
+		CreatedBy: h.CreatedBy, CreatedAt: h.CreatedAt.UTC().Format(wire.TimeFormat)}
+}
+
+// handleAdminCreateHook creates an incoming webhook and shows its secret
+// once.
+func handleAdminCreateHook(d Deps) http.Handler {
+	return adminCall(d, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (string, int, any, error) {
+		h, err := d.Store.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
+		return h.ID, http.StatusCreated, fromHook(h), err
+	})
+}
+
+// handleAdminHooks lists the webhooks without their secrets.
+func handleAdminHooks(d Deps) http.Handler {
+	return adminCall(d, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		hs, err := d.Store.Hooks(ctx)
+		out := make([]hookReply, len(hs))
+		for i, h := range hs {
+			out[i] = fromHook(h)
+		}
+		return "", http.StatusOK, map[string]any{"hooks": out}, err
+	})
+}
+
+// handleAdminDeleteHook deletes a webhook: its secret stops working.
+func handleAdminDeleteHook(d Deps) http.Handler {
+	return adminCall(d, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		err := d.Store.DeleteHook(ctx, r.PathValue("id"))
+		return "", http.StatusOK, map[string]any{"id": r.PathValue("id"), "deleted": err == nil}, err
+	})
+}
+
+// handleAdminConfig shows the effective configuration (secrets masked).
+func handleAdminConfig(d Deps) http.Handler {
+	return adminCall(d, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+		return "config", http.StatusOK, d.Config().Effective(), nil
+	})
+}
+
+type auditReply struct {
+	ID       int64  `json:"id"`
+	At       string `json:"at"`
+	Operator string `json:"operator"`
+	Action   string `json:"action"`
+	Target   string `json:"target,omitempty"`
+	Params   string `json:"params"`
+	Outcome  string `json:"outcome"`
+}
+
+// handleAdminAudit pages the audit log, newest first:
+// GET /api/admin/audit?before=&limit=. Reading it is not itself audited.
+func handleAdminAudit(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		before, err := queryInt(r, "before", 0)
+		var limit int64
+		if err == nil {
+			limit, err = queryInt(r, "limit", 0)
+		}
+		if err != nil {
+			writeError(w, d.Log, err, "audit")
+			return
+		}
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		es, err := d.Store.Audit(ctx, parley.AuditQuery{Before: before, Limit: int(limit)})
+		if err != nil {
+			writeError(w, d.Log, err, "audit")
+			return
+		}
+		out := make([]auditReply, len(es))
+		for i, e := range es {
+			out[i] = auditReply{ID: e.ID, At: e.At.UTC().Format(wire.TimeFormat), Operator: e.Operator,
+				Action: e.Action, Target: e.Target, Params: e.Params, Outcome: e.Outcome}
+		}
+		encode(w, http.StatusOK, map[string]any{"entries": out})
+	})
+}

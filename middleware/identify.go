@@ -1,0 +1,239 @@
+package middleware
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/wire"
+)
+
+// IdentifierOptions configure an Identifier. Zero values take the defaults.
+type IdentifierOptions struct {
+	// TTL is how long a lookup is reused (default 5s). Disabling a user
+	// or logging out forgets that user's entries at once (ForgetUser);
+	// other changes show within TTL.
+	TTL time.Duration
+	// MaxEntries bounds the cache (default 100,000 tokens).
+	MaxEntries int
+	// Timeout bounds one store lookup (default 2s): a slow store makes the
+	// caller anonymous, not the request hang.
+	Timeout time.Duration
+	Now     func() time.Time
+}
+
+// Identifier resolves tokens to principals through a bounded, short-lived
+// cache in front of the store's Authenticate. Valid principals and the
+// definite refusals (UNAUTHENTICATED, STALE_INSTALL) are cached; a failing
+// store is not, so the next request asks again.
+type Identifier struct {
+	auth func(context.Context, string) (parley.Principal, error)
+	o    IdentifierOptions
+
+	mu sync.Mutex
+	m  map[[32]byte]identity
+	// forgets counts ForgetUser and ForgetToken calls. A lookup caches its
+	// answer only if none happened while it asked the store: otherwise a
+	// principal read just before a disable would be cached after the
+	// disable's ForgetUser, and stay valid for a whole TTL.
+	forgets uint64
+}
+
+type identity struct {
+	p       parley.Principal
+	code    parley.Code // "" when p is valid
+	expires time.Time
+}
+
+// NewIdentifier returns an Identifier over auth (the store's Authenticate).
+func NewIdentifier(auth func(context.Context, string) (parley.Principal, error), o IdentifierOptions) *Identifier {
+	if o.TTL <= 0 {
+		o.TTL = 5 * time.Second
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 100_000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Identifier{auth: auth, o: o, m: map[[32]byte]identity{}}
+}
+
+// Identify returns the principal of token, or the code that refuses it:
+// UNAUTHENTICATED (also when the store fails: the caller is then anonymous)
+// or STALE_INSTALL.
+func (i *Identifier) Identify(ctx context.Context, token string) (parley.Principal, parley.Code) {
+	if token == "" || parley.CheckTokenShape(token) != nil {
+		return parley.Principal{}, parley.CodeUnauthenticated
+	}
+	key := sha256.Sum256([]byte(token))
+	now := i.o.Now()
+	i.mu.Lock()
+	e, ok := i.m[key]
+	forgets := i.forgets
+	i.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.p, e.code
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.o.Timeout)
+	p, err := i.auth(ctx, token)
+	cancel()
+	code := parley.ErrorCode(err)
+	switch code {
+	case "", parley.CodeUnauthenticated, parley.CodeStaleInstall:
+		i.put(key, identity{p: p, code: code, expires: now.Add(i.o.TTL)}, forgets)
+		return p, code
+	default: // the identity layer failed: anonymous, not cached
+		return parley.Principal{}, parley.CodeUnauthenticated
+	}
+}
+
+// put caches e unless a Forget happened since the lookup began (forgets).
+func (i *Identifier) put(key [32]byte, e identity, forgets uint64) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.forgets != forgets {
+		return
+	}
+	if _, ok := i.m[key]; !ok {
+		for len(i.m) >= i.o.MaxEntries {
+			i.evict(i.o.Now())
+		}
+	}
+	i.m[key] = e
+}
+
+// evictSample is how many entries one eviction looks at.
+const evictSample = 8
+
+// evict frees at least one slot of a full cache: it drops the expired
+// entries among a few it looks at (map order is random), or, when all of
+// them are live, the first of them; an evicted entry is looked up again
+// when needed. It never scans the whole cache: under the lock, at 100,000
+// entries, that took milliseconds per insert, which a flood of random
+// tokens (each one a new entry) could repeat at will.
+func (i *Identifier) evict(now time.Time) {
+	var first [32]byte
+	n := 0
+	freed := false
+	for k, e := range i.m {
+		if n == 0 {
+			first = k
+		}
+		if !now.Before(e.expires) {
+			delete(i.m, k)
+			freed = true
+		}
+		if n++; n == evictSample {
+			break
+		}
+	}
+	if !freed {
+		delete(i.m, first)
+	}
+}
+
+// ForgetUser drops the cached lookups of user's tokens: after a disable or
+// a logout they are asked of the store again at once.
+func (i *Identifier) ForgetUser(user string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.forgets++
+	for k, e := range i.m {
+		if e.p.User == user {
+			delete(i.m, k)
+		}
+	}
+}
+
+// ForgetToken drops one token's cached lookup.
+func (i *Identifier) ForgetToken(token string) {
+	key := sha256.Sum256([]byte(token))
+	i.mu.Lock()
+	i.forgets++
+	delete(i.m, key)
+	i.mu.Unlock()
+}
+
+// Len reports the cached entries (tests).
+func (i *Identifier) Len() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return len(i.m)
+}
+
+// identify resolves the caller without reading the body; it never rejects.
+func (c *Chain) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller := Caller{Token: wire.BearerToken(r)}
+		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), c.Config().TrustedProxies())
+		if c.Identifier != nil {
+			caller.Principal, caller.Code = c.Identifier.Identify(r.Context(), caller.Token)
+		} else {
+			caller.Code = parley.CodeUnauthenticated
+		}
+		if caller.Code != "" {
+			caller.Principal = parley.Principal{}
+		}
+		caller.Known = caller.Code == ""
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), caller)))
+	})
+}
+
+// ClientAddr returns the address of the client that made a request: the
+// peer address, unless the peer is a trusted proxy. Then X-Forwarded-For is
+// read from its last hop backwards, skipping trusted proxies: the first
+// address a trusted proxy appended that is not itself a trusted proxy is
+// the client. Hops to the left of it were written by the client and are
+// never believed (seed 004 §5: the first hop is spoofable). An unparsable
+// hop stops the walk at the trusted proxy that passed it on. A peer that is
+// not an address (host:port, or a bare address) yields the zero address.
+func ClientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) netip.Addr {
+	peer := parseHop(remoteAddr)
+	if !peer.IsValid() || !isTrusted(peer, trusted) {
+		return peer
+	}
+	addr := peer
+	for i := len(xff) - 1; i >= 0; i-- {
+		hops := strings.Split(xff[i], ",")
+		for j := len(hops) - 1; j >= 0; j-- {
+			hop := parseHop(strings.TrimSpace(hops[j]))
+			if !hop.IsValid() {
+				return addr
+			}
+			addr = hop
+			if !isTrusted(hop, trusted) {
+				return hop
+			}
+		}
+	}
+	return addr
+}
+
+// parseHop parses "addr", "addr:port" or "[v6]:port".
+func parseHop(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,136 @@
+// Package middleware is Parley's cross-cutting HTTP layer (SPEC §6). Every
+// route runs the same chain, in this order, before any handler reads or
+// binds the request body:
+//
+//  1. identify: the caller's token (bearer or cookie) is looked up through a
+//     short cache; a failure of any kind leaves the caller anonymous.
+//  2. rate limit: per route bucket and subject (user id, else "ip:" and the
+//     address the trusted proxy saw); a rejected request stops here and is
+//     counted only by parley_rate_limited_total.
+//  3. authenticate/authorize: 401 when the route needs an identity and there
+//     is none; 403 "Access denied" when the identity lacks the permission
+//     rule or the feature's access mode is closed. A failing check denies.
+//  4. API metrics: route template, method, status and latency.
+//  5. activity metrics: only routes on the explicit allow-list, and only the
+//     statuses they name (a replayed send answering 200 is not an action).
+//
+// Metric code never writes a response, never reads a body and never fails a
+// request: it runs under recover, after the handler has answered.
+//
+// A consequence of the order, and a documented trade-off (seed 004 §3.2): a
+// rate-limited retry of a request that already committed gets 429, not its
+// replay. The client keeps it and retries with the same key later.
+package middleware
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/ratelimit"
+)
+
+// Access says who may call a route.
+type Access int
+
+const (
+	// Public routes run for anonymous callers too (login, health, hooks,
+	// which check their own signature, and /ws, which authenticates on
+	// upgrade).
+	Public Access = iota
+	// Identified routes need a caller with a valid token.
+	Identified
+	// Permitted routes need a caller whose role the policy's permission
+	// rule allows (config permissions; a missing rule denies).
+	Permitted
+)
+
+// Policy is what the chain needs to know about one route; routes.go gives
+// every route one.
+type Policy struct {
+	Pattern  string // the route template, e.g. "POST /api/convs/{id}/messages": the metric label
+	Bucket   string // rate-limit bucket (config rate_limits key); "" = never limited
+	Access   Access
+	Rule     string // permission rule, for Permitted
+	Feature  string // access-mode gated feature (config access key): "exports", "webhooks"
+	Activity []int  // statuses counted as a business action (the activity allow-list); none = not counted
+}
+
+// Recorder is the metrics the chain emits; *metrics.Metrics implements it.
+// Implementations must be safe for concurrent use; the chain recovers their
+// panics anyway.
+type Recorder interface {
+	Request(route, method string, status int, d time.Duration)
+	Activity(route string)
+	RateLimited(bucket, transport string)
+}
+
+// Chain holds the shared parts of every route's middleware.
+type Chain struct {
+	Identifier *Identifier
+	// Limiter returns the rate-limit store to use now (local, or the
+	// shared one when the configuration enables it).
+	Limiter func() ratelimit.Store
+	Config  func() *config.Config
+	Metrics Recorder // nil: none
+	Log     *slog.Logger
+	Now     func() time.Time // default time.Now
+}
+
+// Wrap returns h behind the chain, configured by p.
+func (c *Chain) Wrap(p Policy, h http.Handler) http.Handler {
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	h = c.activity(p, h)
+	h = c.apiMetrics(p, h)
+	h = c.authorize(p, h)
+	h = c.rateLimit(p, h)
+	return c.identify(h)
+}
+
+// Caller is who is asking, as the identify step resolved it.
+type Caller struct {
+	Principal parley.Principal
+	// Known is true when the token resolved to a principal.
+	Known bool
+	// Code says why the caller is not Known: UNAUTHENTICATED (no token, a
+	// bad one, or the identity layer failed) or STALE_INSTALL.
+	Code  parley.Code
+	Token string
+	// Addr is the client address: the peer, or the hop the trusted proxy
+	// appended to X-Forwarded-For.
+	Addr netip.Addr
+}
+
+// Subject is the rate-limit subject: the user id, else "ip:" and the
+// address.
+func (c Caller) Subject() string {
+	if c.Known {
+		return c.Principal.User
+	}
+	return "ip:" + c.Addr.String()
+}
+
+type callerKey struct{}
+
+// CallerFrom returns the caller the chain identified (the zero Caller, with
+// Code UNAUTHENTICATED, outside the chain).
+func CallerFrom(ctx context.Context) Caller {
+	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
+		return c
+	}
+	return Caller{Code: parley.CodeUnauthenticated}
+}
+
+// WithCaller returns ctx carrying c (tests and the gateway use it).
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
