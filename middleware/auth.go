@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -26,7 +27,7 @@ func (c *Chain) authorize(p Policy, next http.Handler) http.Handler {
 			wire.WriteProblem(w, code, "a valid bearer token or session cookie is required", "")
 			return
 		}
-		if !c.allowed(p, caller) {
+		if !c.allowed(p, caller, c.config(r)) {
 			wire.WriteProblem(w, parley.CodePermissionDenied, AccessDenied, "")
 			return
 		}
@@ -36,14 +37,13 @@ func (c *Chain) authorize(p Policy, next http.Handler) http.Handler {
 
 // allowed runs the permission and access-mode checks; a panic in them
 // denies.
-func (c *Chain) allowed(p Policy, caller Caller) (ok bool) {
+func (c *Chain) allowed(p Policy, caller Caller, cfg *config.Config) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.Log.Error("permission check failed; denying", "route", p.Pattern, "panic", v)
 			ok = false
 		}
 	}()
-	cfg := c.Config()
 	if p.Access == Permitted && !cfg.Permit(p.Rule, string(caller.Principal.Role)) {
 		return false
 	}

@@ -174,7 +174,8 @@ func (i *Identifier) Len() int {
 func (c *Chain) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller := Caller{Token: wire.BearerToken(r)}
-		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), c.Config().TrustedProxies())
+		cfg := c.Config()
+		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cfg.TrustedProxies())
 		if c.Identifier != nil {
 			caller.Principal, caller.Code = c.Identifier.Identify(r.Context(), caller.Token)
 		} else {
@@ -184,7 +185,8 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 			caller.Principal = parley.Principal{}
 		}
 		caller.Known = caller.Code == ""
-		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), caller)))
+		ctx := context.WithValue(WithCaller(r.Context(), caller), configKey{}, cfg)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

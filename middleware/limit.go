@@ -41,7 +41,7 @@ func (c *Chain) rateLimit(p Policy, next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cfg := c.Config()
+		cfg := c.config(r)
 		caller := CallerFrom(r.Context())
 		var store ratelimit.Store
 		if c.Limiter != nil {
@@ -51,7 +51,7 @@ func (c *Chain) rateLimit(p Policy, next http.Handler) http.Handler {
 		if err != nil {
 			c.Log.Warn("rate limit store failed; allowing", "bucket", p.Bucket, "err", err)
 		}
-		if l := cfg.RateLimit(p.Bucket); l.Limit > 0 && err == nil {
+		if l := cfg.RateLimit(p.Bucket); l.Limit > 0 && l.Window > 0 && store != nil && err == nil {
 			h := w.Header()
 			h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", p.Bucket, l.Limit, ceilSeconds(l.Window)))
 			h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", p.Bucket, d.Remaining, ceilSeconds(d.Reset)))

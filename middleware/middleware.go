@@ -134,3 +134,15 @@ func CallerFrom(ctx context.Context) Caller {
 func WithCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
+
+type configKey struct{}
+
+// config returns the configuration the identify step read for r, so one
+// request is judged by one configuration however the file changes
+// meanwhile.
+func (c *Chain) config(r *http.Request) *config.Config {
+	if cfg, ok := r.Context().Value(configKey{}).(*config.Config); ok {
+		return cfg
+	}
+	return c.Config()
+}
