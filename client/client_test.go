@@ -21,6 +21,7 @@ import (
 	"github.com/parleychat/parley/client"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/ratelimit"
 	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
 )
@@ -501,36 +502,47 @@ func TestRefusedToken(t *testing.T) {
 	})
 }
 
+// The real gateway with a real limiter (1 send per 300ms per user): every
+// RATE_LIMITED answer keeps the item, waits retry_after_ms and resends it
+// under the same cmid, so each message lands exactly once.
 func TestRateLimitedWaitsAndKeepsTheKey(t *testing.T) {
-	f := newFake(t)
-	f.add("c1", 1)
-	var n atomic.Int32
-	f.setHook(func(ws *websocket.Conn, req wire.Request) bool {
-		if req.T != wire.TSend || n.Add(1) > 2 {
-			return false
-		}
-		e := wire.Error(parley.CodeRateLimited, "slow down")
-		e.RID, e.RetryAfterMS = req.RID, 150
-		ws.Write(context.Background(), websocket.MessageText, wire.MarshalFrame(e))
-		return true
+	s := newStore(t)
+	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
+	var refused atomic.Int32
+	g := newGatewayWith(t, s, gateway.Options{
+		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
+			d, _ := limits.Allow(ctx, "send:"+user, 1, 300*time.Millisecond)
+			if !d.Allowed {
+				refused.Add(1)
+			}
+			return d.Allowed, d.RetryAfter
+		},
 	})
-	url := f.listen()
-	r := start(t, client.Options{URLs: []string{url}, Token: "tok", Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r := start(t, client.Options{URLs: []string{g.url}, Token: token(t, s, "ana", "d1", "i1"), Outbox: filepath.Join(t.TempDir(), "o.db")})
 	began := time.Now()
-	it, err := r.Send(ctxT(t), "c1", "hi")
-	if err != nil || it.Seq != 2 || it.Dup {
-		t.Fatalf("Send = %+v, %v", it, err)
+	var items []client.Item
+	for _, body := range []string{"one", "two", "three"} {
+		it, err := r.Enqueue(ctxT(t), "g1", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, it)
 	}
-	if d := time.Since(began); d < 300*time.Millisecond {
-		t.Errorf("two RATE_LIMITED answers of 150ms were retried after %v", d)
+	for i, it := range items {
+		done, err := r.Wait(ctxT(t), it.CMID)
+		if err != nil || done.Seq != int64(3+i) || done.Dup || done.Code != "" {
+			t.Fatalf("item %d ended %+v, %v", i, done, err)
+		}
 	}
-	sends := f.requests(wire.TSend)
-	if len(sends) != 3 {
-		t.Fatalf("server saw %d sends, want 3", len(sends))
+	if d := time.Since(began); d < 600*time.Millisecond {
+		t.Errorf("three sends at 1 per 300ms finished after %v", d)
 	}
-	for _, s := range sends {
-		if s.req.CMID != it.CMID || s.req.Body != "hi" {
-			t.Errorf("retry sent %+v, want cmid %s", s.req, it.CMID)
+	if refused.Load() == 0 {
+		t.Fatal("the limiter never refused: the test proves nothing")
+	}
+	for body, n := range messages(t, r, "g1") {
+		if n != 1 {
+			t.Errorf("%q landed %d times", body, n)
 		}
 	}
 }

@@ -17,8 +17,9 @@ import (
 
 // fake is a scripted server for what the real gateway cannot be made to do
 // on demand: duplicate and out-of-order pushes, a reply that never comes, a
-// cursor above the head without an epoch change, a rate limit (a rollback
-// runs against the real gateway: TestGatewayRollbackRebuilds). It keeps conversations whose every event is
+// cursor above the head without an epoch change (a rollback and a rate
+// limit run against the real gateway: TestGatewayRollbackRebuilds,
+// TestRateLimitedWaitsAndKeepsTheKey). It keeps conversations whose every event is
 // visible, answers the protocol's requests from them, and lets a test take
 // over any request with hook. Several listeners may share one fake (they
 // then behave as gateways on one store).
