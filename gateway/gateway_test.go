@@ -1013,3 +1013,53 @@ func TestRevoke(t *testing.T) {
 		}
 	})
 }
+
+// TestCrossGatewayDisable: disabling a user through one gateway ends the
+// user's sockets on another gateway at once (an account notice on the bus),
+// not at the next reauth round, which is an hour away here; the other
+// gateway also forgets the user's cached token lookups.
+func TestCrossGatewayDisable(t *testing.T) {
+	dsn, s, _, _ := twoGateways(t)
+	newBus := func() parley.Bus {
+		bus, err := postgres.NewBus(dsn, postgres.BusOptions{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus
+	}
+	forgot := make(chan string, 4)
+	a := newServer(t, s, gateway.Options{Bus: newBus(), Reauth: time.Hour})
+	b := newServer(t, s, gateway.Options{Bus: newBus(), Reauth: time.Hour, OnAccount: func(u string) { forgot <- u }})
+	user(t, s, "ana")
+	user(t, s, "ben")
+	phone := dial(t, b.url, login(t, s, "ana", "phone", "i1").Token)
+	other := dial(t, b.url, login(t, s, "ben", "phone", "i1").Token)
+	phone.do(map[string]any{"t": "sub"})
+	other.do(map[string]any{"t": "sub"})
+	if err := s.SetUserDisabled(context.Background(), "ana", true); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	a.hub.RevokeUser("ana")
+	if f := phone.push(wire.TError); f.Code != parley.CodeUnauthenticated {
+		t.Fatalf("disabled user's socket got %+v", f)
+	}
+	if _, err := phone.read(5 * time.Second); err == nil {
+		t.Fatal("disabled user's socket still open")
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("socket ended after %v", d)
+	}
+	select {
+	case u := <-forgot:
+		if u != "ana" {
+			t.Errorf("OnAccount(%q), want ana", u)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the other gateway never heard the account notice")
+	}
+	other.quiet(200 * time.Millisecond) // ben is untouched
+	if f := other.do(map[string]any{"t": "convs"}); f.T != wire.TConvsReply {
+		t.Errorf("another user's socket: %+v", f)
+	}
+}
