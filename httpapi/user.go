@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -61,8 +62,15 @@ func handleLogout(d Deps) http.Handler {
 			writeError(w, d.Log, err, "logout")
 			return
 		}
+		// At once here: the identity cache and this gateway's sockets.
+		// Elsewhere: the account notice makes every gateway re-check the
+		// user's sockets and forget their cached lookups.
+		d.Identifier.ForgetToken(token)
 		if d.Revoke != nil {
 			d.Revoke(token)
+		}
+		if c := middleware.CallerFrom(r.Context()); c.Known && d.RevokeUser != nil {
+			d.RevokeUser(c.Principal.User)
 		}
 		http.SetCookie(w, &http.Cookie{Name: wire.SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie})
 		w.WriteHeader(http.StatusNoContent)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,4 +144,116 @@ func TestServeDemo(t *testing.T) {
 		}
 		p.kill()
 	}
+}
+
+// TestServeConfig: `parley serve --config FILE` enforces the file's policy
+// and reloads it while running (a real process, a real file); a file that
+// does not parse is refused at start and kept out while running; /metrics
+// shows the gateway's sockets and the reloads.
+func TestServeConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "parley.yaml")
+	write := func(text string) {
+		t.Helper()
+		tmp := cfg + ".tmp"
+		if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rate_limits:\n  login: {limit: 2, window: 1h}\n")
+	p := serveEnv(t, []string{"PARLEY_CONFIG=" + cfg}, "--demo", "--data-dir", filepath.Join(dir, "data"))
+	login := func() int {
+		resp, err := http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"parley-demo","device_id":"d","install_id":"i"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, want := range []int{200, 200, 429} {
+		if got := login(); got != want {
+			t.Fatalf("login %d: %d, want %d", i+1, got, want)
+		}
+	}
+	write("rate_limits:\n  login: {limit: 0}\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for login() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("the new configuration never took effect")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	write("rate_limits: {login: [broken\n")
+	for !strings.Contains(scrape(t, p.http), `parley_config_reloads_total{result="error"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the broken file was not counted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := login(); got != 200 {
+		t.Errorf("login after a broken file: %d, want the last good configuration (no limit)", got)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	token := demoToken(t, p.http, "ben")
+	sock, _, err := websocket.Dial(ctx, p.ws, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.CloseNow()
+	if m := scrape(t, p.http); !strings.Contains(m, "parley_ws_connections 1") || !strings.Contains(m, `parley_config_reloads_total{result="ok"} 1`) {
+		t.Errorf("metrics:\n%s", grepLines(m, "parley_ws_connections", "parley_config_reloads_total"))
+	}
+	p.kill()
+
+	// A broken file at start: refused, with one line naming the flag.
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"parley", "serve", "--addr", "127.0.0.1:0", "--config", cfg, "--db", "sqlite:" + filepath.Join(dir, "x.db")},
+		func(string) string { return "" }, strings.NewReader(""), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("serve with a broken --config: %v", err)
+	}
+}
+
+// demoToken logs a demo user in and returns the token.
+func demoToken(t *testing.T, base, user string) string {
+	t.Helper()
+	resp, err := http.Post(base+"/api/login", "application/json", strings.NewReader(`{"login":"`+user+`","password":"parley-demo","device_id":"d","install_id":"i"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct{ Token string }
+	json.NewDecoder(resp.Body).Decode(&got)
+	if got.Token == "" {
+		t.Fatalf("login %s: %d", user, resp.StatusCode)
+	}
+	return got.Token
+}
+
+func scrape(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
