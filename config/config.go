@@ -63,12 +63,12 @@ type Limit struct {
 
 // Defaults named in the file schema.
 const (
-	DefaultRateWindow        = time.Minute
-	DefaultExportRetries     = 3
-	DefaultExportBackoff     = time.Second
-	DefaultStoreTimeout      = 10 * time.Second
-	DefaultRedisTimeout      = 200 * time.Millisecond
-	DefaultPermissionTimeout = 2 * time.Second
+	DefaultRateWindow      = time.Minute
+	DefaultExportRetries   = 3
+	DefaultExportBackoff   = time.Second
+	DefaultStoreTimeout    = 10 * time.Second
+	DefaultRedisTimeout    = 200 * time.Millisecond
+	DefaultIdentityTimeout = 2 * time.Second
 )
 
 // defaultModes are the documented modes of the known gated features when the
@@ -98,7 +98,7 @@ type Config struct {
 	retries int
 	backoff time.Duration
 
-	storeTimeout, redisTimeout, permissionTimeout time.Duration
+	storeTimeout, redisTimeout, identityTimeout time.Duration
 }
 
 type feature struct {
@@ -113,17 +113,17 @@ type feature struct {
 // every documented default, the same as parsing "{}".
 func Default() *Config {
 	c := &Config{
-		loc:               time.UTC,
-		zoneOK:            true,
-		limits:            map[string]Limit{},
-		features:          map[string]feature{},
-		perms:             map[string][]string{"admin": {"admin"}},
-		switches:          map[string]bool{},
-		retries:           DefaultExportRetries,
-		backoff:           DefaultExportBackoff,
-		storeTimeout:      DefaultStoreTimeout,
-		redisTimeout:      DefaultRedisTimeout,
-		permissionTimeout: DefaultPermissionTimeout,
+		loc:             time.UTC,
+		zoneOK:          true,
+		limits:          map[string]Limit{},
+		features:        map[string]feature{},
+		perms:           map[string][]string{"admin": {"admin"}},
+		switches:        map[string]bool{},
+		retries:         DefaultExportRetries,
+		backoff:         DefaultExportBackoff,
+		storeTimeout:    DefaultStoreTimeout,
+		redisTimeout:    DefaultRedisTimeout,
+		identityTimeout: DefaultIdentityTimeout,
 	}
 	for name, m := range defaultModes {
 		c.features[name] = feature{mode: m}
@@ -208,8 +208,9 @@ func (c *Config) StoreTimeout() time.Duration { return c.storeTimeout }
 // RedisTimeout is the deadline of one Redis call (> 0).
 func (c *Config) RedisTimeout() time.Duration { return c.redisTimeout }
 
-// PermissionTimeout is the deadline of one permission check (> 0).
-func (c *Config) PermissionTimeout() time.Duration { return c.permissionTimeout }
+// IdentityTimeout is the deadline of one token lookup of the identify step
+// (> 0): a slower identity layer leaves the caller anonymous (401).
+func (c *Config) IdentityTimeout() time.Duration { return c.identityTimeout }
 
 // Effective returns the configuration in force as plain JSON-able values
 // (maps, slices, strings, numbers, booleans, nil), every key of the file
@@ -259,9 +260,9 @@ func (c *Config) Effective() map[string]any {
 			"backoff": c.backoff.String(),
 		},
 		"timeouts": map[string]any{
-			"store":      c.storeTimeout.String(),
-			"redis":      c.redisTimeout.String(),
-			"permission": c.permissionTimeout.String(),
+			"store":    c.storeTimeout.String(),
+			"redis":    c.redisTimeout.String(),
+			"identity": c.identityTimeout.String(),
 		},
 	}
 }

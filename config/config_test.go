@@ -69,7 +69,7 @@ func retries(c *config.Config) any        { return c.ExportRetries() }
 func backoff(c *config.Config) any        { return c.ExportBackoff() }
 func storeTimeout(c *config.Config) any   { return c.StoreTimeout() }
 func redisTimeout(c *config.Config) any   { return c.RedisTimeout() }
-func permTimeout(c *config.Config) any    { return c.PermissionTimeout() }
+func identTimeout(c *config.Config) any   { return c.IdentityTimeout() }
 func zone(c *config.Config) any           { return c.Location().String() }
 func sendLimit(c *config.Config) any      { return c.RateLimit("send") }
 func exportsAllowed(c *config.Config) any { return c.Allowed("exports", mondayNoon) }
@@ -232,9 +232,9 @@ var failSafeRows = []struct {
 	{"redis timeout set", `timeouts: {redis: 50ms}`, redisTimeout, 50 * time.Millisecond, ""},
 	{"redis timeout zero is 200ms", `timeouts: {redis: 0s}`, redisTimeout, 200 * time.Millisecond, "timeouts.redis"},
 	{"redis timeout malformed is 200ms", `timeouts: {redis: [1s]}`, redisTimeout, 200 * time.Millisecond, "timeouts.redis"},
-	{"permission timeout missing is 2s", `{}`, permTimeout, 2 * time.Second, ""},
-	{"permission timeout negative is 2s", `timeouts: {permission: -5s}`, permTimeout, 2 * time.Second, "timeouts.permission"},
-	{"permission timeout malformed is 2s", `timeouts: {permission: "2 seconds"}`, permTimeout, 2 * time.Second, "timeouts.permission"},
+	{"identity timeout missing is 2s", `{}`, identTimeout, 2 * time.Second, ""},
+	{"identity timeout negative is 2s", `timeouts: {identity: -5s}`, identTimeout, 2 * time.Second, "timeouts.identity"},
+	{"identity timeout malformed is 2s", `timeouts: {identity: "2 seconds"}`, identTimeout, 2 * time.Second, "timeouts.identity"},
 	{"timeouts not a mapping are defaults", `timeouts: 5s`, storeTimeout, 10 * time.Second, "timeouts"},
 
 	// unknown keys
@@ -352,7 +352,7 @@ func TestExampleFile(t *testing.T) {
 		{"backoff", c.ExportBackoff(), time.Second},
 		{"store", c.StoreTimeout(), 10 * time.Second},
 		{"redis timeout", c.RedisTimeout(), 200 * time.Millisecond},
-		{"permission", c.PermissionTimeout(), 2 * time.Second},
+		{"identity", c.IdentityTimeout(), 2 * time.Second},
 	} {
 		if !reflect.DeepEqual(tc.got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
@@ -381,7 +381,7 @@ func TestDefault(t *testing.T) {
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},` +
 		`"export":{"backoff":"1s","retries":3},"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
-		`"timeouts":{"permission":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
+		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
 		t.Errorf("Default().Effective() = %s, want %s", got, wantJSON)
 	}
@@ -418,7 +418,7 @@ timeouts: {store: 0}
 		`"export":{"backoff":"2s","retries":0},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
 		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
-		`"switches":{"a":true,"b":false},"timeouts":{"permission":"2s","redis":"200ms","store":"10s"},` +
+		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {
 		t.Errorf("Effective() =\n%s\nwant\n%s", got, want)
@@ -630,8 +630,8 @@ func FuzzParse(f *testing.F) {
 		if c.ExportRetries() < 0 || c.ExportBackoff() < 0 {
 			t.Errorf("export retries %d, backoff %v", c.ExportRetries(), c.ExportBackoff())
 		}
-		if c.StoreTimeout() <= 0 || c.RedisTimeout() <= 0 || c.PermissionTimeout() <= 0 {
-			t.Errorf("timeouts %v %v %v", c.StoreTimeout(), c.RedisTimeout(), c.PermissionTimeout())
+		if c.StoreTimeout() <= 0 || c.RedisTimeout() <= 0 || c.IdentityTimeout() <= 0 {
+			t.Errorf("timeouts %v %v %v", c.StoreTimeout(), c.RedisTimeout(), c.IdentityTimeout())
 		}
 		c2, warns2, err := config.Parse([]byte(src))
 		if err != nil || !slices.Equal(warns, warns2) || !reflect.DeepEqual(eff, c2.Effective()) {

@@ -836,8 +836,8 @@ func (p *parser) timeouts(c *Config, kv pair) {
 			dst, def = &c.storeTimeout, DefaultStoreTimeout
 		case "redis":
 			dst, def = &c.redisTimeout, DefaultRedisTimeout
-		case "permission":
-			dst, def = &c.permissionTimeout, DefaultPermissionTimeout
+		case "identity":
+			dst, def = &c.identityTimeout, DefaultIdentityTimeout
 		default:
 			p.warn(f.path, f.k, "unknown key: ignored")
 			continue

@@ -177,7 +177,9 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 		cfg := c.Config()
 		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cfg.TrustedProxies())
 		if c.Identifier != nil {
-			caller.Principal, caller.Code = c.Identifier.Identify(r.Context(), caller.Token)
+			ictx, cancel := context.WithTimeout(r.Context(), cfg.IdentityTimeout())
+			caller.Principal, caller.Code = c.Identifier.Identify(ictx, caller.Token)
+			cancel()
 		} else {
 			caller.Code = parley.CodeUnauthenticated
 		}
