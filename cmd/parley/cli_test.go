@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/wire"
@@ -256,4 +257,61 @@ func grepLines(s string, words ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSharedRateLimit: with the shared_rate_limit switch on, two server
+// processes on one store share one Redis budget, so the limit holds across
+// the cluster and not per instance. Needs PARLEY_TEST_REDIS.
+func TestSharedRateLimit(t *testing.T) {
+	url := os.Getenv("PARLEY_TEST_REDIS")
+	if url == "" {
+		t.Skip("set PARLEY_TEST_REDIS=redis://127.0.0.1:6379/0 to run the shared rate-limit test")
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	clear := func() {
+		ctx := context.Background()
+		keys, _ := rdb.Keys(ctx, "parley:rl:login:*").Result()
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+	}
+	clear()
+	t.Cleanup(clear)
+
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "parley.yaml")
+	text := "switches: {shared_rate_limit: true}\nrate_limit_store: {redis: \"" + url + "\"}\nrate_limits:\n  login: {limit: 4, window: 1m}\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db := "sqlite:" + filepath.Join(dir, "parley.db")
+	a := serveArgs(t, "--config", cfg, "--db", db, "--demo")
+	b := serveArgs(t, "--config", cfg, "--db", db)
+	allowed := 0
+	for i := range 10 {
+		base := a.http
+		if i%2 == 1 {
+			base = b.http
+		}
+		resp, err := http.Post(base+"/api/login", "application/json", strings.NewReader(`{"login":"cy","password":"parley-demo","device_id":"d","install_id":"i"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			allowed++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("login %d: %d", i, resp.StatusCode)
+		}
+	}
+	if allowed != 4 {
+		t.Errorf("%d of 10 logins across two servers allowed, want 4 (one shared budget)", allowed)
+	}
 }
