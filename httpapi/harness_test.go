@@ -64,7 +64,7 @@ func backends(t *testing.T, fn func(t *testing.T, open func(t *testing.T, o parl
 // server is the HTTP API with a real gateway, configuration watcher and
 // metrics, on a real listener.
 type server struct {
-	t       *testing.T
+	t       testing.TB
 	URL     string
 	store   parley.Store
 	hub     *gateway.Hub
@@ -80,7 +80,7 @@ type serverOptions struct {
 	now      func() time.Time
 }
 
-func start(t *testing.T, store parley.Store, o serverOptions) *server {
+func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	t.Helper()
 	s := &server{t: t, store: store, logs: &syncBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{AddSource: false}))
@@ -160,7 +160,7 @@ func (s *server) login(id, device, install string) string {
 
 // reply is one HTTP answer.
 type reply struct {
-	t      *testing.T
+	t      testing.TB
 	what   string
 	status int
 	header http.Header
