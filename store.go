@@ -33,8 +33,10 @@ type Store interface {
 	// NOT_FOUND.
 	User(ctx context.Context, login string) (User, error)
 
-	// SetUserDisabled disables or enables an account. A disabled user's
-	// tokens stop working at the next Authenticate. Errors: NOT_FOUND.
+	// SetUserDisabled disables or enables an account. Disabling also
+	// revokes every token of the user in the same transaction, so enabling
+	// the account later does not bring a possibly stolen token back: the
+	// user logs in again. Errors: NOT_FOUND.
 	SetUserDisabled(ctx context.Context, id string, disabled bool) error
 
 	// Login checks the password and issues a new token for (user, device,

@@ -244,6 +244,25 @@ func (c *conn) replyErr(rid json.RawMessage, err error, op string) {
 	c.reply(f, rid)
 }
 
+// limited answers RATE_LIMITED with retry_after_ms when the user's send
+// budget (HTTP sends and recalls share it) is spent. A refused frame is
+// counted as rate limited only, not as a send.
+func (c *conn) limited(ctx context.Context, req wire.Request) bool {
+	lim := c.h.o.SendLimit
+	if lim == nil {
+		return false
+	}
+	ok, after := lim(ctx, c.p.User)
+	if ok {
+		return false
+	}
+	c.h.metric(func(m Metrics) { m.RateLimited("send", "ws") })
+	f := wire.Error(parley.CodeRateLimited, "too many sends; retry after retry_after_ms with the same cmid")
+	f.RetryAfterMS = max(1, after.Milliseconds())
+	c.reply(f, req.RID)
+	return true
+}
+
 // sendOutcome is the label of a send's outcome: new, dup, or the code the
 // client saw.
 func sendOutcome(s parley.Sent, err error) string {
@@ -283,18 +302,11 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	defer cancel()
 	s, p := c.h.store, c.p
 	var f wire.Frame
+	if (req.T == wire.TSend || req.T == wire.TRecall) && c.limited(ctx, req) {
+		return
+	}
 	switch req.T {
 	case wire.TSend:
-		if lim := c.h.o.SendLimit; lim != nil {
-			if ok, after := lim(ctx, p.User); !ok {
-				c.h.metric(func(m Metrics) { m.RateLimited("send", "ws") })
-				c.h.metric(func(m Metrics) { m.Send("ws", string(parley.CodeRateLimited)) })
-				f := wire.Error(parley.CodeRateLimited, "too many sends; retry after retry_after_ms with the same cmid")
-				f.RetryAfterMS = max(1, after.Milliseconds())
-				c.reply(f, req.RID)
-				return
-			}
-		}
 		var sent parley.Sent
 		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
 		if err == nil {

@@ -183,7 +183,12 @@ func TestMetricsEndpoint(t *testing.T) {
 		s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "x"}, "Idempotency-Key", "k").want(201)
 		s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "x"}, "Idempotency-Key", "k").want(200)
 		s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "y"}, "Idempotency-Key", "k").want(422)
+		s.do("POST", "/api/convs/g/read", ana, map[string]int{"seq": 2}).want(200)
+		s.do("POST", "/api/convs/g/read", ana, map[string]int{"seq": 1}).want(200) // a no-op
 		m := s.scrape()
+		if strings.Contains(m, `parley_activity_total{route="POST /api/convs/{id}/read"}`) {
+			t.Error("reads (200 for no-ops too) are counted as activity")
+		}
 		for _, want := range []string{
 			`parley_sends_total{outcome="new",transport="http"} 1`,
 			`parley_sends_total{outcome="dup",transport="http"} 1`,
@@ -218,12 +223,20 @@ func TestWebSocketSendLimit(t *testing.T) {
 			t.Fatalf("over the limit: %+v", f)
 		}
 		s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "x"}, "Idempotency-Key", "k4").want(429, parley.CodeRateLimited)
+		ws.send(map[string]any{"t": "recall", "rid": 4, "conv": "g", "cmid": "r1", "target": 3})
+		if f := ws.next(wire.TError); f.Code != parley.CodeRateLimited || string(f.RID) != "4" {
+			t.Fatalf("recall over the limit: %+v", f)
+		}
 		ws.send(map[string]any{"t": "sync", "rid": 3, "conv": "g", "after": 0})
 		if p := ws.next(wire.TPage); len(p.Events) != 3 {
 			t.Errorf("page after a refused send: %+v", p)
 		}
-		if m := s.scrape(); !strings.Contains(m, `parley_rate_limited_total{bucket="send",transport="ws"} 1`) {
-			t.Error("the refused frame was not counted")
+		m := s.scrape()
+		if !strings.Contains(m, `parley_rate_limited_total{bucket="send",transport="ws"} 2`) {
+			t.Error("the refused frames were not counted")
+		}
+		if strings.Contains(m, `outcome="RATE_LIMITED"`) {
+			t.Error("a refused frame was counted as a send")
 		}
 	})
 }

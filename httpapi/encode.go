@@ -60,7 +60,11 @@ func encode(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, log *slog.Logger, err error, op string) {
 	var pe *parley.Error
 	if errors.As(err, &pe) {
-		wire.WriteProblem(w, pe.Code, pe.Msg, "")
+		msg := pe.Msg
+		if pe.Code == parley.CodePermissionDenied {
+			msg = parley.ErrAccessDenied.Msg // one message: the refused learn nothing
+		}
+		wire.WriteProblem(w, pe.Code, msg, "")
 		return
 	}
 	id := parley.NewID()

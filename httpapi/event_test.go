@@ -266,5 +266,12 @@ func TestMembers(t *testing.T) {
 			t.Errorf("leave %+v", mc)
 		}
 		s.do("POST", "/api/convs/g/messages", cy, map[string]string{"body": "x"}, "Idempotency-Key", "k").want(404, parley.CodeNotMember)
+
+		// A direct conversation has no member changes: 403 with the one
+		// fixed message.
+		s.do("POST", "/api/convs", ana, map[string]any{"id": "d", "kind": "direct", "members": []string{"ben"}}).want(201)
+		if p := s.do("POST", "/api/convs/d/members", ana, map[string]string{"user": "cy"}).want(403, parley.CodePermissionDenied).problem(); p.Detail != "Access denied" {
+			t.Errorf("direct member change detail %q", p.Detail)
+		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -104,7 +105,7 @@ func (d Deps) audit(r *http.Request, e parley.AuditEntry, err error) {
 			e.Outcome = string(parley.CodeUnavailable)
 		}
 	}
-	e.Target = capString(e.Target, parley.MaxAuditAction)
+	e.Target = capBytes(e.Target, parley.MaxAuditAction)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), d.Config().StoreTimeout())
 	defer cancel()
 	if _, aerr := d.Store.AppendAudit(ctx, e); aerr != nil {
@@ -123,46 +124,54 @@ var secretWords = []string{"password", "passwd", "token", "secret", "key", "auth
 
 // RedactParams returns params as JSON for the audit log: values of keys
 // that name a secret (password, token, secret, key, …, at any depth) are
-// replaced by "[REDACTED]", strings are capped at 256 characters, and the
-// whole text at parley.MaxAuditParams bytes (cut at a character boundary,
-// then marked).
+// replaced by "[REDACTED]" and strings are capped at 256 characters. The
+// text is always one JSON object of at most parley.MaxAuditParams bytes:
+// when too long, strings are capped at 16 characters instead, and when still
+// too long only the parameter names are kept, under "truncated".
 func RedactParams(params map[string]any) string {
-	b, err := json.Marshal(redactValue(params))
-	if err != nil {
-		return `{"unencodable":true}`
-	}
-	s := string(b)
-	if len(s) > parley.MaxAuditParams {
-		const mark = "…(truncated)"
-		cut := parley.MaxAuditParams - len(mark)
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
+	for _, limit := range []int{maxParamChars, 16} {
+		b, err := json.Marshal(redactValue(params, limit))
+		if err != nil {
+			return `{"unencodable":true}`
 		}
-		s = s[:cut] + mark
+		if len(b) <= parley.MaxAuditParams {
+			return string(b)
+		}
 	}
-	return s
+	names := make([]string, 0, len(params))
+	size := 0
+	for k := range params {
+		k = capString(k, 64)
+		if size += len(k) + 8; size > parley.MaxAuditParams/2 {
+			break
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	b, _ := json.Marshal(map[string]any{"truncated": true, "names": names})
+	return string(b)
 }
 
-func redactValue(v any) any {
+func redactValue(v any, limit int) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, val := range x {
 			if isSecretName(k) {
-				out[capString(k, maxParamChars)] = redacted
+				out[capString(k, limit)] = redacted
 				continue
 			}
-			out[capString(k, maxParamChars)] = redactValue(val)
+			out[capString(k, limit)] = redactValue(val, limit)
 		}
 		return out
 	case []any:
 		out := make([]any, len(x))
 		for i, val := range x {
-			out[i] = redactValue(val)
+			out[i] = redactValue(val, limit)
 		}
 		return out
 	case string:
-		return capString(x, maxParamChars)
+		return capString(x, limit)
 	default:
 		return x
 	}
@@ -176,6 +185,17 @@ func isSecretName(k string) bool {
 		}
 	}
 	return false
+}
+
+// capBytes cuts s to at most n bytes at a character boundary.
+func capBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // capString cuts s to at most n characters (runes), marking the cut.

@@ -89,6 +89,12 @@ func TestAdminUsers(t *testing.T) {
 		if create.Operator != "ana" || create.Target != "dee" {
 			t.Errorf("audit entry %+v", *create)
 		}
+		// A long multi-byte target still fits the store's 64 bytes.
+		long := strings.Repeat("é", 40)
+		s.do("POST", "/api/admin/users", ana, map[string]any{"id": long}).want(400, parley.CodeInvalidArgument)
+		if e := s.audit(ana)[0]; e.Action != "user.create" || e.Outcome != "INVALID_ARGUMENT" || len(e.Target) > parley.MaxAuditAction {
+			t.Errorf("audit of a long target: %+v", e)
+		}
 		var params map[string]any
 		if err := json.Unmarshal([]byte(create.Params), &params); err != nil {
 			t.Fatalf("params %q: %v", create.Params, err)
@@ -203,7 +209,14 @@ func TestAuditRedaction(t *testing.T) {
 	for i := range 100 {
 		huge[strings.Repeat("k", 3)+string(rune('A'+i%26))+strings.Repeat("x", i)] = long
 	}
-	if got := httpapi.RedactParams(huge); len(got) > parley.MaxAuditParams {
-		t.Errorf("params of %d bytes, cap %d", len(got), parley.MaxAuditParams)
+	for _, params := range []map[string]any{huge, {"list": []any{strings.Repeat("x", 300), strings.Repeat("y", 300)}}} {
+		got := httpapi.RedactParams(params)
+		if len(got) > parley.MaxAuditParams {
+			t.Errorf("params of %d bytes, cap %d", len(got), parley.MaxAuditParams)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(got), &v); err != nil {
+			t.Errorf("capped params are not JSON: %v\n%s", err, got)
+		}
 	}
 }

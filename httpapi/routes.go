@@ -55,7 +55,10 @@ type Deps struct {
 
 // NewHandler returns the HTTP API. Every route is listed here with its
 // policy: rate-limit bucket (config rate_limits key), who may call it, and
-// which statuses count as a business action.
+// which statuses count as a business action. Only statuses that always mean
+// a new state are on that allow-list (201 of a first send, not the 200 of a
+// replay; member changes and reads answer 200 for no-ops too, so they are
+// left off).
 func NewHandler(d Deps) http.Handler {
 	d = d.withDefaults()
 	chain := &middleware.Chain{
@@ -88,14 +91,14 @@ func NewHandler(d Deps) http.Handler {
 	// Conversations and members.
 	route("GET /api/convs", user("read"), handleConvs(d))
 	route("POST /api/convs", user("convs", http.StatusCreated), handleCreateConv(d))
-	route("POST /api/convs/{id}/members", user("convs", http.StatusOK), handleAddMember(d))
-	route("DELETE /api/convs/{id}/members/{user}", user("convs", http.StatusOK), handleRemoveMember(d))
+	route("POST /api/convs/{id}/members", user("convs"), handleAddMember(d))
+	route("DELETE /api/convs/{id}/members/{user}", user("convs"), handleRemoveMember(d))
 
 	// Messages and cursors.
 	route("POST /api/convs/{id}/messages", user("send", http.StatusCreated), handleSend(d))
 	route("GET /api/convs/{id}/events", user("read"), handleEvents(d))
 	route("GET /api/convs/{id}/events/{seq}", user("read"), handleFetch(d))
-	route("POST /api/convs/{id}/read", user("read", http.StatusOK), handleRead(d))
+	route("POST /api/convs/{id}/read", user("read"), handleRead(d))
 	route("POST /api/convs/{id}/ack", user("read"), handleAck(d))
 	route("POST /api/convs/{id}/recall", user("send", http.StatusCreated), handleRecall(d))
 

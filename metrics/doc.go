@@ -38,7 +38,7 @@
 //	parley_sends_total{transport,outcome}               counter    Message sends by transport ("http", "ws", "hook");
 //	                                                               outcome "new" (a message was stored), "dup" (an
 //	                                                               idempotent retry answered with the stored message)
-//	                                                               or a protocol error code such as "FORBIDDEN".
+//	                                                               or a protocol error code such as "NOT_MEMBER".
 //	parley_config_reloads_total{result}                 counter    Configuration reloads; result "ok" or "error"
 //	                                                               ("error" keeps the last good configuration).
 //	parley_bus_gaps_total                               counter    Notices lost by the bus; the affected receivers resync.

@@ -21,8 +21,9 @@ type IdentifierOptions struct {
 	TTL time.Duration
 	// MaxEntries bounds the cache (default 100,000 tokens).
 	MaxEntries int
-	// Timeout bounds one store lookup (default 2s): a slow store makes the
-	// caller anonymous, not the request hang.
+	// Timeout bounds one store lookup when the caller's context has no
+	// deadline (default 2s): a slow store makes the caller anonymous, not
+	// the request hang.
 	Timeout time.Duration
 	Now     func() time.Time
 }
@@ -83,9 +84,12 @@ func (i *Identifier) Identify(ctx context.Context, token string) (parley.Princip
 	if ok && now.Before(e.expires) {
 		return e.p, e.code
 	}
-	ctx, cancel := context.WithTimeout(ctx, i.o.Timeout)
+	if _, ok := ctx.Deadline(); !ok { // the caller's deadline (timeouts.identity) wins
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, i.o.Timeout)
+		defer cancel()
+	}
 	p, err := i.auth(ctx, token)
-	cancel()
 	code := parley.ErrorCode(err)
 	switch code {
 	case "", parley.CodeUnauthenticated, parley.CodeStaleInstall:

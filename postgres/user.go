@@ -67,11 +67,15 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 
 // SetUserDisabled implements parley.Store.
 func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
-	tag, err := db.pool.Exec(ctx, `UPDATE users SET disabled = $1 WHERE id = $2`, disabled, id)
+	// One implicit transaction: the flag and the revocation land together.
+	var n int64
+	err := db.pool.QueryRow(ctx, `WITH u AS (UPDATE users SET disabled = $1 WHERE id = $2 RETURNING id),
+		t AS (DELETE FROM tokens WHERE $1 AND user_id IN (SELECT id FROM u))
+		SELECT count(*) FROM u`, disabled, id).Scan(&n)
 	if err != nil {
 		return wrap("set user disabled", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return parley.ErrUserNotFound
 	}
 	return nil

@@ -86,7 +86,10 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 			}
 			return err
 		}
-		return nil
+		if disabled {
+			_, err = tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = ?`, id)
+		}
+		return err
 	})
 }
 

@@ -140,7 +140,7 @@ func testIdentityResolver(t *testing.T, e *env) {
 
 // testDisabledUser: a disabled account's tokens stop at the next
 // Authenticate and it cannot log in (the one UNAUTHENTICATED message);
-// enabling it again allows login.
+// enabling it again allows login, and the tokens of before stay revoked.
 func testDisabledUser(t *testing.T, e *env) {
 	e.user(t, "ben", "", "")
 	s := e.login(t, "ben", "d1", "i1")
@@ -161,6 +161,8 @@ func testDisabledUser(t *testing.T, e *env) {
 	wantCode(t, e.st.SetUserDisabled(ctx(t), "ghost", true), parley.CodeNotFound)
 
 	ok(t, e.st.SetUserDisabled(ctx(t), "ben", false), "enable")
+	_, err = e.st.Authenticate(ctx(t), s.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
 	s2 := e.login(t, "ben", "d1", "i1")
 	if p, err := e.st.Authenticate(ctx(t), s2.Token); err != nil || p.User != "ben" {
 		t.Errorf("authenticate after enabling: %+v %v", p, err)
