@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/parleychat/parley"
@@ -135,33 +136,26 @@ func (b seqBody) check() error {
 // handleRead moves the user's read cursor; the user's other devices get a
 // hint when it moved.
 func handleRead(d Deps) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b seqBody
-		err := decode(w, r, &b)
-		if err == nil {
-			err = b.check()
-		}
-		if err != nil {
-			writeError(w, d.Log, err, "read")
-			return
-		}
-		ctx, cancel := d.ctx(r)
-		defer cancel()
-		p, conv := caller(r), r.PathValue("id")
-		read, err := d.Store.Read(ctx, p, conv, *b.Seq)
-		if err != nil {
-			writeError(w, d.Log, err, "read")
-			return
-		}
-		if read == *b.Seq {
+	return handleCursor(d, "read", d.Store.Read, func(p parley.Principal, conv string, asked, read int64) wire.Frame {
+		if read == asked {
 			d.Publish(parley.Notice{Conv: conv, Seq: read, User: p.User, Device: p.DeviceID})
 		}
-		encode(w, http.StatusOK, frameBody(wire.ReadOK(conv, read)))
+		return wire.ReadOK(conv, read)
 	})
 }
 
 // handleAck moves the device's delivered cursor.
 func handleAck(d Deps) http.Handler {
+	return handleCursor(d, "ack", d.Store.Ack, func(_ parley.Principal, conv string, _, delivered int64) wire.Frame {
+		return wire.Acked(conv, delivered)
+	})
+}
+
+// handleCursor serves read and ack: {seq} in, the cursor's new value out.
+func handleCursor(d Deps, op string,
+	move func(context.Context, parley.Principal, string, int64) (int64, error),
+	reply func(p parley.Principal, conv string, asked, now int64) wire.Frame,
+) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b seqBody
 		err := decode(w, r, &b)
@@ -169,18 +163,18 @@ func handleAck(d Deps) http.Handler {
 			err = b.check()
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "ack")
+			writeError(w, d.Log, err, op)
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		conv := r.PathValue("id")
-		delivered, err := d.Store.Ack(ctx, caller(r), conv, *b.Seq)
+		p, conv := caller(r), r.PathValue("id")
+		now, err := move(ctx, p, conv, *b.Seq)
 		if err != nil {
-			writeError(w, d.Log, err, "ack")
+			writeError(w, d.Log, err, op)
 			return
 		}
-		encode(w, http.StatusOK, frameBody(wire.Acked(conv, delivered)))
+		encode(w, http.StatusOK, frameBody(reply(p, conv, *b.Seq, now)))
 	})
 }
 

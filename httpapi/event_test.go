@@ -26,6 +26,7 @@ func TestErrorMapping(t *testing.T) {
 		send := func(token, key, body string) reply {
 			return s.do("POST", "/api/convs/g/messages", token, map[string]string{"body": body}, "Idempotency-Key", key)
 		}
+		oldAt := time.Now()
 		old := send(ana, "old", "sent before the window closes").want(201).frame()
 		m1 := send(ana, "k1", "hello").want(201).frame()
 
@@ -100,10 +101,12 @@ func TestErrorMapping(t *testing.T) {
 			}
 		}
 
-		// ALREADY_RECALLED, then RECALL_WINDOW_EXPIRED (database clock).
-		s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *m1.Seq}, "Idempotency-Key", "r1").want(201)
-		s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *m1.Seq}, "Idempotency-Key", "r2").want(409, parley.CodeAlreadyRecalled)
-		time.Sleep(window + 100*time.Millisecond)
+		// ALREADY_RECALLED on a fresh message (so a slow machine stays
+		// inside the window), then RECALL_WINDOW_EXPIRED (database clock).
+		m2 := send(ana, "k2", "to recall").want(201).frame()
+		s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *m2.Seq}, "Idempotency-Key", "r1").want(201)
+		s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *m2.Seq}, "Idempotency-Key", "r2").want(409, parley.CodeAlreadyRecalled)
+		time.Sleep(time.Until(oldAt.Add(window + 200*time.Millisecond)))
 		s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *old.Seq}, "Idempotency-Key", "r3").want(409, parley.CodeRecallWindowExpired)
 
 		// ORIGINAL_EXPIRED: purge the first messages, then resend one.

@@ -298,3 +298,5 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func (r reply) String() string { return string(r.body) }

@@ -54,6 +54,9 @@ func TestRoutes(t *testing.T) {
 		{"login no device", "POST", "/api/login", `{"login":"ana","password":"pw"}`, 400, parley.CodeInvalidArgument},
 		{"logout without token", "POST", "/api/logout", "", 401, parley.CodeUnauthenticated},
 		{"unknown API route", "GET", "/api/nope", "", 404, parley.CodeNotFound},
+		{"unknown hook route", "GET", "/hooks/", "", 404, parley.CodeNotFound},
+		{"wrong method", "GET", "/api/convs/g/messages", "", 405, parley.CodeInvalidArgument},
+		{"wrong method on a listing", "PATCH", "/api/convs", "", 405, parley.CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
@@ -71,6 +74,10 @@ func TestRoutes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tt.status || p.Code != tt.code {
 			t.Errorf("%s: %d %s (%s), want %d %s", tt.name, resp.StatusCode, p.Code, p.Detail, tt.status, tt.code)
+		}
+		wantAllow := map[string]string{"/api/convs/g/messages": "POST", "/api/convs": "GET, POST"}
+		if allow := resp.Header.Get("Allow"); tt.status == 405 && allow != wantAllow[tt.path] {
+			t.Errorf("%s: Allow %q, want %q", tt.name, allow, wantAllow[tt.path])
 		}
 		if tt.status == 401 && resp.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: 401 without WWW-Authenticate", tt.name)

@@ -125,8 +125,8 @@ func NewHandler(d Deps) http.Handler {
 	if d.Metrics != nil {
 		route("GET /metrics", public(""), d.Metrics.Handler())
 	}
-	route("/api/", public(""), handleNotFound())
-	route("/hooks/", public(""), handleNotFound())
+	route("/api/", public(""), handleNotFound(mux, "/api/", "/hooks/"))
+	route("/hooks/", public(""), handleNotFound(mux, "/api/", "/hooks/"))
 	return mux
 }
 

@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -105,8 +108,30 @@ func handleReadyz(d Deps) http.Handler {
 	})
 }
 
-func handleNotFound() http.Handler {
+// handleNotFound answers API paths no route serves: 405 with Allow when the
+// path has routes for other methods (the catch-all would otherwise hide
+// them), else 404 NOT_FOUND; both as problem+json.
+func handleNotFound(mux *http.ServeMux, catchAll ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteProblem(w, parley.CodeNotFound, "no such API route", "")
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "" && !slices.Contains(catchAll, pattern) {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			wire.WriteProblem(w, parley.CodeNotFound, "no such API route", "")
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		json.NewEncoder(w).Encode(wire.Problem{
+			Type: "about:blank", Title: http.StatusText(http.StatusMethodNotAllowed), Status: http.StatusMethodNotAllowed,
+			Detail: r.Method + " is not served here; see Allow", Code: parley.CodeInvalidArgument,
+		})
 	})
 }

@@ -12,27 +12,6 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// parseHop is the hop grammar ClientAddr documents: "addr", "addr:port" or
-// "[v6]:port", IPv4-mapped addresses unmapped.
-func parseHop(s string) netip.Addr {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap()
-	}
-	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
-		return a.Unmap()
-	}
-	return netip.Addr{}
-}
-
-func trustedIn(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 func FuzzClientAddr(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"192.0.2.10:443", "1.2.3.4, 10.0.0.9", "192.0.2.10/32"},
@@ -62,8 +41,8 @@ func FuzzClientAddr(f *testing.F) {
 		}
 		got := middleware.ClientAddr(remote, lines, trusted)
 
-		peer := parseHop(remote)
-		if !peer.IsValid() || !trustedIn(peer, trusted) {
+		peer := middleware.ParseHop(remote)
+		if !peer.IsValid() || !middleware.IsTrusted(peer, trusted) {
 			if got != peer {
 				t.Fatalf("peer %q not trusted: got %v, want the peer %v", remote, got, peer)
 			}
@@ -83,11 +62,11 @@ func FuzzClientAddr(f *testing.F) {
 			}
 		}
 		for _, h := range hops {
-			a := parseHop(h)
+			a := middleware.ParseHop(h)
 			if a == got {
 				return
 			}
-			if !a.IsValid() || !trustedIn(a, trusted) {
+			if !a.IsValid() || !middleware.IsTrusted(a, trusted) {
 				t.Fatalf("ClientAddr(%q, %q, %v) = %v: passes hop %q, which is not a trusted proxy", remote, lines, trusted, got, h)
 			}
 		}

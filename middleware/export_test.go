@@ -1,0 +1,8 @@
+package middleware
+
+// ParseHop and IsTrusted expose the hop grammar and the trust test to the
+// black-box fuzz target, which checks ClientAddr's result against them.
+var (
+	ParseHop  = parseHop
+	IsTrusted = isTrusted
+)
