@@ -298,7 +298,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		c.replyErr(req.RID, err, "decode")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.h.o.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.h.timeout())
 	defer cancel()
 	s, p := c.h.store, c.p
 	var f wire.Frame

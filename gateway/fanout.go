@@ -151,7 +151,7 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 		w.states[conv] = st
 	}
 	for st.pushed < target {
-		fctx, cancel := context.WithTimeout(ctx, w.h.o.RequestTimeout)
+		fctx, cancel := context.WithTimeout(ctx, w.h.timeout())
 		f, err := w.h.store.Feed(fctx, conv, st.pushed, parley.MaxPage)
 		cancel()
 		if err != nil {

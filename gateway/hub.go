@@ -54,7 +54,10 @@ type Options struct {
 	// WriteTimeout bounds every socket write (default 10s).
 	WriteTimeout time.Duration
 	// RequestTimeout bounds every store call a frame makes (default 10s).
+	// Timeout, when set, is asked instead at each call, so a hot-reloaded
+	// configuration (timeouts.store) applies to sockets too.
 	RequestTimeout time.Duration
+	Timeout        func() time.Duration
 	// Backstop is how often the heads of watched conversations are polled
 	// (default 5s).
 	Backstop time.Duration
@@ -179,6 +182,16 @@ func New(o Options) *Hub {
 	return h
 }
 
+// timeout is the deadline of one store call.
+func (h *Hub) timeout() time.Duration {
+	if h.o.Timeout != nil {
+		if d := h.o.Timeout(); d > 0 {
+			return d
+		}
+	}
+	return h.o.RequestTimeout
+}
+
 // Stats returns the hub's counters.
 func (h *Hub) Stats() *Stats { return &h.stats }
 
@@ -280,7 +293,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteProblem(w, parley.CodeUnauthenticated, "a bearer token or session cookie is required", "")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.o.RequestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout())
 	p, err := h.store.Authenticate(ctx, token)
 	cancel()
 	if err != nil {
@@ -547,7 +560,7 @@ func (h *Hub) recheck(ctx context.Context, conns []*conn) {
 	for _, c := range conns {
 		err, seen := verdict[c.token]
 		if !seen {
-			actx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
+			actx, cancel := context.WithTimeout(ctx, h.timeout())
 			_, err = h.store.Authenticate(actx, c.token)
 			cancel()
 			verdict[c.token] = err
@@ -581,7 +594,7 @@ func (h *Hub) backstop(ctx context.Context) {
 	for len(convs) > 0 {
 		batch := convs[:min(len(convs), 1000)]
 		convs = convs[len(batch):]
-		qctx, cancel := context.WithTimeout(ctx, h.o.RequestTimeout)
+		qctx, cancel := context.WithTimeout(ctx, h.timeout())
 		heads, err := h.store.Heads(qctx, batch)
 		cancel()
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -652,5 +653,60 @@ func TestMultiGateway(t *testing.T) {
 	got := benRec.bodies("g1")
 	if !slices.Equal(got, stored) {
 		t.Fatalf("ben saw %q, store has %q", got, stored)
+	}
+}
+
+// TestHTTPCrash: the HTTP send path under the same crashes as the socket
+// path. The server dies (SIGKILL) at the fault point while a POST is in
+// flight, so the client gets no answer; a retry with the same
+// Idempotency-Key on a restarted server tells it what happened: 201 when the
+// first attempt never committed, 200 dup with the same seq when it did, and
+// the message is stored once either way.
+func TestHTTPCrash(t *testing.T) {
+	tests := []struct {
+		name   string
+		fault  string
+		status int
+	}{
+		{"crash_before_commit", "store.before_commit=crash", http.StatusCreated},
+		{"crash_after_commit", "api.after_send_commit=crash", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			backends(t, func(t *testing.T, b backend) {
+				s := b.store(t)
+				tok := seed(t, s, "ana/phone")["ana/phone"]
+				post := func(base string) (*http.Response, error) {
+					req, _ := http.NewRequest(http.MethodPost, base+"/api/convs/g1/messages", strings.NewReader(`{"body":"http crash"}`))
+					req.Header.Set("Authorization", "Bearer "+tok)
+					req.Header.Set("Idempotency-Key", `"http-crash-1"`)
+					return http.DefaultClient.Do(req)
+				}
+				p := serve(t, b.db, b.dir, "PARLEY_FAULTS="+tt.fault)
+				if resp, err := post(p.http); err == nil {
+					resp.Body.Close()
+					t.Fatalf("the first POST was answered %d; the server should have died", resp.StatusCode)
+				}
+				if err := p.waitExit(20 * time.Second); !killedBySIGKILL(err) {
+					t.Fatalf("server ended with %v, want death by SIGKILL at the fault point", err)
+				}
+
+				p2 := serve(t, b.db, b.dir)
+				resp, err := post(p2.http)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var f wire.Frame
+				json.NewDecoder(resp.Body).Decode(&f)
+				resp.Body.Close()
+				if resp.StatusCode != tt.status || f.Seq == nil || *f.Seq != 3 || *f.Dup != (tt.status == http.StatusOK) {
+					t.Fatalf("retry: %d %+v, want %d with seq 3", resp.StatusCode, f, tt.status)
+				}
+				if n := count(messages(t, s), "http crash"); n != 1 {
+					t.Fatalf("%d rows, want exactly 1", n)
+				}
+			})
+		})
 	}
 }

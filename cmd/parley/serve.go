@@ -127,6 +127,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		},
 		OnAccount: ident.ForgetUser,
 		Metrics:   m,
+		Timeout:   func() time.Duration { return cfg.Current().StoreTimeout() },
 	})
 	registerHubMetrics(m, hub)
 	api := httpapi.NewHandler(httpapi.Deps{
