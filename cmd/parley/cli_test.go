@@ -206,8 +206,13 @@ func TestServeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sock.CloseNow()
-	if m := scrape(t, p.http); !strings.Contains(m, "parley_ws_connections 1") || !strings.Contains(m, `parley_config_reloads_total{result="ok"} 1`) {
-		t.Errorf("metrics:\n%s", grepLines(m, "parley_ws_connections", "parley_config_reloads_total"))
+	// The socket is counted once the server has registered it, a moment
+	// after the client's handshake returns.
+	for m := scrape(t, p.http); !strings.Contains(m, "parley_ws_connections 1") || !strings.Contains(m, `parley_config_reloads_total{result="ok"} 1`); m = scrape(t, p.http) {
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics:\n%s", grepLines(m, "parley_ws_connections", "parley_config_reloads_total"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	p.kill()
 

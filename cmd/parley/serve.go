@@ -248,6 +248,7 @@ type limiters struct {
 }
 
 func newLimiters(log *slog.Logger) *limiters {
+	redis.SetLogger(redisLog{log})
 	return &limiters{log: log, local: ratelimit.NewMemory(ratelimit.MemoryOptions{}), redis: map[string]*ratelimit.Redis{}}
 }
 
@@ -280,4 +281,12 @@ func (l *limiters) Close() {
 	for _, c := range l.conns {
 		c.Close()
 	}
+}
+
+// redisLog routes go-redis's own messages (reconnects, pool errors) to the
+// server's structured log instead of bare stderr lines.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis: " + fmt.Sprintf(format, v...))
 }
