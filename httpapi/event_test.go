@@ -278,3 +278,36 @@ func TestMembers(t *testing.T) {
 		}
 	})
 }
+
+// TestPushesAfterHTTPWrites: every HTTP write reaches the sockets after its
+// commit. A conversation created with cy reaches cy's socket although its
+// gateway watched nothing of it; a send is pushed; a read on cy's other
+// device becomes a hint carrying the read cursor.
+func TestPushesAfterHTTPWrites(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		s := start(t, open(t, parley.Options{}), serverOptions{})
+		ana := s.user("ana", parley.RoleUser)
+		cyPhone := s.user("cy", parley.RoleUser)
+		cyLaptop := s.login("cy", "laptop", "i1")
+		ws := dialWS(t, s, cyPhone)
+
+		s.do("POST", "/api/convs", ana, map[string]any{"id": "g", "members": []string{"cy"}}).want(201)
+		if f := ws.next(wire.TEvent); f.Ev.Conv != "g" || f.Ev.Kind != string(parley.EventMemberJoined) {
+			t.Fatalf("first push after the creation: %+v", f.Ev)
+		}
+		sent := s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "hi cy"}, "Idempotency-Key", "k").want(201).frame()
+		for {
+			f := ws.next(wire.TEvent)
+			if f.Ev.Seq == *sent.Seq {
+				if f.Ev.Body != "hi cy" {
+					t.Errorf("pushed %+v", f.Ev)
+				}
+				break
+			}
+		}
+		s.do("POST", "/api/convs/g/read", cyLaptop, map[string]int64{"seq": *sent.Seq}).want(200)
+		if h := ws.next(wire.THint); h.Conv != "g" || h.Read == nil || *h.Read != *sent.Seq {
+			t.Errorf("read hint %+v", h)
+		}
+	})
+}
