@@ -19,6 +19,14 @@ type Operations interface {
 	// INVALID_ARGUMENT (empty operator or action, a field over its bound).
 	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 
+	// FinishAudit sets the outcome of an entry appended with Outcome
+	// AuditPending, once: the operations API writes its entry before it
+	// acts and finishes it after, so a crash in between leaves a visible
+	// pending entry instead of an operation nobody recorded. Errors:
+	// INVALID_ARGUMENT (a bad outcome, or AuditPending), NOT_FOUND (no
+	// pending entry with that id).
+	FinishAudit(ctx context.Context, id int64, outcome string) error
+
 	// Audit returns audit entries newest first: those with an ID below
 	// q.Before when it is set, at most q.Limit (1..MaxAuditPage; 0 means
 	// DefaultAuditPage). Errors: INVALID_ARGUMENT.
@@ -49,6 +57,7 @@ const (
 	MaxAuditAction   = 64   // bytes of AuditEntry.Action and Target
 	MaxAuditParams   = 4096 // bytes of AuditEntry.Params (after redaction)
 	MaxAuditPage     = 200
+	AuditPending     = "pending" // the Outcome of an entry whose operation has not finished
 	DefaultAuditPage = 50
 	HookSecretBytes  = 32
 )
@@ -118,6 +127,17 @@ func ValidateAuditEntry(e AuditEntry) error {
 		}
 	}
 	return nil
+}
+
+// CheckAuditOutcome checks the outcome FinishAudit sets.
+func CheckAuditOutcome(id int64, outcome string) error {
+	if id < 1 {
+		return Errorf(CodeInvalidArgument, "audit id must be positive")
+	}
+	if outcome == AuditPending {
+		return Errorf(CodeInvalidArgument, "an audit entry cannot be finished as %s", AuditPending)
+	}
+	return checkText("outcome", outcome, true, MaxAuditAction)
 }
 
 // CheckAuditQuery checks an AuditQuery and returns it with the default

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,10 +28,13 @@ const operatorField = "__authenticatedOperator"
 type noBody struct{}
 
 // adminCall runs one operations call: it decodes a fresh body of type B
-// (none for noBody), sets the operator, runs do, writes the audit entry,
-// and answers. do returns the target, the reply status and body, or an
-// error.
-func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *http.Request, b *B) (target string, status int, reply any, err error)) http.Handler {
+// (none for noBody) with the operator set, writes the audit entry as
+// pending, runs do, finishes the entry with the outcome, and answers. The
+// entry is written before the operation acts: when it cannot be written,
+// nothing is done (503), so no operation goes unrecorded, and a crash
+// between the two leaves a pending entry an operator can see. A request
+// refused before do (a bad body) is recorded with its outcome at once.
+func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *http.Request, b *B) (status int, reply any, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		operator := caller(r).User
 		params := map[string]any{}
@@ -48,16 +52,28 @@ func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *htt
 			params[k] = strings.Join(v, ",")
 		}
 		params[operatorField] = operator
-		target, status, reply := "", 0, any(nil)
-		if err == nil {
-			ctx, cancel := d.ctx(r)
-			target, status, reply, err = do(ctx, r, &b)
-			cancel()
+		target := r.PathValue("id")
+		if t, ok := any(&b).(interface{ auditTarget() string }); ok && err == nil {
+			target = t.auditTarget()
 		}
-		if target == "" {
-			target = r.PathValue("id")
+		e := parley.AuditEntry{Operator: operator, Action: action, Target: capBytes(target, parley.MaxAuditAction), Params: RedactParams(params)}
+		if err != nil {
+			d.audit(r, e, err)
+			writeError(w, d.Log, err, action)
+			return
 		}
-		d.audit(r, parley.AuditEntry{Operator: operator, Action: action, Target: target, Params: RedactParams(params)}, err)
+		e.Outcome = parley.AuditPending
+		actx, cancel := d.ctx(r)
+		pending, err := d.Store.AppendAudit(actx, e)
+		cancel()
+		if err != nil {
+			writeError(w, d.Log, fmt.Errorf("audit before %s: %w", action, err), action)
+			return
+		}
+		ctx, cancel := d.ctx(r)
+		status, reply, err := do(ctx, r, &b)
+		cancel()
+		d.finishAudit(r, pending, err)
 		if err != nil {
 			writeError(w, d.Log, err, action)
 			return
@@ -94,22 +110,42 @@ func decodeAdmin(w http.ResponseWriter, r *http.Request, v any, operator string)
 	return params, nil
 }
 
-// audit writes one audit entry; a failure to write it is logged (the
-// operation has already happened and its answer must still reach the
-// operator).
-func (d Deps) audit(r *http.Request, e parley.AuditEntry, err error) {
-	e.Outcome = "ok"
-	if err != nil {
-		e.Outcome = string(parley.ErrorCode(err))
-		if e.Outcome == "" {
-			e.Outcome = string(parley.CodeUnavailable)
-		}
+// outcome is how an operation ended, for the audit log: ok or the code
+// the client saw.
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
 	}
-	e.Target = capBytes(e.Target, parley.MaxAuditAction)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), d.Config().StoreTimeout())
+	if code := parley.ErrorCode(err); code != "" {
+		return string(code)
+	}
+	return string(parley.CodeUnavailable)
+}
+
+// auditCtx bounds an audit write: after the operation the request may be
+// gone, but its record must still be written.
+func (d Deps) auditCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), d.Config().StoreTimeout())
+}
+
+// audit writes a finished entry at once (a request refused before it
+// could act).
+func (d Deps) audit(r *http.Request, e parley.AuditEntry, err error) {
+	e.Outcome = outcome(err)
+	ctx, cancel := d.auditCtx(r)
 	defer cancel()
 	if _, aerr := d.Store.AppendAudit(ctx, e); aerr != nil {
 		d.Log.Error("audit entry not written", "action", e.Action, "operator", e.Operator, "target", e.Target, "err", aerr)
+	}
+}
+
+// finishAudit sets the outcome of the pending entry; when that fails the
+// entry stays pending (the operation's answer still goes out).
+func (d Deps) finishAudit(r *http.Request, e parley.AuditEntry, err error) {
+	ctx, cancel := d.auditCtx(r)
+	defer cancel()
+	if ferr := d.Store.FinishAudit(ctx, e.ID, outcome(err)); ferr != nil {
+		d.Log.Error("audit entry left pending", "id", e.ID, "action", e.Action, "outcome", outcome(err), "err", ferr)
 	}
 }
 
@@ -215,6 +251,8 @@ type createUserBody struct {
 	Operator string      `json:"__authenticatedOperator"`
 }
 
+func (b *createUserBody) auditTarget() string { return b.ID }
+
 type userReply struct {
 	ID        string      `json:"id"`
 	Email     string      `json:"email,omitempty"`
@@ -234,9 +272,9 @@ func fromUser(u parley.User) userReply {
 // handleAdminCreateUser creates an account (no password: a bot that posts
 // through webhooks and cannot log in).
 func handleAdminCreateUser(d Deps) http.Handler {
-	return adminCall(d, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (string, int, any, error) {
+	return adminCall(d, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (int, any, error) {
 		u, err := d.Store.CreateUser(ctx, parley.NewUser{ID: b.ID, Email: b.Email, Password: b.Password, Role: b.Role})
-		return b.ID, http.StatusCreated, fromUser(u), err
+		return http.StatusCreated, fromUser(u), err
 	})
 }
 
@@ -248,25 +286,25 @@ func handleAdminSetDisabled(d Deps, disabled bool) http.Handler {
 	if disabled {
 		action = "user.disable"
 	}
-	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		id := r.PathValue("id")
 		if err := d.Store.SetUserDisabled(ctx, id, disabled); err != nil {
-			return id, 0, nil, err
+			return 0, nil, err
 		}
 		d.Identifier.ForgetUser(id)
 		if d.RevokeUser != nil {
 			d.RevokeUser(id)
 		}
 		u, err := d.Store.User(ctx, id)
-		return id, http.StatusOK, fromUser(u), err
+		return http.StatusOK, fromUser(u), err
 	})
 }
 
 // handleAdminConv shows a conversation's header.
 func handleAdminConv(d Deps) http.Handler {
-	return adminCall(d, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+	return adminCall(d, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
-		return "", http.StatusOK, fromConversation(c), err
+		return http.StatusOK, fromConversation(c), err
 	})
 }
 
@@ -285,15 +323,15 @@ type rollbackReply struct {
 // handleAdminRollback returns a conversation to a restore point; its
 // sockets are told at once (the new epoch makes every gateway resync them).
 func handleAdminRollback(d Deps) http.Handler {
-	return adminCall(d, "conv.rollback", func(ctx context.Context, r *http.Request, b *rollbackBody) (string, int, any, error) {
+	return adminCall(d, "conv.rollback", func(ctx context.Context, r *http.Request, b *rollbackBody) (int, any, error) {
 		if b.ToSeq == nil {
-			return "", 0, nil, parley.Errorf(parley.CodeInvalidArgument, "to_seq is required")
+			return 0, nil, parley.Errorf(parley.CodeInvalidArgument, "to_seq is required")
 		}
 		res, err := d.Store.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
 		if err == nil {
 			d.Publish(parley.Notice{Conv: res.Conv, Seq: res.Head})
 		}
-		return "", http.StatusOK, rollbackReply{Conv: res.Conv, Removed: res.Removed, Head: res.Head, Epoch: res.Epoch}, err
+		return http.StatusOK, rollbackReply{Conv: res.Conv, Removed: res.Removed, Head: res.Head, Epoch: res.Epoch}, err
 	})
 }
 
@@ -305,21 +343,21 @@ type retentionBody struct {
 
 // handleAdminRetention sets a conversation's retention policy.
 func handleAdminRetention(d Deps) http.Handler {
-	return adminCall(d, "conv.retention", func(ctx context.Context, r *http.Request, b *retentionBody) (string, int, any, error) {
+	return adminCall(d, "conv.retention", func(ctx context.Context, r *http.Request, b *retentionBody) (int, any, error) {
 		var ret parley.Retention
 		if b.MaxAge != "" {
 			age, err := time.ParseDuration(b.MaxAge)
 			if err != nil {
-				return "", 0, nil, parley.Errorf(parley.CodeInvalidArgument, "max_age must be a duration such as 720h")
+				return 0, nil, parley.Errorf(parley.CodeInvalidArgument, "max_age must be a duration such as 720h")
 			}
 			ret.MaxAge = age
 		}
 		ret.KeepLast = b.KeepLast
 		if err := d.Store.SetRetention(ctx, r.PathValue("id"), ret); err != nil {
-			return "", 0, nil, err
+			return 0, nil, err
 		}
 		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
-		return "", http.StatusOK, fromConversation(c), err
+		return http.StatusOK, fromConversation(c), err
 	})
 }
 
@@ -332,9 +370,9 @@ type purgeReply struct {
 
 // handleAdminPurge applies a conversation's retention policy now.
 func handleAdminPurge(d Deps) http.Handler {
-	return adminCall(d, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+	return adminCall(d, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		res, err := d.Store.Purge(ctx, r.PathValue("id"))
-		return "", http.StatusOK, purgeReply{Conv: res.Conv, Deleted: res.Deleted, Tombstones: res.Tombstones, MinSeq: res.MinSeq}, err
+		return http.StatusOK, purgeReply{Conv: res.Conv, Deleted: res.Deleted, Tombstones: res.Tombstones, MinSeq: res.MinSeq}, err
 	})
 }
 
@@ -343,6 +381,8 @@ type createHookBody struct {
 	Bot      string `json:"bot"`
 	Operator string `json:"__authenticatedOperator"`
 }
+
+func (b *createHookBody) auditTarget() string { return b.Conv }
 
 type hookReply struct {
 	ID        string `json:"id"`
@@ -362,36 +402,36 @@ func fromHook(h parley.Hook) hookReply {
 // handleAdminCreateHook creates an incoming webhook and shows its secret
 // once.
 func handleAdminCreateHook(d Deps) http.Handler {
-	return adminCall(d, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (string, int, any, error) {
+	return adminCall(d, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (int, any, error) {
 		h, err := d.Store.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
-		return h.ID, http.StatusCreated, fromHook(h), err
+		return http.StatusCreated, fromHook(h), err
 	})
 }
 
 // handleAdminHooks lists the webhooks without their secrets.
 func handleAdminHooks(d Deps) http.Handler {
-	return adminCall(d, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+	return adminCall(d, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		hs, err := d.Store.Hooks(ctx)
 		out := make([]hookReply, len(hs))
 		for i, h := range hs {
 			out[i] = fromHook(h)
 		}
-		return "", http.StatusOK, map[string]any{"hooks": out}, err
+		return http.StatusOK, map[string]any{"hooks": out}, err
 	})
 }
 
 // handleAdminDeleteHook deletes a webhook: its secret stops working.
 func handleAdminDeleteHook(d Deps) http.Handler {
-	return adminCall(d, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
+	return adminCall(d, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		err := d.Store.DeleteHook(ctx, r.PathValue("id"))
-		return "", http.StatusOK, map[string]any{"id": r.PathValue("id"), "deleted": err == nil}, err
+		return http.StatusOK, map[string]any{"id": r.PathValue("id"), "deleted": err == nil}, err
 	})
 }
 
 // handleAdminConfig shows the effective configuration (secrets masked).
 func handleAdminConfig(d Deps) http.Handler {
-	return adminCall(d, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (string, int, any, error) {
-		return "config", http.StatusOK, d.Config().Effective(), nil
+	return adminCall(d, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		return http.StatusOK, d.Config().Effective(), nil
 	})
 }
 

@@ -1,12 +1,16 @@
 package httpapi_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/httpapi"
+	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -218,5 +222,40 @@ func TestAuditRedaction(t *testing.T) {
 		if err := json.Unmarshal([]byte(got), &v); err != nil {
 			t.Errorf("capped params are not JSON: %v\n%s", err, got)
 		}
+	}
+}
+
+// TestAuditBeforeOperation: the audit entry is written before the
+// operation acts and finished after it; when the entry cannot be written
+// (here the audit table is gone), the operation is not done and the
+// operator gets 503.
+func TestAuditBeforeOperation(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "parley.db")
+	store, err := sqlite.Open(context.Background(), file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	s := start(t, store, serverOptions{})
+	ana := s.user("ana", parley.RoleAdmin)
+	s.user("ben", parley.RoleUser)
+
+	s.do("POST", "/api/admin/users/ben/disable", ana, nil).want(200)
+	if e := s.audit(ana)[0]; e.Action != "user.disable" || e.Outcome != "ok" || e.Target != "ben" {
+		t.Fatalf("finished entry %+v", e)
+	}
+	s.do("POST", "/api/admin/users/ben/enable", ana, nil).want(200)
+
+	side, err := sql.Open("sqlite", "file:"+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	if _, err := side.Exec(`ALTER TABLE audit_log RENAME TO audit_log_away`); err != nil {
+		t.Fatal(err)
+	}
+	s.do("POST", "/api/admin/users/ben/disable", ana, nil).want(503, parley.CodeUnavailable)
+	if u, err := store.User(context.Background(), "ben"); err != nil || u.Disabled {
+		t.Fatalf("ben after an unaudited disable: %+v %v; want the operation not done", u, err)
 	}
 }

@@ -31,6 +31,21 @@ func (db *DB) AppendAudit(ctx context.Context, e parley.AuditEntry) (parley.Audi
 	return e, nil
 }
 
+// FinishAudit implements parley.Operations.
+func (db *DB) FinishAudit(ctx context.Context, id int64, outcome string) error {
+	if err := parley.CheckAuditOutcome(id, outcome); err != nil {
+		return err
+	}
+	tag, err := db.pool.Exec(ctx, `UPDATE audit_log SET outcome = $1 WHERE id = $2 AND outcome = $3`, outcome, id, parley.AuditPending)
+	if err != nil {
+		return wrap("finish audit", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return parley.Errorf(parley.CodeNotFound, "no pending audit entry %d", id)
+	}
+	return nil
+}
+
 // Audit implements parley.Operations.
 func (db *DB) Audit(ctx context.Context, q parley.AuditQuery) ([]parley.AuditEntry, error) {
 	q, err := parley.CheckAuditQuery(q)

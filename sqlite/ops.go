@@ -28,6 +28,26 @@ func (db *DB) AppendAudit(ctx context.Context, e parley.AuditEntry) (parley.Audi
 	return e, nil
 }
 
+// FinishAudit implements parley.Operations.
+func (db *DB) FinishAudit(ctx context.Context, id int64, outcome string) error {
+	if err := parley.CheckAuditOutcome(id, outcome); err != nil {
+		return err
+	}
+	return db.write(ctx, "finish audit", func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, `UPDATE audit_log SET outcome = ? WHERE id = ? AND outcome = ?`, outcome, id, parley.AuditPending)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = parley.Errorf(parley.CodeNotFound, "no pending audit entry %d", id)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
 // Audit implements parley.Operations.
 func (db *DB) Audit(ctx context.Context, q parley.AuditQuery) ([]parley.AuditEntry, error) {
 	q, err := parley.CheckAuditQuery(q)

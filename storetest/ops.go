@@ -18,6 +18,7 @@ import (
 type opsRows struct {
 	Audit, AuditIDs int64 // rows and sum of ids of audit_log
 	Hooks           int64
+	Pending         int64 // audit entries still pending
 }
 
 func (e *env) opsRows(t *testing.T) opsRows {
@@ -26,6 +27,7 @@ func (e *env) opsRows(t *testing.T) opsRows {
 		Audit:    e.db.Int(t, "SELECT count(*) FROM audit_log"),
 		AuditIDs: e.db.Int(t, "SELECT CAST(sum(id) AS BIGINT) FROM audit_log"),
 		Hooks:    e.db.Int(t, "SELECT count(*) FROM hooks"),
+		Pending:  e.db.Int(t, "SELECT count(*) FROM audit_log WHERE outcome = 'pending'"),
 	}
 }
 
@@ -377,4 +379,41 @@ func validNewID(id string) bool {
 		}
 	}
 	return id[14] == '7' && strings.ContainsRune("89ab", rune(id[19]))
+}
+
+// testAuditFinish: an entry appended as pending is finished once with its
+// outcome; finishing it again, finishing a finished or unknown entry is
+// NOT_FOUND; a bad outcome is INVALID_ARGUMENT; nothing else changes.
+func testAuditFinish(t *testing.T, e *env) {
+	pending, err := e.st.AppendAudit(ctx(t), parley.AuditEntry{Operator: "root", Action: "conv.rollback", Target: "g", Params: "{}", Outcome: parley.AuditPending})
+	ok(t, err, "append pending")
+	done, err := e.st.AppendAudit(ctx(t), parley.AuditEntry{Operator: "root", Action: "user.disable", Target: "ben", Outcome: "ok"})
+	ok(t, err, "append finished")
+
+	for _, c := range []struct {
+		name    string
+		id      int64
+		outcome string
+		code    parley.Code
+	}{
+		{"pending as an outcome", pending.ID, parley.AuditPending, parley.CodeInvalidArgument},
+		{"empty outcome", pending.ID, "", parley.CodeInvalidArgument},
+		{"outcome too long", pending.ID, strings.Repeat("X", parley.MaxAuditAction+1), parley.CodeInvalidArgument},
+		{"zero id", 0, "ok", parley.CodeInvalidArgument},
+		{"finished entry", done.ID, "NOT_FOUND", parley.CodeNotFound},
+		{"unknown entry", pending.ID + 100, "ok", parley.CodeNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.opsRows(t)
+			wantCode(t, e.st.FinishAudit(ctx(t), c.id, c.outcome), c.code)
+			e.opsUnchanged(t, before)
+		})
+	}
+
+	ok(t, e.st.FinishAudit(ctx(t), pending.ID, "ok"), "finish")
+	wantCode(t, e.st.FinishAudit(ctx(t), pending.ID, "NOT_FOUND"), parley.CodeNotFound)
+	got, err := e.st.Audit(ctx(t), parley.AuditQuery{})
+	ok(t, err, "audit")
+	pending.Outcome = "ok"
+	wantAudit(t, "after finishing", got, done, pending)
 }

@@ -92,6 +92,7 @@ var behaviours = []behaviour{
 
 	// Operations (ops.go).
 	{name: "audit_append_and_page", run: testAuditAppendAndPage},
+	{name: "audit_finish", run: testAuditFinish},
 	{name: "hook_create_rules", run: testHookCreateRules},
 	{name: "hook_delete", run: testHookDelete},
 }
