@@ -31,6 +31,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -293,9 +294,16 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteProblem(w, parley.CodeUnauthenticated, "a bearer token or session cookie is required", "")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.timeout())
-	p, err := h.store.Authenticate(ctx, token)
-	cancel()
+	// Behind the HTTP chain the token was just resolved (through its cache);
+	// a reconnect storm then costs one lookup per socket, not two.
+	caller := middleware.CallerFrom(r.Context())
+	p := caller.Principal
+	var err error
+	if !caller.Known || caller.Token != token {
+		ctx, cancel := context.WithTimeout(r.Context(), h.timeout())
+		p, err = h.store.Authenticate(ctx, token)
+		cancel()
+	}
 	if err != nil {
 		code, msg, rid := h.errorOf(err, "authenticate")
 		wire.WriteProblem(w, code, msg, rid)
