@@ -311,3 +311,20 @@ func TestPushesAfterHTTPWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestNewInstallEndsOldSockets: logging a device in with a new install id
+// ends the old install's sockets at once with STALE_INSTALL (not at the
+// next reauth round), and its token is refused at once over HTTP.
+func TestNewInstallEndsOldSockets(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		s := start(t, open(t, parley.Options{}), serverOptions{})
+		old := s.user("cy", parley.RoleUser) // device d1, install i1
+		s.do("GET", "/api/convs", old, nil).want(200)
+		ws := dialWS(t, s, old)
+		s.login("cy", "d1", "i2")
+		if f := ws.next(wire.TError); f.Code != parley.CodeStaleInstall {
+			t.Fatalf("old install's socket got %+v", f)
+		}
+		s.do("GET", "/api/convs", old, nil).want(401, parley.CodeStaleInstall)
+	})
+}

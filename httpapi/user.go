@@ -43,6 +43,13 @@ func handleLogin(d Deps) http.Handler {
 			writeError(w, d.Log, err, "login")
 			return
 		}
+		// A login may have replaced the device's install: every gateway
+		// re-checks the user's sockets now (the old install's end with
+		// STALE_INSTALL) and forgets cached lookups of the user's tokens.
+		d.Identifier.ForgetUser(s.User)
+		if d.RevokeUser != nil {
+			d.RevokeUser(s.User)
+		}
 		http.SetCookie(w, &http.Cookie{
 			Name: wire.SessionCookie, Value: s.Token, Path: "/",
 			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie,
