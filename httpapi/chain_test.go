@@ -101,6 +101,7 @@ func TestMiddlewareOrder(t *testing.T) {
 			`parley_rate_limited_total{bucket="convs",transport="http"} 2`,
 			`parley_activity_total{route="POST /api/convs"} 1`,
 			`parley_http_requests_total{code="201",method="POST",route="POST /api/convs"} 1`,
+			`parley_http_refused_total{code="401",route="POST /api/convs"} 1`,
 		} {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)
@@ -152,6 +153,7 @@ type panicRecorder struct{}
 func (panicRecorder) Request(string, string, int, time.Duration) { panic("request metric") }
 func (panicRecorder) Activity(string)                            { panic("activity metric") }
 func (panicRecorder) RateLimited(string, string)                 { panic("rate-limit metric") }
+func (panicRecorder) Refused(string, int)                        { panic("refused metric") }
 
 // maskIDs blanks the run-time values of a body (mids, times).
 func maskIDs(s string) string {

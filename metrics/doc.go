@@ -35,6 +35,8 @@
 //	                                                               for the allow-listed routes chosen by the caller.
 //	parley_rate_limited_total{bucket,transport}         counter    Requests or frames rejected by the rate limiter;
 //	                                                               transport is "http" or "ws". Not counted as activity.
+//	parley_http_refused_total{route,code}               counter    Requests refused before their handler by
+//	                                                               authentication (401) or authorization (403).
 //	parley_sends_total{transport,outcome}               counter    Message sends by transport ("http", "ws", "hook");
 //	                                                               outcome "new" (a message was stored), "dup" (an
 //	                                                               idempotent retry answered with the stored message)

@@ -24,6 +24,7 @@ const (
 	NameRequestDuration = "parley_http_request_duration_seconds"
 	NameActivity        = "parley_activity_total"
 	NameRateLimited     = "parley_rate_limited_total"
+	NameRefused         = "parley_http_refused_total"
 	NameSends           = "parley_sends_total"
 	NameConfigReloads   = "parley_config_reloads_total"
 	NameBusGaps         = "parley_bus_gaps_total"
@@ -66,6 +67,7 @@ type Metrics struct {
 	duration    *prometheus.HistogramVec
 	activity    *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
+	refused     *prometheus.CounterVec
 	sends       *prometheus.CounterVec
 	reloads     *prometheus.CounterVec
 	busGaps     prometheus.Counter
@@ -100,6 +102,10 @@ func New(opts Options) *Metrics {
 			Name: NameRateLimited,
 			Help: "Requests or frames rejected by the rate limiter, by bucket and transport.",
 		}, []string{"bucket", "transport"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameRefused,
+			Help: "HTTP requests refused by authentication (401) or authorization (403) before their handler, by route pattern and status code.",
+		}, []string{"route", "code"}),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameSends,
 			Help: `Message sends by transport and outcome ("new", "dup" or an error code).`,
@@ -131,7 +137,7 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.activity, m.rateLimited, m.sends,
+		m.requests, m.duration, m.activity, m.rateLimited, m.refused, m.sends,
 		m.reloads, m.busGaps, m.downloads, m.errors,
 	)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -222,6 +228,26 @@ func (m *Metrics) RateLimited(bucket, transport string) {
 		m.skip(NameRateLimited, "transport", transport)
 	default:
 		m.rateLimited.WithLabelValues(bucket, transport).Inc()
+	}
+}
+
+// Refused records one request the chain refused before its handler: 401
+// (no identity) or 403 (not allowed), on route (a route pattern). Other
+// statuses skip the observation.
+func (m *Metrics) Refused(route string, status int) {
+	if m == nil {
+		return
+	}
+	defer m.rescue(NameRefused)
+	m.callHook(NameRefused)
+	route = normalize(route)
+	switch {
+	case route == "":
+		m.skip(NameRefused, "route", route)
+	case status != http.StatusUnauthorized && status != http.StatusForbidden:
+		m.skip(NameRefused, "code", strconv.Itoa(status))
+	default:
+		m.refused.WithLabelValues(route, strconv.Itoa(status)).Inc()
 	}
 }
 

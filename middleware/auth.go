@@ -25,10 +25,12 @@ func (c *Chain) authorize(p Policy, next http.Handler) http.Handler {
 				code = parley.CodeUnauthenticated
 			}
 			wire.WriteProblem(w, code, "a valid bearer token or session cookie is required", "")
+			c.record(func(m Recorder) { m.Refused(p.Pattern, http.StatusUnauthorized) })
 			return
 		}
 		if !c.allowed(p, caller, c.config(r)) {
 			wire.WriteProblem(w, parley.CodePermissionDenied, AccessDenied, "")
+			c.record(func(m Recorder) { m.Refused(p.Pattern, http.StatusForbidden) })
 			return
 		}
 		next.ServeHTTP(w, r)

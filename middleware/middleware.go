@@ -67,6 +67,7 @@ type Recorder interface {
 	Request(route, method string, status int, d time.Duration)
 	Activity(route string)
 	RateLimited(bucket, transport string)
+	Refused(route string, status int)
 }
 
 // Chain holds the shared parts of every route's middleware.

@@ -501,7 +501,7 @@ func TestRateLimitOff(t *testing.T) {
 // ---- (f) metrics never change a result ----
 
 // panicRecorder panics in every method, counting how often it was asked.
-type panicRecorder struct{ requests, activity, limited atomic.Int64 }
+type panicRecorder struct{ requests, activity, limited, refused atomic.Int64 }
 
 func (r *panicRecorder) Request(string, string, int, time.Duration) {
 	r.requests.Add(1)
@@ -516,6 +516,11 @@ func (r *panicRecorder) Activity(string) {
 func (r *panicRecorder) RateLimited(string, string) {
 	r.limited.Add(1)
 	panic("recorder: RateLimited")
+}
+
+func (r *panicRecorder) Refused(string, int) {
+	r.refused.Add(1)
+	panic("recorder: Refused")
 }
 
 func TestPanickingRecorder(t *testing.T) {
@@ -556,9 +561,9 @@ func TestPanickingRecorder(t *testing.T) {
 			t.Errorf("step %d: with a panicking recorder the response is\n%s\nwant\n%s", i, got[i], want[i])
 		}
 	}
-	if pr.requests.Load() == 0 || pr.activity.Load() == 0 || pr.limited.Load() == 0 {
-		t.Errorf("recorder calls: Request %d, Activity %d, RateLimited %d; want every method to have panicked",
-			pr.requests.Load(), pr.activity.Load(), pr.limited.Load())
+	if pr.requests.Load() == 0 || pr.activity.Load() == 0 || pr.limited.Load() == 0 || pr.refused.Load() == 0 {
+		t.Errorf("recorder calls: Request %d, Activity %d, RateLimited %d, Refused %d; want every method to have panicked",
+			pr.requests.Load(), pr.activity.Load(), pr.limited.Load(), pr.refused.Load())
 	}
 }
 
