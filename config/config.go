@@ -35,6 +35,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -145,6 +146,13 @@ func (c *Config) TrustedProxies() []netip.Prefix { return slices.Clone(c.proxies
 // RateLimit returns the limit of a route bucket; the zero Limit (off) when
 // the bucket is not configured or its value is bad.
 func (c *Config) RateLimit(bucket string) Limit { return c.limits[bucket] }
+
+// RateLimitBuckets returns the buckets the file names under rate_limits,
+// sorted (off ones included), so a caller can warn about names nothing
+// uses.
+func (c *Config) RateLimitBuckets() []string {
+	return slices.Sorted(maps.Keys(c.limits))
+}
 
 // RedisURL returns the URL of the shared rate-limit store; "" means the
 // local, per-instance store. It may hold a password: log Effective, never

@@ -164,8 +164,14 @@ func TestServeConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("rate_limits:\n  login: {limit: 2, window: 1h}\n")
+	write("rate_limits:\n  login: {limit: 2, window: 1h}\n  sned: {limit: 1}\n")
 	p := serveEnv(t, []string{"PARLEY_CONFIG=" + cfg}, "--demo", "--data-dir", filepath.Join(dir, "data"))
+	for warned := time.Now().Add(5 * time.Second); !strings.Contains(p.stderr(), "rate_limits.sned is used by no route"); {
+		if time.Now().After(warned) { // stderr is copied apart from stdout: give it a moment
+			t.Fatalf("no warning about the misspelt bucket; log:\n%s", p.stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	login := func() int {
 		resp, err := http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"parley-demo","device_id":"d","install_id":"i"}`))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -82,10 +83,17 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 
 	m := metrics.New(metrics.Options{Log: log})
-	cfg, err := config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: m.ConfigReload})
+	var cfg *config.Watcher
+	cfg, err := config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: func(ok bool) {
+		m.ConfigReload(ok)
+		if ok {
+			warnUnusedBuckets(log, cfg.Current())
+		}
+	}})
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
+	warnUnusedBuckets(log, cfg.Current())
 
 	store, kind, err := f.open(ctx, parley.Options{})
 	if err != nil {
@@ -119,7 +127,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
 		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
 		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
-			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), "send", user)
+			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), httpapi.BucketSend, user)
 			if err != nil {
 				log.Warn("rate limit store failed; allowing", "bucket", "send", "err", err)
 			}
@@ -289,4 +297,14 @@ type redisLog struct{ log *slog.Logger }
 
 func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 	l.log.Warn("redis: " + fmt.Sprintf(format, v...))
+}
+
+// warnUnusedBuckets logs the rate_limits keys no route uses: a typo there
+// would otherwise leave a limit silently off.
+func warnUnusedBuckets(log *slog.Logger, c *config.Config) {
+	for _, b := range c.RateLimitBuckets() {
+		if !slices.Contains(httpapi.Buckets, b) {
+			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(httpapi.Buckets, ","))
+		}
+	}
 }
