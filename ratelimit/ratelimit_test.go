@@ -358,6 +358,19 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	if want := (ratelimit.Decision{Allowed: true, Limit: 3, Remaining: 2}); d != want {
 		t.Errorf("Decision with the error: got %+v, want %+v", d, want)
 	}
+
+	// A caller's deadline wins over the store's own (a reloaded
+	// timeouts.redis applies at once).
+	slow := ratelimit.NewRedis(c, ratelimit.RedisOptions{Timeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := slow.Allow(ctx, "send:u1", 3, time.Second); err == nil {
+		t.Fatal("Allow past the caller's deadline: got no error")
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("Allow with a 50ms caller deadline took %v", elapsed)
+	}
 }
 
 func ExampleMemory() {

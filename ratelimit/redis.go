@@ -15,8 +15,10 @@ import (
 type RedisOptions struct {
 	// Prefix is put before every key; "" means "parley:rl:".
 	Prefix string
-	// Timeout bounds each Allow (SPEC §6: every call out of the process has
-	// one); <= 0 means 200ms.
+	// Timeout bounds each Allow whose context has no deadline of its own
+	// (SPEC §6: every call out of the process has one); <= 0 means 200ms.
+	// A caller's deadline (the configuration's timeouts.redis, which can
+	// change on reload) wins.
 	Timeout time.Duration
 }
 
@@ -26,8 +28,8 @@ type RedisOptions struct {
 // so instances with skewed clocks still share one window; it expires with
 // its last request.
 //
-// Allow is one script run (EVALSHA, EVAL on a cold cache), bounded by
-// RedisOptions.Timeout. A Redis error or timeout is returned wrapped, with a
+// Allow is one script run (EVALSHA, EVAL on a cold cache), bounded by the
+// context's deadline, else RedisOptions.Timeout. A Redis error or timeout is returned wrapped, with a
 // Decision that allows: callers should log it and let the request pass.
 type Redis struct {
 	client  redis.UniversalClient
@@ -94,8 +96,11 @@ func (r *Redis) Allow(ctx context.Context, key string, limit int, window time.Du
 	if off(limit, window) {
 		return Decision{Allowed: true}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
 	us := int64((window + time.Microsecond - 1) / time.Microsecond)
 	member := r.id + strconv.FormatUint(r.seq.Add(1), 36)
 	v, err := allowScript.Run(ctx, r.client, []string{r.prefix + key}, limit, us, member).Int64Slice()
@@ -103,7 +108,7 @@ func (r *Redis) Allow(ctx context.Context, key string, limit int, window time.Du
 		err = fmt.Errorf("script returned %d values, want 4", len(v))
 	}
 	if err != nil {
-		return allowOpen(limit), fmt.Errorf("ratelimit: redis allow %q (timeout %v; the request should be let through): %w", r.prefix+key, r.timeout, err)
+		return allowOpen(limit), fmt.Errorf("ratelimit: redis allow %q (the request should be let through): %w", r.prefix+key, err)
 	}
 	d := Decision{
 		Allowed:   v[0] == 1,

@@ -278,7 +278,7 @@ func (l *limiters) For(cfg *config.Config) ratelimit.Store {
 	opt.ContextTimeoutEnabled = true // honour the per-call deadline
 	client := redis.NewClient(opt)
 	l.conns = append(l.conns, client)
-	r := ratelimit.NewRedis(client, ratelimit.RedisOptions{Timeout: cfg.RedisTimeout()})
+	r := ratelimit.NewRedis(client, ratelimit.RedisOptions{}) // middleware.Limit bounds each call by timeouts.redis
 	l.redis[url] = r
 	return r
 }
