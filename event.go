@@ -221,3 +221,16 @@ func CheckFetchSeq(seq int64) error {
 	}
 	return nil
 }
+
+// SendOutcome names how a send ended, as the metrics count it: "new", "dup"
+// (a replay answered with the stored message), or the code the client was
+// told (ErrorCode: UNAVAILABLE for an internal error).
+func SendOutcome(s Sent, err error) string {
+	switch {
+	case err != nil:
+		return string(ErrorCode(err))
+	case s.Dup:
+		return "dup"
+	}
+	return "new"
+}

@@ -263,21 +263,6 @@ func (c *conn) limited(ctx context.Context, req wire.Request) bool {
 	return true
 }
 
-// sendOutcome is the label of a send's outcome: new, dup, or the code the
-// client saw.
-func sendOutcome(s parley.Sent, err error) string {
-	switch {
-	case err == nil && s.Dup:
-		return "dup"
-	case err == nil:
-		return "new"
-	}
-	if code := parley.ErrorCode(err); code != "" {
-		return string(code)
-	}
-	return string(parley.CodeUnavailable)
-}
-
 // metric runs one metrics call; a panic in it never reaches the socket.
 func (h *Hub) metric(f func(Metrics)) {
 	if h.o.Metrics == nil {
@@ -314,7 +299,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 			err = fault.Hit(fault.APIAfterSendCommit)
 			f = wire.Sent(sent)
 		}
-		c.h.metric(func(m Metrics) { m.Send("ws", sendOutcome(sent, err)) })
+		c.h.metric(func(m Metrics) { m.Send("ws", parley.SendOutcome(sent, err)) })
 	case wire.TRecall:
 		var r parley.Recalled
 		r, err = s.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})

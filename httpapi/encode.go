@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,7 +33,13 @@ func caller(r *http.Request) parley.Principal {
 // decode reads a JSON body of at most maxBody bytes into v. Errors are
 // INVALID_ARGUMENT.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	return decodeFrom(http.MaxBytesReader(w, r.Body, maxBody), v)
+}
+
+// decodeFrom reads one JSON object without unknown fields from rd into v.
+// Errors are INVALID_ARGUMENT.
+func decodeFrom(rd io.Reader, v any) error {
+	dec := json.NewDecoder(rd)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

@@ -24,8 +24,7 @@ func handleSend(d Deps) http.Handler {
 			err = decode(w, r, &b)
 		}
 		if err != nil {
-			d.sendOutcome("http", err)
-			writeError(w, d.Log, err, "send")
+			d.refuseSend(w, err, "http")
 			return
 		}
 		ctx, cancel := d.ctx(r)
@@ -42,8 +41,8 @@ func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error, tra
 		d.Publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
 		err = fault.Hit(fault.APIAfterSendCommit)
 	}
+	d.Metrics.Send(transport, parley.SendOutcome(sent, err))
 	if err != nil {
-		d.sendOutcome(transport, err)
 		writeError(w, d.Log, err, "send")
 		return
 	}
@@ -51,24 +50,13 @@ func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error, tra
 	if sent.Dup {
 		status = http.StatusOK
 	}
-	d.sendOutcome(transport, nil, sent.Dup)
 	encode(w, status, frameBody(wire.Sent(sent)))
 }
 
-// sendOutcome counts a send by outcome: new, dup, or its error code (an
-// internal error counts as UNAVAILABLE, what the client saw).
-func (d Deps) sendOutcome(transport string, err error, dup ...bool) {
-	outcome := "new"
-	switch {
-	case err != nil:
-		outcome = string(parley.ErrorCode(err))
-		if outcome == "" {
-			outcome = string(parley.CodeUnavailable)
-		}
-	case len(dup) > 0 && dup[0]:
-		outcome = "dup"
-	}
-	d.Metrics.Send(transport, outcome)
+// refuseSend answers a send that never reached the store, counting it.
+func (d Deps) refuseSend(w http.ResponseWriter, err error, transport string) {
+	d.Metrics.Send(transport, parley.SendOutcome(parley.Sent{}, err))
+	writeError(w, d.Log, err, "send")
 }
 
 // handleEvents is sync: GET /api/convs/{id}/events?after=&limit=&epoch=.

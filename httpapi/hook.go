@@ -1,10 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -84,13 +84,12 @@ func handleHook(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
 		if err != nil {
-			d.sendOutcome("hook", err)
-			writeError(w, d.Log, err, "hook")
+			d.refuseSend(w, err, "hook")
 			return
 		}
 		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
-			writeError(w, d.Log, parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody), "hook")
+			d.refuseSend(w, parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody), "hook")
 			return
 		}
 		ctx, cancel := d.ctx(r)
@@ -109,27 +108,20 @@ func handleHook(d Deps) http.Handler {
 			err = ErrHookSignature
 		}
 		if err != nil {
-			d.sendOutcome("hook", err)
-			writeError(w, d.Log, err, "hook")
+			d.refuseSend(w, err, "hook")
 			return
 		}
 		var b sendBody
-		dec := json.NewDecoder(strings.NewReader(string(raw)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil || dec.More() {
-			err := parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object {\"body\": \"…\"}")
-			d.sendOutcome("hook", err)
-			writeError(w, d.Log, err, "hook")
+		if err := decodeFrom(bytes.NewReader(raw), &b); err != nil {
+			d.refuseSend(w, err, "hook")
 			return
 		}
 		// A hook outlives its checks: a bot disabled since is refused.
 		if u, err := d.Store.User(ctx, h.Bot); err != nil || u.Disabled {
-			if err != nil && parley.ErrorCode(err) != parley.CodeNotFound {
-				writeError(w, d.Log, err, "hook")
-				return
+			if err == nil || parley.ErrorCode(err) == parley.CodeNotFound {
+				err = parley.ErrAccessDenied
 			}
-			d.sendOutcome("hook", parley.ErrAccessDenied)
-			writeError(w, d.Log, parley.ErrAccessDenied, "hook")
+			d.refuseSend(w, err, "hook")
 			return
 		}
 		bot := parley.Principal{User: h.Bot, Role: parley.RoleUser, DeviceID: "hook:" + h.ID}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,12 +103,7 @@ func decodeAdmin(w http.ResponseWriter, r *http.Request, v any, operator string)
 		params[k] = x
 	}
 	b, _ := json.Marshal(raw)
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return params, parley.Errorf(parley.CodeInvalidArgument, "request body: %v", err)
-	}
-	return params, nil
+	return params, decodeFrom(bytes.NewReader(b), v)
 }
 
 // outcome is how an operation ended, for the audit log: ok or the code
@@ -116,10 +112,7 @@ func outcome(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	if code := parley.ErrorCode(err); code != "" {
-		return string(code)
-	}
-	return string(parley.CodeUnavailable)
+	return string(parley.ErrorCode(err))
 }
 
 // auditCtx bounds an audit write: after the operation the request may be

@@ -29,8 +29,9 @@ type RedisOptions struct {
 // its last request.
 //
 // Allow is one script run (EVALSHA, EVAL on a cold cache), bounded by the
-// context's deadline, else RedisOptions.Timeout. A Redis error or timeout is returned wrapped, with a
-// Decision that allows: callers should log it and let the request pass.
+// context's deadline, else RedisOptions.Timeout. A Redis error or timeout
+// is returned wrapped, with a Decision that allows: callers should log it
+// and let the request pass.
 type Redis struct {
 	client  redis.UniversalClient
 	prefix  string
