@@ -74,10 +74,9 @@ type server struct {
 }
 
 type serverOptions struct {
-	config   string              // configuration file text ("" = none)
-	recorder middleware.Recorder // overrides the metrics for the chain
-	hook     func(string)        // metrics hook (panic injection)
-	now      func() time.Time
+	config string       // configuration file text ("" = none)
+	hook   func(string) // metrics hook (panic injection)
+	now    func() time.Time
 }
 
 func start(t testing.TB, store parley.Store, o serverOptions) *server {
@@ -112,7 +111,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	h := httpapi.NewHandler(httpapi.Deps{
 		Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
 		Limiter: func() ratelimit.Store { return limits },
-		Metrics: s.metrics, Recorder: o.recorder, Publish: s.hub.Publish, Draining: s.hub.Draining,
+		Metrics: s.metrics, Publish: s.hub.Publish, Draining: s.hub.Draining,
 		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
 	})
 	srv := httptest.NewServer(h)

@@ -34,9 +34,8 @@ type Deps struct {
 	// Limiter returns the rate-limit store in force (nil: a local one).
 	Limiter func() ratelimit.Store
 	// Metrics records what /metrics serves (nil: nothing, and /metrics
-	// answers 404). Recorder overrides it for the chain (tests).
-	Metrics  *metrics.Metrics
-	Recorder middleware.Recorder
+	// answers 404).
+	Metrics *metrics.Metrics
 	// Publish announces a committed change to the gateways (nil: none):
 	// every write calls it after its commit.
 	Publish func(parley.Notice)
@@ -79,10 +78,7 @@ func NewHandler(d Deps) http.Handler {
 	chain := &middleware.Chain{
 		Identifier: d.Identifier, Limiter: d.Limiter, Config: d.Config, Log: d.Log, Now: d.Now,
 	}
-	switch {
-	case d.Recorder != nil:
-		chain.Metrics = d.Recorder
-	case d.Metrics != nil:
+	if d.Metrics != nil {
 		chain.Metrics = d.Metrics
 	}
 	mux := http.NewServeMux()
