@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
@@ -21,7 +22,15 @@ const maxBody = 64 << 10
 // ctx bounds the store calls of one request by the configured store
 // timeout: a slow or exhausted store answers UNAVAILABLE, never hangs.
 func (d Deps) ctx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), d.Config().StoreTimeout())
+	return context.WithTimeout(r.Context(), d.config(r).StoreTimeout())
+}
+
+// config is the configuration the chain judged r by.
+func (d Deps) config(r *http.Request) *config.Config {
+	if cfg := middleware.ConfigFrom(r.Context()); cfg != nil {
+		return cfg
+	}
+	return d.Config()
 }
 
 // caller is the principal the chain identified (routes that need one are

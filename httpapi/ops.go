@@ -118,7 +118,7 @@ func outcome(err error) string {
 // auditCtx bounds an audit write: after the operation the request may be
 // gone, but its record must still be written.
 func (d Deps) auditCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), d.Config().StoreTimeout())
+	return context.WithTimeout(context.WithoutCancel(r.Context()), d.config(r).StoreTimeout())
 }
 
 // audit writes a finished entry at once (a request refused before it
@@ -424,7 +424,7 @@ func handleAdminDeleteHook(d Deps) http.Handler {
 // handleAdminConfig shows the effective configuration (secrets masked).
 func handleAdminConfig(d Deps) http.Handler {
 	return adminCall(d, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		return http.StatusOK, d.Config().Effective(), nil
+		return http.StatusOK, d.config(r).Effective(), nil
 	})
 }
 

@@ -138,11 +138,16 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 
 type configKey struct{}
 
-// config returns the configuration the identify step read for r, so one
-// request is judged by one configuration however the file changes
-// meanwhile.
+// ConfigFrom returns the configuration the identify step read for this
+// request (nil outside the chain), so one request is judged, bounded and
+// answered by one configuration however the file changes meanwhile.
+func ConfigFrom(ctx context.Context) *config.Config {
+	cfg, _ := ctx.Value(configKey{}).(*config.Config)
+	return cfg
+}
+
 func (c *Chain) config(r *http.Request) *config.Config {
-	if cfg, ok := r.Context().Value(configKey{}).(*config.Config); ok {
+	if cfg := ConfigFrom(r.Context()); cfg != nil {
 		return cfg
 	}
 	return c.Config()
