@@ -10,6 +10,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -256,7 +257,7 @@ func (c *conn) limited(ctx context.Context, req wire.Request) bool {
 	if ok {
 		return false
 	}
-	c.h.metric(func(m Metrics) { m.RateLimited("send", "ws") })
+	c.h.metric(func(m Metrics) { m.RateLimited(middleware.BucketSend, "ws") })
 	f := wire.Error(parley.CodeRateLimited, "too many sends; retry after retry_after_ms with the same cmid")
 	f.RetryAfterMS = max(1, after.Milliseconds())
 	c.reply(f, req.RID)

@@ -52,21 +52,6 @@ type Deps struct {
 	Now          func() time.Time
 }
 
-// The rate-limit buckets the routes use: the keys of the configuration's
-// rate_limits. WebSocket send and recall frames count in BucketSend too.
-const (
-	BucketLogin     = "login"
-	BucketRead      = "read"
-	BucketConvs     = "convs"
-	BucketSend      = "send"
-	BucketAdmin     = "admin"
-	BucketHooks     = "hooks"
-	BucketWSConnect = "ws_connect"
-)
-
-// Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect}
-
 // NewHandler returns the HTTP API. Every route is listed here with its
 // policy: rate-limit bucket (config rate_limits key), who may call it, and
 // which statuses count as a business action. Only statuses that always mean
@@ -92,26 +77,26 @@ func NewHandler(d Deps) http.Handler {
 	user := func(bucket string, activity ...int) middleware.Policy {
 		return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
 	}
-	admin := middleware.Policy{Bucket: BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
+	admin := middleware.Policy{Bucket: middleware.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
 
 	// Sessions and the socket.
-	route("POST /api/login", public(BucketLogin), handleLogin(d))
+	route("POST /api/login", public(middleware.BucketLogin), handleLogin(d))
 	route("POST /api/logout", public(""), handleLogout(d))
-	route("GET /ws", public(BucketWSConnect), d.Gateway)
+	route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
 
 	// Conversations and members.
-	route("GET /api/convs", user(BucketRead), handleConvs(d))
-	route("POST /api/convs", user(BucketConvs, http.StatusCreated), handleCreateConv(d))
-	route("POST /api/convs/{id}/members", user(BucketConvs), handleAddMember(d))
-	route("DELETE /api/convs/{id}/members/{user}", user(BucketConvs), handleRemoveMember(d))
+	route("GET /api/convs", user(middleware.BucketRead), handleConvs(d))
+	route("POST /api/convs", user(middleware.BucketConvs, http.StatusCreated), handleCreateConv(d))
+	route("POST /api/convs/{id}/members", user(middleware.BucketConvs), handleAddMember(d))
+	route("DELETE /api/convs/{id}/members/{user}", user(middleware.BucketConvs), handleRemoveMember(d))
 
 	// Messages and cursors.
-	route("POST /api/convs/{id}/messages", user(BucketSend, http.StatusCreated), handleSend(d))
-	route("GET /api/convs/{id}/events", user(BucketRead), handleEvents(d))
-	route("GET /api/convs/{id}/events/{seq}", user(BucketRead), handleFetch(d))
-	route("POST /api/convs/{id}/read", user(BucketRead), handleRead(d))
-	route("POST /api/convs/{id}/ack", user(BucketRead), handleAck(d))
-	route("POST /api/convs/{id}/recall", user(BucketSend, http.StatusCreated), handleRecall(d))
+	route("POST /api/convs/{id}/messages", user(middleware.BucketSend, http.StatusCreated), handleSend(d))
+	route("GET /api/convs/{id}/events", user(middleware.BucketRead), handleEvents(d))
+	route("GET /api/convs/{id}/events/{seq}", user(middleware.BucketRead), handleFetch(d))
+	route("POST /api/convs/{id}/read", user(middleware.BucketRead), handleRead(d))
+	route("POST /api/convs/{id}/ack", user(middleware.BucketRead), handleAck(d))
+	route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(d))
 
 	// Operations (admin permission rule).
 	route("POST /api/admin/users", admin, handleAdminCreateUser(d))
@@ -128,7 +113,7 @@ func NewHandler(d Deps) http.Handler {
 	route("GET /api/admin/audit", admin, handleAdminAudit(d))
 
 	// Incoming webhooks: signed, not token-authenticated.
-	route("POST /hooks/{id}", middleware.Policy{Bucket: BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
+	route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
 
 	// Operations endpoints.
 	route("GET /healthz", public(""), handleHealthz())

@@ -14,6 +14,22 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
+// The rate-limit buckets of Parley's routes (httpapi/routes.go) and
+// frames: the keys of the configuration's rate_limits. WebSocket send and
+// recall frames count in BucketSend, with HTTP sends and recalls.
+const (
+	BucketLogin     = "login"
+	BucketRead      = "read"
+	BucketConvs     = "convs"
+	BucketSend      = "send"
+	BucketAdmin     = "admin"
+	BucketHooks     = "hooks"
+	BucketWSConnect = "ws_connect"
+)
+
+// Buckets lists every bucket a route uses, for checking a configuration.
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect}
+
 // Limit checks one request against bucket's configured limit for subject.
 // A limit that is off (missing, ≤ 0) allows without touching the store; a
 // store that fails allows too (fail open: the limiter protects capacity,

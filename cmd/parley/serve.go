@@ -127,9 +127,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
 		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
 		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
-			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), httpapi.BucketSend, user)
+			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), middleware.BucketSend, user)
 			if err != nil {
-				log.Warn("rate limit store failed; allowing", "bucket", "send", "err", err)
+				log.Warn("rate limit store failed; allowing", "bucket", middleware.BucketSend, "err", err)
 			}
 			return d.Allowed, d.RetryAfter
 		},
@@ -303,8 +303,8 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 // would otherwise leave a limit silently off.
 func warnUnusedBuckets(log *slog.Logger, c *config.Config) {
 	for _, b := range c.RateLimitBuckets() {
-		if !slices.Contains(httpapi.Buckets, b) {
-			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(httpapi.Buckets, ","))
+		if !slices.Contains(middleware.Buckets, b) {
+			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(middleware.Buckets, ","))
 		}
 	}
 }
