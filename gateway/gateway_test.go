@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/inmem"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/postgres/pgtest"
 	"github.com/parleychat/parley/sqlite"
@@ -1062,4 +1064,55 @@ func TestCrossGatewayDisable(t *testing.T) {
 	if f := other.do(map[string]any{"t": "convs"}); f.T != wire.TConvsReply {
 		t.Errorf("another user's socket: %+v", f)
 	}
+}
+
+// TestUpgradeRacingRevocation: an upgrade whose token was looked up (by the
+// HTTP chain) before a logout, and that registers after the logout's sweep
+// of the open sockets, is checked again when it registers and ended; an
+// upgrade looked up after the revocation is not asked again.
+func TestUpgradeRacingRevocation(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		user(t, s, "ana")
+		hub := gateway.New(gateway.Options{Store: s, Bus: inmem.NewBus(), Log: slog.New(slog.DiscardHandler), Reauth: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { hub.Run(ctx); close(done) }()
+		var looked atomic.Value // the Looked time the "chain" reports
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok := wire.BearerToken(r)
+			p, err := s.Authenticate(r.Context(), tok)
+			if err != nil {
+				p, err = parley.Principal{User: "ana"}, nil // the stale principal a cache could hold
+			}
+			c := middleware.Caller{Principal: p, Known: true, Token: tok, Looked: looked.Load().(time.Time)}
+			hub.ServeHTTP(w, r.WithContext(middleware.WithCaller(r.Context(), c)))
+		}))
+		t.Cleanup(func() {
+			srv.CloseClientConnections()
+			srv.Close()
+			cancel()
+			<-done
+		})
+		url := "ws" + strings.TrimPrefix(srv.URL, "http")
+
+		sess := login(t, s, "ana", "d1", "i1")
+		before := time.Now()
+		if err := s.Logout(context.Background(), sess.Token); err != nil {
+			t.Fatal(err)
+		}
+		hub.RevokeToken(sess.Token) // finds no socket: the upgrade is not registered yet
+
+		looked.Store(before) // looked up before the logout
+		stale := dial(t, url, sess.Token)
+		if f := stale.push(wire.TError); f.Code != parley.CodeUnauthenticated {
+			t.Fatalf("a socket upgraded across the logout got %+v", f)
+		}
+
+		fresh := login(t, s, "ana", "d2", "i1")
+		looked.Store(time.Now()) // looked up after the revocation: nothing to re-check
+		ok := dial(t, url, fresh.Token)
+		if f := ok.do(map[string]any{"t": "convs"}); f.T != wire.TConvsReply {
+			t.Errorf("a socket looked up after the revocation: %+v", f)
+		}
+	})
 }

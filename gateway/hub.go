@@ -137,9 +137,14 @@ type Hub struct {
 	log   *slog.Logger
 
 	mu    sync.RWMutex
-	conns map[*conn]struct{}            // every open socket
-	subs  map[string]map[*conn]struct{} // subscribed sockets by user
-	watch map[string]int                // conv → subscribed sockets watching it
+	conns map[*conn]struct{} // every open socket
+	// revoked: when a token ("t:"+token) or a user ("u:"+user) was last
+	// revoked, kept for revokeWindow. A socket still being upgraded at
+	// that moment is in no snapshot yet; when it registers it is checked
+	// again if a revocation came after its token was looked up.
+	revoked map[string]time.Time
+	subs    map[string]map[*conn]struct{} // subscribed sockets by user
+	watch   map[string]int                // conv → subscribed sockets watching it
 
 	// drainMu: request handlers hold it shared; Drain takes it exclusively,
 	// so when Drain has it no accepted request is still running.
@@ -171,10 +176,11 @@ func New(o Options) *Hub {
 	o = o.withDefaults()
 	h := &Hub{
 		o: o, store: o.Store, bus: o.Bus, log: o.Log,
-		conns: map[*conn]struct{}{},
-		subs:  map[string]map[*conn]struct{}{},
-		watch: map[string]int{},
-		poke:  make(chan struct{}, 1),
+		conns:   map[*conn]struct{}{},
+		revoked: map[string]time.Time{},
+		subs:    map[string]map[*conn]struct{}{},
+		watch:   map[string]int{},
+		poke:    make(chan struct{}, 1),
 	}
 	h.workers = make([]*worker, o.Workers)
 	for i := range h.workers {
@@ -297,9 +303,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Behind the HTTP chain the token was just resolved (through its cache);
 	// a reconnect storm then costs one lookup per socket, not two.
 	caller := middleware.CallerFrom(r.Context())
-	p := caller.Principal
+	p, looked := caller.Principal, caller.Looked
 	var err error
 	if !caller.Known || caller.Token != token {
+		looked = time.Now()
 		ctx, cancel := context.WithTimeout(r.Context(), h.timeout())
 		p, err = h.store.Authenticate(ctx, token)
 		cancel()
@@ -320,8 +327,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := newConn(h.ctx(), h, ws, p, token)
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
+	late := h.revokedSinceLocked(looked, "t:"+token, "u:"+p.User)
 	h.mu.Unlock()
 	h.stats.Conns.Add(1)
+	if late { // revoked while this socket was being upgraded: ask again
+		ctx := h.ctx()
+		h.wg.Go(func() { h.recheck(ctx, []*conn{c}) })
+	}
 	c.serve()
 	h.remove(c)
 }
@@ -491,6 +503,7 @@ func (h *Hub) account(user string) {
 	if h.o.OnAccount != nil {
 		h.o.OnAccount(user)
 	}
+	h.noteRevoked("u:" + user)
 	var mine []*conn
 	for _, c := range h.snapshot() {
 		if c.p.User == user {
@@ -502,6 +515,38 @@ func (h *Hub) account(user string) {
 	}
 	ctx := h.ctx()
 	h.wg.Go(func() { h.recheck(ctx, mine) })
+}
+
+// revokeWindow is how long a revocation is remembered for sockets that
+// were mid-upgrade when it happened: far longer than an upgrade takes, the
+// age of a cached token lookup included.
+const revokeWindow = time.Minute
+
+// noteRevoked records a revocation (and forgets ones past the window)
+// under the lock that registers sockets, so a socket is either in the
+// revoker's snapshot or sees the record when it registers.
+func (h *Hub) noteRevoked(key string) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, at := range h.revoked {
+		if now.Sub(at) > revokeWindow {
+			delete(h.revoked, k)
+		}
+	}
+	h.revoked[key] = now
+}
+
+// revokedSinceLocked reports whether any of keys was revoked at or after
+// since: a socket whose token was looked up before that may hold a
+// principal that no longer stands.
+func (h *Hub) revokedSinceLocked(since time.Time, keys ...string) bool {
+	for _, k := range keys {
+		if at, ok := h.revoked[k]; ok && !at.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // RevokeUser ends the sockets of user whose tokens no longer authenticate,
@@ -588,6 +633,7 @@ func (h *Hub) recheck(ctx context.Context, conns []*conn) {
 // RevokeToken ends this gateway's sockets that use token, at once: the HTTP
 // API calls it after a logout. Other gateways notice within Reauth.
 func (h *Hub) RevokeToken(token string) {
+	h.noteRevoked("t:" + token)
 	for _, c := range h.snapshot() {
 		if c.token == token {
 			c.revoke(parley.CodeUnauthenticated, parley.ErrBadToken.Msg)

@@ -49,6 +49,7 @@ type identity struct {
 	p       parley.Principal
 	code    parley.Code // "" when p is valid
 	expires time.Time
+	looked  time.Time // when the store lookup began (wall clock)
 }
 
 // NewIdentifier returns an Identifier over auth (the store's Authenticate).
@@ -72,8 +73,17 @@ func NewIdentifier(auth func(context.Context, string) (parley.Principal, error),
 // UNAUTHENTICATED (also when the store fails: the caller is then anonymous)
 // or STALE_INSTALL.
 func (i *Identifier) Identify(ctx context.Context, token string) (parley.Principal, parley.Code) {
+	p, code, _ := i.Lookup(ctx, token)
+	return p, code
+}
+
+// Lookup is Identify that also says when the answer was read from the
+// store (for a cached answer, when that lookup began): a revocation after
+// that moment may not be reflected in it.
+func (i *Identifier) Lookup(ctx context.Context, token string) (parley.Principal, parley.Code, time.Time) {
+	looked := time.Now()
 	if token == "" || parley.CheckTokenShape(token) != nil {
-		return parley.Principal{}, parley.CodeUnauthenticated
+		return parley.Principal{}, parley.CodeUnauthenticated, looked
 	}
 	key := sha256.Sum256([]byte(token))
 	now := i.o.Now()
@@ -82,7 +92,7 @@ func (i *Identifier) Identify(ctx context.Context, token string) (parley.Princip
 	forgets := i.forgets
 	i.mu.Unlock()
 	if ok && now.Before(e.expires) {
-		return e.p, e.code
+		return e.p, e.code, e.looked
 	}
 	if _, ok := ctx.Deadline(); !ok { // the caller's deadline (timeouts.identity) wins
 		var cancel context.CancelFunc
@@ -93,10 +103,10 @@ func (i *Identifier) Identify(ctx context.Context, token string) (parley.Princip
 	code := parley.ErrorCode(err)
 	switch code {
 	case "", parley.CodeUnauthenticated, parley.CodeStaleInstall:
-		i.put(key, identity{p: p, code: code, expires: now.Add(i.o.TTL)}, forgets)
-		return p, code
+		i.put(key, identity{p: p, code: code, expires: now.Add(i.o.TTL), looked: looked}, forgets)
+		return p, code, looked
 	default: // the identity layer failed: anonymous, not cached
-		return parley.Principal{}, parley.CodeUnauthenticated
+		return parley.Principal{}, parley.CodeUnauthenticated, looked
 	}
 }
 
@@ -182,7 +192,7 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cfg.TrustedProxies())
 		if c.Identifier != nil {
 			ictx, cancel := context.WithTimeout(r.Context(), cfg.IdentityTimeout())
-			caller.Principal, caller.Code = c.Identifier.Identify(ictx, caller.Token)
+			caller.Principal, caller.Code, caller.Looked = c.Identifier.Lookup(ictx, caller.Token)
 			cancel()
 		} else {
 			caller.Code = parley.CodeUnauthenticated

@@ -106,6 +106,9 @@ type Caller struct {
 	// bad one, or the identity layer failed) or STALE_INSTALL.
 	Code  parley.Code
 	Token string
+	// Looked is when the principal was read from the store (a cached
+	// answer's original lookup): a revocation after it may be unseen.
+	Looked time.Time
 	// Addr is the client address: the peer, or the hop the trusted proxy
 	// appended to X-Forwarded-For.
 	Addr netip.Addr
