@@ -146,6 +146,18 @@ func TestIdentifierCache(t *testing.T) {
 		}
 	}
 
+	// Lookup says when the answer was read from the store: a cached answer
+	// keeps the time of its lookup, a fresh one is read now.
+	_, _, first := id.Lookup(context.Background(), token)
+	time.Sleep(2 * time.Millisecond)
+	if _, _, again := id.Lookup(context.Background(), token); !again.Equal(first) {
+		t.Errorf("cached answer looked up at %v, the lookup it came from at %v", again, first)
+	}
+	clk.Add(5 * time.Second)
+	if _, _, fresh := id.Lookup(context.Background(), token); !fresh.After(first) {
+		t.Errorf("a fresh lookup reports %v, not after %v", fresh, first)
+	}
+
 	// Refusals are cached too: an unknown token costs one lookup per TTL.
 	before := ac.calls()
 	for range 3 {
