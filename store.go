@@ -176,6 +176,9 @@ type Store interface {
 	// Operations holds the audit log and the incoming webhooks (ops.go).
 	Operations
 
+	// Exports holds the export jobs and their snapshots (export.go).
+	Exports
+
 	// Close releases the store's connections.
 	Close() error
 }

@@ -27,7 +27,8 @@ func (c conv) retention() parley.Retention {
 
 // Row locks on conversations. Appenders queue on each other with FOR NO KEY
 // UPDATE (it conflicts with itself as FOR UPDATE does) without blocking the
-// FOR KEY SHARE of cursor moves; Rollback excludes both with FOR UPDATE.
+// FOR KEY SHARE of cursor moves and export creations; Rollback and Purge
+// exclude both with FOR UPDATE (Purge so that it sees every export pin).
 const (
 	lockAppend    = "FOR NO KEY UPDATE"
 	lockExclusive = "FOR UPDATE"
@@ -258,7 +259,17 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 	}
 	out := parley.PurgeResult{Conv: id}
 	err := db.write(ctx, "purge", func(tx pgx.Tx) error {
-		c, err := lockConv(ctx, tx, id, lockAppend, parley.ErrConvNotFound)
+		// FOR UPDATE, not FOR NO KEY UPDATE: it conflicts with the FOR KEY
+		// SHARE that CreateExport holds while it records a snapshot, so a
+		// purge that starts while an export of this conversation is being
+		// created waits for its commit and then sees its pin (exportPin);
+		// a purge that locked first makes the creator wait instead. Sends
+		// queue behind a purge either way.
+		c, err := lockConv(ctx, tx, id, lockExclusive, parley.ErrConvNotFound)
+		if err != nil {
+			return err
+		}
+		pinned, err := exportPin(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -273,7 +284,8 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				return err
 			}
 		}
-		cut := c.retention().Cut(c.min, c.head(), keepFrom)
+		// Queued and running exports keep what they may still export.
+		cut := parley.PinnedCut(c.retention().Cut(c.min, c.head(), keepFrom), pinned)
 		if cut >= c.min {
 			tag, err := tx.Exec(ctx, `INSERT INTO tombstones (conv_id, sender_user, cmid, request_hash)
 				SELECT conv_id, sender_user, cmid, request_hash FROM events
@@ -315,6 +327,12 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		if err := parley.CheckRollback(toSeq, c.min, c.head()); err != nil {
+			return err
+		}
+		// Exports whose snapshot reaches past toSeq can no longer be
+		// read as recorded: they fail. FOR UPDATE above also waits for a
+		// CreateExport holding FOR KEY SHARE, so its job is seen here.
+		if err := failRolledBack(ctx, tx, id, toSeq); err != nil {
 			return err
 		}
 		now, err := openMembers(ctx, tx, id)

@@ -5,9 +5,11 @@
 // Guarantees, beyond those of parley.Store:
 //   - Every write is one READ COMMITTED transaction that first locks its
 //     conversation row. Writers that append events (Send, Recall, membership
-//     changes, Purge) take FOR NO KEY UPDATE, which queues them on each other
-//     exactly like FOR UPDATE but lets cursor moves (Ack, Read: FOR KEY SHARE)
-//     run beside them; Rollback takes FOR UPDATE and so excludes both. Seqs
+//     changes) take FOR NO KEY UPDATE, which queues them on each other
+//     exactly like FOR UPDATE but lets cursor moves (Ack, Read) and export
+//     snapshots (CreateExport) — both FOR KEY SHARE — run beside them;
+//     Rollback and Purge take FOR UPDATE and so exclude both (a purge must
+//     see the pin of an export being created). Seqs
 //     are therefore assigned and committed in order per conversation, and
 //     each statement after the lock reads everything committed before it.
 //   - Time is the database clock: created_at is clock_timestamp() of the

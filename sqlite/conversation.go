@@ -321,7 +321,12 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				return err
 			}
 		}
-		cut := c.retention().Cut(c.min, c.head(), keepFrom)
+		// Queued and running exports pin what they may still read.
+		pinnedFrom, err := exportPin(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		cut := parley.PinnedCut(c.retention().Cut(c.min, c.head(), keepFrom), pinnedFrom)
 		if cut >= c.min {
 			res, err := tx.ExecContext(ctx, `INSERT INTO tombstones (conv_id, sender_user, cmid, request_hash, purged_at)
 				SELECT conv_id, sender_user, cmid, request_hash, `+nowMS+` FROM events
@@ -364,6 +369,9 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		if err := parley.CheckRollback(toSeq, c.min, c.head()); err != nil {
+			return err
+		}
+		if err := failRolledBack(ctx, tx, id, toSeq); err != nil {
 			return err
 		}
 		before, err := openMembers(ctx, tx, id)

@@ -95,6 +95,20 @@ var behaviours = []behaviour{
 	{name: "audit_finish", run: testAuditFinish},
 	{name: "hook_create_rules", run: testHookCreateRules},
 	{name: "hook_delete", run: testHookDelete},
+
+	// Exports (export.go).
+	{name: "export_create_replay", run: testExportCreateReplay},
+	{name: "export_scope_not_member", run: testExportScopeNotMember},
+	{name: "export_active_limit", run: testExportActiveLimit},
+	{name: "export_snapshot_visibility", run: testExportSnapshotVisibility},
+	{name: "export_snapshot_stable", run: testExportSnapshotStable},
+	{name: "export_claim_lease", run: testExportClaimLease},
+	{name: "export_shards_progress", run: testExportShardsProgress},
+	{name: "export_finish_fail_retry", run: testExportFinishFailRetry},
+	{name: "export_revoke_expire", run: testExportRevokeExpire},
+	{name: "export_purge_pinned", run: testExportPurgePinned},
+	{name: "export_rollback_fails_pinned", run: testExportRollbackFailsPinned},
+	{name: "export_concurrent_claims", run: testExportConcurrentClaims},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on

@@ -12,6 +12,11 @@ func TestRequiredBehaviours(t *testing.T) {
 		"control_no_tombstone", "paging_under_writes", "membership_periods", "cursor_ahead",
 		"epoch_changed", "trimmed", "ack_read_monotonic", "unread_multi_device", "stale_install",
 		"identity_resolver",
+		// Exports (export.go).
+		"export_create_replay", "export_scope_not_member", "export_active_limit",
+		"export_snapshot_visibility", "export_snapshot_stable", "export_claim_lease",
+		"export_shards_progress", "export_finish_fail_retry", "export_revoke_expire",
+		"export_purge_pinned", "export_rollback_fails_pinned", "export_concurrent_claims",
 	}
 	have := map[string]bool{}
 	for _, b := range behaviours {

@@ -1,0 +1,294 @@
+package parley
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Exports (SPEC §5): export jobs and their durable snapshots. The store
+// keeps the jobs, the snapshots and the shard records; the export package
+// writes the files.
+//
+// A job's snapshot is recorded in the transaction that creates the job: per
+// conversation of the scope in which the caller has a membership period, the
+// head (the last committed seq) and the caller's periods cut at that head.
+// Per conversation, seqs are assigned under the conversation row lock, so a
+// committed head n means every stored seq up to n is committed: the snapshot
+// reads the same after any crash, on PostgreSQL too. While a job is queued or
+// running it pins its snapshot: a purge does not delete events at or above
+// the lowest seq the job may export (PinnedCut), and a rollback below a
+// job's head fails the job (ExportRolledBack). A job that is done no longer
+// needs the log: its artifact holds the bytes.
+//
+// Lease owners are opaque strings (a worker's id); a call that names an
+// owner whose lease has ended or was taken over answers ErrLeaseLost and
+// changes nothing.
+type Exports interface {
+	// CreateExport creates a queued job for the caller, or replays the job
+	// of the same key. One transaction, in this order: INVALID_ARGUMENT (key
+	// or scope) → the caller's job with r.Key: same scope is a replay
+	// (Replayed true, the job as it is now), another scope is
+	// IDEMPOTENCY_MISMATCH → a "conv:<id>" scope whose conversation does not
+	// exist or in which the caller never had a period: NOT_MEMBER → the
+	// caller has r.MaxActive or more queued or running jobs (when
+	// r.MaxActive > 0): RATE_LIMITED → insert the job and its snapshot.
+	// Keys are per user: two users with one key get two jobs.
+	CreateExport(ctx context.Context, p Principal, r ExportRequest) (ExportJob, error)
+
+	// ExportJob returns a job whatever its owner (callers compare User).
+	// Errors: NOT_FOUND (ErrExportNotFound, for a malformed id too).
+	ExportJob(ctx context.Context, id string) (ExportJob, error)
+
+	// ClaimExport leases one claimable job to owner until the database
+	// clock plus lease: the oldest queued job whose NotBefore has passed,
+	// or a running job whose lease has ended (its worker died); on
+	// PostgreSQL with FOR UPDATE SKIP LOCKED, so two workers never claim
+	// one job. The job becomes running with Attempts one higher. ok is
+	// false when nothing is claimable.
+	ClaimExport(ctx context.Context, owner string, lease time.Duration) (job ExportJob, ok bool, err error)
+
+	// ExportSnapshot returns a job's snapshot in conversation id order:
+	// each conversation's head, the caller's periods cut at the head, and
+	// the number of message events the job exports from it. It reads the
+	// same while the job pins its snapshot (a purge after it is done may
+	// lower Messages). Errors: NOT_FOUND.
+	ExportSnapshot(ctx context.Context, id string) ([]ExportConv, error)
+
+	// ExportEvents returns the message events of conv that job id exports
+	// with seq > after, ascending, at most limit (capped at MaxPage): seq
+	// at most the snapshot head and inside one of the snapshot periods.
+	// A message whose recall has a seq at or below the head comes with an
+	// empty body and Recalled set; one recalled later comes as it was.
+	// Errors: INVALID_ARGUMENT, NOT_FOUND (no such job or conversation in
+	// its snapshot).
+	ExportEvents(ctx context.Context, id, conv string, after int64, limit int) ([]Event, error)
+
+	// ExtendExport renews owner's lease on a running job until the
+	// database clock plus lease and records the job's shard total.
+	// Errors: ErrLeaseLost, NOT_FOUND.
+	ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error
+
+	// RecordShard stores a written shard's record (replacing a record of
+	// the same index) and sets the job's Done to the number of recorded
+	// shards. Errors: INVALID_ARGUMENT, ErrLeaseLost, NOT_FOUND.
+	RecordShard(ctx context.Context, owner string, s ExportShard) error
+
+	// ExportShards returns a job's shard records by index. Errors:
+	// INVALID_ARGUMENT, NOT_FOUND.
+	ExportShards(ctx context.Context, id string) ([]ExportShard, error)
+
+	// FinishExport marks owner's running job done with its artifact's
+	// sha256 (hex) and size; it expires after keep (database clock).
+	// Errors: INVALID_ARGUMENT, ErrLeaseLost, NOT_FOUND.
+	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
+
+	// FailExport ends owner's attempt at a running job: with retryAfter > 0
+	// the job is queued again, claimable after retryAfter (database clock),
+	// with reason kept in Error; with retryAfter <= 0 it is failed for good.
+	// Errors: ErrLeaseLost, NOT_FOUND.
+	FailExport(ctx context.Context, owner, id, reason string, retryAfter time.Duration) error
+
+	// RevokeExport revokes a job in any state but revoked and expired
+	// (downloads answer 410 from then on; a worker running it loses its
+	// lease). Revoking a revoked job is a no-op. Errors: INVALID_ARGUMENT,
+	// NOT_FOUND.
+	RevokeExport(ctx context.Context, id string) (ExportJob, error)
+
+	// ExpireExports marks expired every done job whose ExpiresAt has passed
+	// (database clock) and returns the ids it changed.
+	ExpireExports(ctx context.Context) ([]string, error)
+}
+
+// ExportState is the state of an export job.
+type ExportState string
+
+const (
+	ExportQueued  ExportState = "queued"
+	ExportRunning ExportState = "running"
+	ExportDone    ExportState = "done"
+	ExportFailed  ExportState = "failed"
+	ExportRevoked ExportState = "revoked"
+	ExportExpired ExportState = "expired"
+)
+
+// Pinning reports whether a job in state s pins its snapshot.
+func (s ExportState) Pinning() bool { return s == ExportQueued || s == ExportRunning }
+
+// Export bounds and defaults.
+const (
+	ExportShardSize       = 200 // message events per shard
+	DefaultExportKeep     = 7 * 24 * time.Hour
+	DefaultExportActive   = 2 // queued or running jobs per user
+	MaxExportReason       = 512
+	ExportScopeAll        = "all"
+	ExportScopeConvPrefix = "conv:"
+)
+
+// ExportRequest is the input of Store.CreateExport.
+type ExportRequest struct {
+	Key       string // the Idempotency-Key, 1–64 characters
+	Scope     string // "all" or "conv:<id>"
+	MaxActive int    // per-user limit of queued and running jobs; <= 0: none
+}
+
+// ExportJob is an export job.
+type ExportJob struct {
+	ID         string
+	User       string
+	Key        string
+	Scope      string
+	State      ExportState
+	Error      string // why the job failed (or why its last attempt failed)
+	Done       int    // shards recorded
+	Total      int    // shards planned; 0 until a worker planned the job
+	SHA256     string // hex sha256 of the artifact when done
+	Bytes      int64  // artifact size when done
+	Attempts   int    // claims so far
+	Replayed   bool   // CreateExport: answered from an earlier request
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero until done
+	LeaseOwner string
+	LeaseUntil time.Time
+	NotBefore  time.Time // a queued job is claimable from then on
+}
+
+// ExportConv is one conversation of a job's snapshot.
+type ExportConv struct {
+	Conv     string
+	Head     int64   // last seq the job exports from
+	Periods  Periods // the caller's periods, cut at Head, ascending
+	Messages int64   // message events the job exports from this conversation
+}
+
+// ExportShard is the record of one written shard: shards are numbered from
+// 0 in export order; a shard never spans two conversations and holds the
+// ExportShardSize (or, last in its conversation, fewer) events after After.
+type ExportShard struct {
+	Job    string
+	Index  int
+	Conv   string
+	After  int64  // the shard holds events with seq > After
+	Last   int64  // seq of its last event
+	Count  int    // events in it
+	SHA256 string // hex sha256 of its bytes
+}
+
+// ErrLeaseLost answers a worker whose lease on a job ended, was taken over,
+// or whose job was revoked: it must stop working on the job.
+var ErrLeaseLost = &Error{Code: CodeUnavailable, Msg: "export: the lease on this job is lost"}
+
+// ErrExportNotFound answers a job id that names no job of the caller: a
+// foreign job and a missing one get the same answer.
+var ErrExportNotFound = &Error{Code: CodeNotFound, Msg: "export job not found"}
+
+// ExportRolledBack is the Error of a job a rollback failed.
+func ExportRolledBack(conv string, toSeq int64) string {
+	return "conversation " + conv + " was rolled back to seq " + strconv.FormatInt(toSeq, 10) + " after this export's snapshot; create a new export"
+}
+
+// ValidateExport checks a CreateExport request and returns the scope's
+// conversation ("" for all).
+func ValidateExport(r ExportRequest) (conv string, err error) {
+	if err := CheckExportKey(r.Key); err != nil {
+		return "", err
+	}
+	switch {
+	case r.Scope == ExportScopeAll:
+		return "", nil
+	case strings.HasPrefix(r.Scope, ExportScopeConvPrefix):
+		conv = strings.TrimPrefix(r.Scope, ExportScopeConvPrefix)
+		if !ValidConvID(conv) {
+			return "", Errorf(CodeInvalidArgument, "scope conv:<id> names no valid conversation id")
+		}
+		return conv, nil
+	default:
+		return "", Errorf(CodeInvalidArgument, `scope must be "all" or "conv:<id>"`)
+	}
+}
+
+// CheckExportKey checks an export's Idempotency-Key: 1–64 characters of
+// valid UTF-8 without NUL, like a cmid.
+func CheckExportKey(key string) error {
+	if key == "" {
+		return Errorf(CodeInvalidArgument, "Idempotency-Key is required")
+	}
+	if err := CheckCMID(key); err != nil {
+		return Errorf(CodeInvalidArgument, "Idempotency-Key must be 1–64 characters of valid UTF-8 without NUL")
+	}
+	return nil
+}
+
+// CheckExportID checks the shape of a job id: a malformed id names no job,
+// so it is ErrExportNotFound like an unknown one.
+func CheckExportID(id string) error {
+	if id == "" || len(id) > 64 || strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-')
+	}) {
+		return ErrExportNotFound
+	}
+	return nil
+}
+
+// CheckExportReplay answers a CreateExport whose key the caller used before.
+func CheckExportReplay(storedScope, scope string) error {
+	if storedScope != scope {
+		return Errorf(CodeIdempotencyMismatch, "this Idempotency-Key was already used for scope %q; the original job is unchanged", storedScope)
+	}
+	return nil
+}
+
+// CheckExportActive answers a CreateExport whose caller already has active
+// queued or running jobs.
+func CheckExportActive(active, max int) error {
+	if max > 0 && active >= max {
+		return Errorf(CodeRateLimited, "you have %d export jobs in progress (the limit is %d); wait for one to finish", active, max)
+	}
+	return nil
+}
+
+// ExportShardTotal plans a job's shards from its snapshot: per conversation in
+// snapshot order, ceil(Messages/ExportShardSize) shards.
+func ExportShardTotal(convs []ExportConv) int {
+	n := 0
+	for _, c := range convs {
+		n += int((c.Messages + ExportShardSize - 1) / ExportShardSize)
+	}
+	return n
+}
+
+// PinnedCut lowers a purge's cut (the last seq it deletes) below pinnedFrom,
+// the lowest seq a queued or running export of the conversation may export
+// (0: none pins it), so a purge never changes an export's bytes.
+func PinnedCut(cut, pinnedFrom int64) int64 {
+	if pinnedFrom > 0 && cut >= pinnedFrom {
+		return pinnedFrom - 1
+	}
+	return cut
+}
+
+// CheckExportStep validates the arguments of the worker calls.
+func CheckExportStep(owner, id string) error {
+	if owner == "" {
+		return Errorf(CodeInvalidArgument, "owner is required")
+	}
+	return CheckExportID(id)
+}
+
+// CheckExportShard validates a shard record.
+func CheckExportShard(s ExportShard) error {
+	if err := CheckExportID(s.Job); err != nil {
+		return err
+	}
+	if err := CheckConvID(s.Conv); err != nil {
+		return err
+	}
+	if s.Index < 0 || s.Count < 1 || s.Count > ExportShardSize || s.After < 0 || s.Last <= s.After || len(s.SHA256) != 64 {
+		return Errorf(CodeInvalidArgument, "malformed shard record")
+	}
+	return nil
+}
+
+// ExportReason caps a failure reason at MaxExportReason characters.
+func ExportReason(reason string) string { return truncate(reason, MaxExportReason) }

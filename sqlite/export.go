@@ -1,0 +1,497 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/parleychat/parley"
+)
+
+const jobColumns = `id, user_id, idem_key, scope, state, error, done, total, sha256, bytes, attempts,
+	lease_owner, lease_until, not_before, expires_at, created_at`
+
+func scanJob(s scanner) (parley.ExportJob, error) {
+	var j parley.ExportJob
+	var state string
+	var leaseUntil, expiresAt sql.NullInt64
+	var notBefore, createdAt int64
+	err := s.Scan(&j.ID, &j.User, &j.Key, &j.Scope, &state, &j.Error, &j.Done, &j.Total, &j.SHA256, &j.Bytes, &j.Attempts,
+		&j.LeaseOwner, &leaseUntil, &notBefore, &expiresAt, &createdAt)
+	j.State = parley.ExportState(state)
+	if leaseUntil.Valid {
+		j.LeaseUntil = msTime(leaseUntil.Int64)
+	}
+	if expiresAt.Valid {
+		j.ExpiresAt = msTime(expiresAt.Int64)
+	}
+	j.NotBefore = msTime(notBefore)
+	j.CreatedAt = msTime(createdAt)
+	return j, err
+}
+
+// loadJob reads a job; a missing one is ErrExportNotFound.
+func loadJob(ctx context.Context, tx *txn, id string) (parley.ExportJob, error) {
+	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM export_jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return j, parley.ErrExportNotFound
+	}
+	return j, err
+}
+
+// CreateExport implements parley.Exports.
+func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.ExportRequest) (parley.ExportJob, error) {
+	convID, err := parley.ValidateExport(r)
+	if err != nil {
+		return parley.ExportJob{}, err
+	}
+	var out parley.ExportJob
+	err = db.write(ctx, "create export", func(tx *txn) error {
+		// The write lock BEGIN IMMEDIATE holds serializes this with every
+		// send, membership change, purge and rollback: the heads read
+		// below are committed and stay so.
+		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM export_jobs WHERE user_id = ? AND idem_key = ?`, p.User, r.Key))
+		switch {
+		case err == nil:
+			if err := parley.CheckExportReplay(j.Scope, r.Scope); err != nil {
+				return err
+			}
+			j.Replayed = true
+			out = j
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if convID != "" {
+			if _, _, err := memberView(ctx, tx, convID, p.User); err != nil {
+				return err
+			}
+		}
+		var active int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM export_jobs WHERE user_id = ? AND state IN ('queued', 'running')`,
+			p.User).Scan(&active); err != nil {
+			return err
+		}
+		if err := parley.CheckExportActive(active, r.MaxActive); err != nil {
+			return err
+		}
+		id := parley.NewID()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO export_jobs (id, user_id, idem_key, scope, state, not_before, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'queued', `+nowMS+`, `+nowMS+`, `+nowMS+`)`, id, p.User, r.Key, r.Scope); err != nil {
+			return err
+		}
+		// The snapshot: every conversation of the scope in which the caller
+		// ever had a period, at its head, and those periods cut at it.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO export_convs (job_id, conv_id, head)
+			SELECT ?, c.id, c.next_seq - 1 FROM conversations c
+			WHERE c.id IN (SELECT conv_id FROM periods WHERE user_id = ?) AND (? = '' OR c.id = ?)`,
+			id, p.User, convID, convID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO export_periods (job_id, conv_id, from_seq, to_seq)
+			SELECT x.job_id, p.conv_id, p.from_seq, min(COALESCE(p.to_seq, x.head), x.head)
+			FROM export_convs x JOIN periods p ON p.conv_id = x.conv_id AND p.user_id = ? AND p.from_seq <= x.head
+			WHERE x.job_id = ?`, p.User, id); err != nil {
+			return err
+		}
+		out, err = loadJob(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// ExportJob implements parley.Exports.
+func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return parley.ExportJob{}, err
+	}
+	var out parley.ExportJob
+	err := db.read(ctx, "export job", func(tx *txn) error {
+		var err error
+		out, err = loadJob(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// ClaimExport implements parley.Exports.
+func (db *DB) ClaimExport(ctx context.Context, owner string, lease time.Duration) (parley.ExportJob, bool, error) {
+	if owner == "" {
+		return parley.ExportJob{}, false, parley.Errorf(parley.CodeInvalidArgument, "owner is required")
+	}
+	var out parley.ExportJob
+	found := false
+	err := db.write(ctx, "claim export", func(tx *txn) error {
+		// One writer: nobody else can claim between the pick and the update.
+		j, err := scanJob(tx.QueryRowContext(ctx, `UPDATE export_jobs
+			SET state = 'running', lease_owner = ?, lease_until = `+nowMS+` + ?, attempts = attempts + 1, updated_at = `+nowMS+`
+			WHERE id = (SELECT id FROM export_jobs
+				WHERE (state = 'queued' AND not_before <= `+nowMS+`) OR (state = 'running' AND lease_until < `+nowMS+`)
+				ORDER BY created_at, id LIMIT 1)
+			RETURNING `+jobColumns, owner, lease.Milliseconds()))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out, found = j, true
+		return nil
+	})
+	if err != nil {
+		return parley.ExportJob{}, false, err
+	}
+	return out, found, nil
+}
+
+// snapshotPeriods returns the recorded periods of conv in job id, ordered.
+func snapshotPeriods(ctx context.Context, tx *txn, id, convID string) (parley.Periods, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT from_seq, to_seq FROM export_periods
+		WHERE job_id = ? AND conv_id = ? ORDER BY from_seq`, id, convID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ps parley.Periods
+	for rows.Next() {
+		var p parley.Period
+		if err := rows.Scan(&p.From, &p.To); err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, rows.Err()
+}
+
+// ExportSnapshot implements parley.Exports.
+func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportConv, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return nil, err
+	}
+	out := []parley.ExportConv{}
+	err := db.read(ctx, "export snapshot", func(tx *txn) error {
+		if _, err := loadJob(ctx, tx, id); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT conv_id, head FROM export_convs WHERE job_id = ? ORDER BY conv_id`, id)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var c parley.ExportConv
+			if err := rows.Scan(&c.Conv, &c.Head); err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range out {
+			c := &out[i]
+			if c.Periods, err = snapshotPeriods(ctx, tx, id, c.Conv); err != nil {
+				return err
+			}
+			for _, p := range c.Periods {
+				var n int64
+				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events
+					WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ?`, c.Conv, p.From, p.To).Scan(&n); err != nil {
+					return err
+				}
+				c.Messages += n
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ExportEvents implements parley.Exports.
+func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, limit int) ([]parley.Event, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return nil, err
+	}
+	if err := parley.CheckConvID(convID); err != nil {
+		return nil, err
+	}
+	if after < 0 {
+		return nil, parley.Errorf(parley.CodeInvalidArgument, "after must not be negative")
+	}
+	if limit < 1 {
+		return nil, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
+	}
+	limit = min(limit, parley.MaxPage)
+	evs := []parley.Event{}
+	err := db.read(ctx, "export events", func(tx *txn) error {
+		var head int64
+		err := tx.QueryRowContext(ctx, `SELECT head FROM export_convs WHERE job_id = ? AND conv_id = ?`, id, convID).Scan(&head)
+		if errors.Is(err, sql.ErrNoRows) {
+			return parley.ErrExportNotFound
+		}
+		if err != nil {
+			return err
+		}
+		ps, err := snapshotPeriods(ctx, tx, id, convID)
+		if err != nil {
+			return err
+		}
+		// Periods are disjoint and ascending and end at or below the head:
+		// walk them in order over the message index.
+		for _, p := range ps {
+			from, to := max(p.From, after+1), min(p.To, head)
+			if from > to {
+				continue
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
+				COALESCE(subject_user, ''), recall_seq IS NOT NULL AND recall_seq <= ?, created_at
+				FROM events WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
+				head, convID, from, to, limit-len(evs))
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				ev, err := scanEvent(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				evs = append(evs, ev)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(evs) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// leased checks, inside a write, that owner holds a live lease on job id.
+func leased(ctx context.Context, tx *txn, owner, id string) error {
+	var state, leaseOwner string
+	var live bool
+	err := tx.QueryRowContext(ctx, `SELECT state, lease_owner, COALESCE(lease_until >= `+nowMS+`, 0)
+		FROM export_jobs WHERE id = ?`, id).Scan(&state, &leaseOwner, &live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return parley.ErrExportNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if state != string(parley.ExportRunning) || leaseOwner != owner || !live {
+		return parley.ErrLeaseLost
+	}
+	return nil
+}
+
+// ExtendExport implements parley.Exports.
+func (db *DB) ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error {
+	if err := parley.CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	if total < 0 {
+		return parley.Errorf(parley.CodeInvalidArgument, "total must not be negative")
+	}
+	return db.write(ctx, "extend export", func(tx *txn) error {
+		if err := leased(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET lease_until = `+nowMS+` + ?, total = ?, updated_at = `+nowMS+`
+			WHERE id = ?`, lease.Milliseconds(), total, id)
+		return err
+	})
+}
+
+// RecordShard implements parley.Exports.
+func (db *DB) RecordShard(ctx context.Context, owner string, s parley.ExportShard) error {
+	if err := parley.CheckExportStep(owner, s.Job); err != nil {
+		return err
+	}
+	if err := parley.CheckExportShard(s); err != nil {
+		return err
+	}
+	return db.write(ctx, "record shard", func(tx *txn) error {
+		if err := leased(ctx, tx, owner, s.Job); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO export_shards (job_id, idx, conv_id, after_seq, last_seq, count, sha256)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (job_id, idx) DO UPDATE SET conv_id = excluded.conv_id, after_seq = excluded.after_seq,
+				last_seq = excluded.last_seq, count = excluded.count, sha256 = excluded.sha256`,
+			s.Job, s.Index, s.Conv, s.After, s.Last, s.Count, s.SHA256); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET done = (SELECT count(*) FROM export_shards WHERE job_id = ?),
+			updated_at = `+nowMS+` WHERE id = ?`, s.Job, s.Job)
+		return err
+	})
+}
+
+// ExportShards implements parley.Exports.
+func (db *DB) ExportShards(ctx context.Context, id string) ([]parley.ExportShard, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return nil, err
+	}
+	out := []parley.ExportShard{}
+	err := db.read(ctx, "export shards", func(tx *txn) error {
+		if _, err := loadJob(ctx, tx, id); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT job_id, idx, conv_id, after_seq, last_seq, count, sha256
+			FROM export_shards WHERE job_id = ? ORDER BY idx`, id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s parley.ExportShard
+			if err := rows.Scan(&s.Job, &s.Index, &s.Conv, &s.After, &s.Last, &s.Count, &s.SHA256); err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// validSHA256 reports whether s is a sha256 in lower-case hex.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// FinishExport implements parley.Exports.
+func (db *DB) FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error {
+	if err := parley.CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	if !validSHA256(sha256) || bytes < 0 {
+		return parley.Errorf(parley.CodeInvalidArgument, "an artifact needs a lower-case hex sha256 and a size")
+	}
+	return db.write(ctx, "finish export", func(tx *txn) error {
+		if err := leased(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'done', sha256 = ?, bytes = ?, error = '',
+			expires_at = `+nowMS+` + ?, lease_owner = '', lease_until = NULL, updated_at = `+nowMS+` WHERE id = ?`,
+			sha256, bytes, keep.Milliseconds(), id)
+		return err
+	})
+}
+
+// FailExport implements parley.Exports.
+func (db *DB) FailExport(ctx context.Context, owner, id, reason string, retryAfter time.Duration) error {
+	if err := parley.CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	return db.write(ctx, "fail export", func(tx *txn) error {
+		if err := leased(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		if retryAfter > 0 {
+			_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'queued', error = ?, not_before = `+nowMS+` + ?,
+				lease_owner = '', lease_until = NULL, updated_at = `+nowMS+` WHERE id = ?`,
+				parley.ExportReason(reason), retryAfter.Milliseconds(), id)
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'failed', error = ?,
+			lease_owner = '', lease_until = NULL, updated_at = `+nowMS+` WHERE id = ?`,
+			parley.ExportReason(reason), id)
+		return err
+	})
+}
+
+// RevokeExport implements parley.Exports.
+func (db *DB) RevokeExport(ctx context.Context, id string) (parley.ExportJob, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return parley.ExportJob{}, err
+	}
+	var out parley.ExportJob
+	err := db.write(ctx, "revoke export", func(tx *txn) error {
+		j, err := loadJob(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if j.State == parley.ExportRevoked || j.State == parley.ExportExpired {
+			out = j
+			return nil
+		}
+		out, err = scanJob(tx.QueryRowContext(ctx, `UPDATE export_jobs SET state = 'revoked', lease_owner = '', lease_until = NULL,
+			updated_at = `+nowMS+` WHERE id = ? RETURNING `+jobColumns, id))
+		return err
+	})
+	return out, err
+}
+
+// ExpireExports implements parley.Exports.
+func (db *DB) ExpireExports(ctx context.Context) ([]string, error) {
+	ids := []string{}
+	err := db.write(ctx, "expire exports", func(tx *txn) error {
+		rows, err := tx.QueryContext(ctx, `UPDATE export_jobs SET state = 'expired', updated_at = `+nowMS+`
+			WHERE state = 'done' AND expires_at < `+nowMS+` RETURNING id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// exportPin returns the lowest seq a queued or running export of conv may
+// export (0: none pins it). Inside the purge's write transaction.
+func exportPin(ctx context.Context, tx *txn, convID string) (int64, error) {
+	var from int64
+	err := tx.QueryRowContext(ctx, `SELECT COALESCE(min(p.from_seq), 0)
+		FROM export_convs x
+		JOIN export_jobs j ON j.id = x.job_id AND j.state IN ('queued', 'running')
+		JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id
+		WHERE x.conv_id = ?`, convID).Scan(&from)
+	return from, err
+}
+
+// failRolledBack fails every queued or running export whose snapshot of
+// conv ends above toSeq. Inside the rollback's write transaction.
+func failRolledBack(ctx context.Context, tx *txn, convID string, toSeq int64) error {
+	_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'failed', error = ?, lease_owner = '', lease_until = NULL,
+		updated_at = `+nowMS+`
+		WHERE state IN ('queued', 'running') AND id IN (SELECT job_id FROM export_convs WHERE conv_id = ? AND head > ?)`,
+		parley.ExportRolledBack(convID, toSeq), convID, toSeq)
+	return err
+}
