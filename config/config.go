@@ -67,6 +67,9 @@ const (
 	DefaultRateWindow      = time.Minute
 	DefaultExportRetries   = 3
 	DefaultExportBackoff   = time.Second
+	DefaultExportKeep      = 7 * 24 * time.Hour
+	DefaultExportMaxActive = 2
+	MinSigningSecret       = 32 // bytes of an export signing secret
 	DefaultStoreTimeout    = 10 * time.Second
 	DefaultRedisTimeout    = 200 * time.Millisecond
 	DefaultIdentityTimeout = 2 * time.Second
@@ -96,8 +99,12 @@ type Config struct {
 	perms    map[string][]string // rule → roles; an empty list denies everyone
 	switches map[string]bool
 
-	retries int
-	backoff time.Duration
+	retries   int
+	backoff   time.Duration
+	keep      time.Duration
+	maxActive int
+	signKeys  map[string][]byte // export link signing keys by id
+	signKey   string            // the id that signs new links ("" when none is usable)
 
 	storeTimeout, redisTimeout, identityTimeout time.Duration
 }
@@ -122,6 +129,9 @@ func Default() *Config {
 		switches:        map[string]bool{},
 		retries:         DefaultExportRetries,
 		backoff:         DefaultExportBackoff,
+		keep:            DefaultExportKeep,
+		maxActive:       DefaultExportMaxActive,
+		signKeys:        map[string][]byte{},
 		storeTimeout:    DefaultStoreTimeout,
 		redisTimeout:    DefaultRedisTimeout,
 		identityTimeout: DefaultIdentityTimeout,
@@ -210,6 +220,25 @@ func (c *Config) ExportRetries() int { return c.retries }
 // ExportBackoff is the pause between export retries (>= 0).
 func (c *Config) ExportBackoff() time.Duration { return c.backoff }
 
+// ExportKeep is how long a finished export's artifact is kept (> 0).
+func (c *Config) ExportKeep() time.Duration { return c.keep }
+
+// ExportMaxActive is how many queued or running export jobs one user may
+// have (>= 1).
+func (c *Config) ExportMaxActive() int { return c.maxActive }
+
+// SigningKeys returns the export link signing keys by id (a copy) and the
+// id of the one that signs new links ("" when none is configured: the
+// server then uses a key of its own data directory). Every key verifies, so
+// a rotated-out key keeps its live links working until it is removed.
+func (c *Config) SigningKeys() (keys map[string][]byte, current string) {
+	keys = make(map[string][]byte, len(c.signKeys))
+	for id, k := range c.signKeys {
+		keys[id] = slices.Clone(k)
+	}
+	return keys, c.signKey
+}
+
 // StoreTimeout is the deadline of one store call (> 0).
 func (c *Config) StoreTimeout() time.Duration { return c.storeTimeout }
 
@@ -264,8 +293,12 @@ func (c *Config) Effective() map[string]any {
 		"permissions":      perms,
 		"switches":         switches,
 		"export": map[string]any{
-			"retries": c.retries,
-			"backoff": c.backoff.String(),
+			"retries":      c.retries,
+			"backoff":      c.backoff.String(),
+			"keep":         c.keep.String(),
+			"max_active":   c.maxActive,
+			"signing_key":  c.signKey,
+			"signing_keys": redactKeys(c.signKeys),
 		},
 		"timeouts": map[string]any{
 			"store":    c.storeTimeout.String(),

@@ -63,10 +63,19 @@ func permit(rule, role string) func(*config.Config) any {
 func switchOn(name string) func(*config.Config) any {
 	return func(c *config.Config) any { return c.Switch(name) }
 }
-func proxies(c *config.Config) any        { return fmt.Sprint(c.TrustedProxies()) }
-func redis(c *config.Config) any          { return c.RedisURL() }
-func retries(c *config.Config) any        { return c.ExportRetries() }
-func backoff(c *config.Config) any        { return c.ExportBackoff() }
+func proxies(c *config.Config) any   { return fmt.Sprint(c.TrustedProxies()) }
+func redis(c *config.Config) any     { return c.RedisURL() }
+func retries(c *config.Config) any   { return c.ExportRetries() }
+func backoff(c *config.Config) any   { return c.ExportBackoff() }
+func keep(c *config.Config) any      { return c.ExportKeep() }
+func maxActive(c *config.Config) any { return c.ExportMaxActive() }
+func signKey(c *config.Config) any {
+	keys, cur := c.SigningKeys()
+	return fmt.Sprintf("%s %d", cur, len(keys))
+}
+
+const secret32 = "0123456789abcdef0123456789abcdef"
+
 func storeTimeout(c *config.Config) any   { return c.StoreTimeout() }
 func redisTimeout(c *config.Config) any   { return c.RedisTimeout() }
 func identTimeout(c *config.Config) any   { return c.IdentityTimeout() }
@@ -214,6 +223,18 @@ var failSafeRows = []struct {
 	{"retries negative clamps to 0", `export: {retries: -2}`, retries, 0, "export.retries"},
 	{"retries malformed is 3", `export: {retries: three}`, retries, 3, "export.retries"},
 	{"retries fraction is 3", `export: {retries: 1.5}`, retries, 3, "export.retries"},
+	{"keep missing is 7 days", `{}`, keep, config.DefaultExportKeep, ""},
+	{"keep set", `export: {keep: 24h}`, keep, 24 * time.Hour, ""},
+	{"keep zero is the default", `export: {keep: 0}`, keep, config.DefaultExportKeep, "export.keep"},
+	{"keep malformed is the default", `export: {keep: week}`, keep, config.DefaultExportKeep, "export.keep"},
+	{"max_active missing is 2", `{}`, maxActive, 2, ""},
+	{"max_active set", `export: {max_active: 5}`, maxActive, 5, ""},
+	{"max_active zero clamps to 1", `export: {max_active: 0}`, maxActive, 1, "export.max_active"},
+	{"max_active malformed is 2", `export: {max_active: many}`, maxActive, 2, "export.max_active"},
+	{"signing key used", `export: {signing_key: k2, signing_keys: {k1: "` + secret32 + `", k2: "` + secret32 + `x"}}`, signKey, "k2 2", ""},
+	{"signing key missing from the ring", `export: {signing_key: k3, signing_keys: {k1: "` + secret32 + `"}}`, signKey, " 1", "export.signing_key"},
+	{"short signing secret dropped", `export: {signing_key: k1, signing_keys: {k1: "short"}}`, signKey, " 0", "export.signing_keys.k1"},
+	{"bad key id dropped", `export: {signing_keys: {"k 1": "` + secret32 + `"}}`, signKey, " 0", "export.signing_keys.\"k 1\""},
 	{"backoff missing is 1s", `{}`, backoff, time.Second, ""},
 	{"backoff set", `export: {backoff: 250ms}`, backoff, 250 * time.Millisecond, ""},
 	{"backoff zero", `export: {backoff: 0}`, backoff, time.Duration(0), ""},
@@ -379,7 +400,7 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},` +
-		`"export":{"backoff":"1s","retries":3},"permissions":{"admin":["admin"]},` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -415,7 +436,7 @@ timeouts: {store: 0}
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},` +
-		`"export":{"backoff":"2s","retries":0},"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
 		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +

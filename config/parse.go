@@ -794,8 +794,8 @@ func (p *parser) switches(c *Config, kv pair) {
 func (p *parser) export(c *Config, kv pair) {
 	fields, _ := p.mapping(kv, "export defaults apply")
 	for _, f := range fields {
-		if isNull(f.v) && (f.key == "retries" || f.key == "backoff") {
-			continue
+		if isNull(f.v) {
+			continue // the default applies
 		}
 		switch f.key {
 		case "retries":
@@ -820,10 +820,81 @@ func (p *parser) export(c *Config, kv pair) {
 			default:
 				c.backoff = d
 			}
+		case "keep":
+			d, ok := duration(f.v)
+			switch {
+			case !ok:
+				p.warn(f.path, f.v, "%s is not a duration (like 168h): the default %s applies", show(f.v), DefaultExportKeep)
+			case d <= 0:
+				p.warn(f.path, f.v, "not positive: the default %s applies", DefaultExportKeep)
+			default:
+				c.keep = d
+			}
+		case "max_active":
+			n, ok := integer(f.v)
+			switch {
+			case !ok:
+				p.warn(f.path, f.v, "%s is not an integer: the default %d applies", show(f.v), DefaultExportMaxActive)
+			case n < 1:
+				p.warn(f.path, f.v, "below 1: clamped to 1")
+				c.maxActive = 1
+			default:
+				c.maxActive = n
+			}
+		case "signing_key":
+			id, ok := text(f.v)
+			if !ok || id == "" {
+				p.warn(f.path, f.v, "%s is not a key id: links are signed with the data directory's key", show(f.v))
+				continue
+			}
+			c.signKey = id
+		case "signing_keys":
+			p.signingKeys(c, f)
 		default:
 			p.warn(f.path, f.k, "unknown key: ignored")
 		}
 	}
+	if _, ok := c.signKeys[c.signKey]; c.signKey != "" && !ok {
+		p.warn("export.signing_key", kv.v, "%q names no usable key of export.signing_keys: links are signed with the data directory's key", c.signKey)
+		c.signKey = ""
+	}
+}
+
+// signingKeys reads export.signing_keys, a mapping of key id to secret. A
+// secret shorter than MinSigningSecret bytes is dropped: a guessable key
+// would sign links for anyone.
+func (p *parser) signingKeys(c *Config, kv pair) {
+	keys, ok := p.mapping(kv, "no signing keys")
+	if !ok {
+		return
+	}
+	for _, k := range keys {
+		secret, ok := text(k.v)
+		switch {
+		case !ok:
+			p.warn(k.path, k.v, "%s is not a string: key dropped", kind(k.v))
+		case len(secret) < MinSigningSecret:
+			p.warn(k.path, k.v, "shorter than %d bytes: key dropped", MinSigningSecret)
+		case !validKeyID(k.key):
+			p.warn(k.path, k.k, "a key id is 1–32 letters, digits, '-' or '_': key dropped")
+		default:
+			c.signKeys[k.key] = []byte(secret)
+		}
+	}
+}
+
+// validKeyID reports whether id can name a signing key in a link.
+func validKeyID(id string) bool {
+	return len(id) >= 1 && len(id) <= 32 && plainKey.MatchString(id)
+}
+
+// redactKeys shows the ids of the signing keys, never their secrets.
+func redactKeys(keys map[string][]byte) map[string]any {
+	out := make(map[string]any, len(keys))
+	for id := range keys {
+		out[id] = "xxxxx"
+	}
+	return out
 }
 
 func (p *parser) timeouts(c *Config, kv pair) {
