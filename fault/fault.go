@@ -40,13 +40,14 @@ const (
 	APIAfterSendCommit  = "api.after_send_commit"  // send committed, reply not yet written
 	BusPublish          = "bus.publish"            // a notice is about to be published
 	ExportAfterShard    = "export.after_shard"     // an export shard was written
+	ExportWrite         = "export.write"           // an export file is about to be written (unavailable: the write fails, as on a full disk)
 	GatewayPush         = "gateway.push"           // an event push is about to be queued to a socket
 )
 
 // Points lists every named point; Arm refuses other names.
 var Points = []string{
 	StoreAfterKeyLookup, StoreBeforeInsert, StoreBeforeCommit,
-	APIAfterSendCommit, BusPublish, ExportAfterShard, GatewayPush,
+	APIAfterSendCommit, BusPublish, ExportAfterShard, ExportWrite, GatewayPush,
 }
 
 // Action is what an armed point does.

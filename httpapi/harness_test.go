@@ -17,6 +17,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/export"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/inmem"
@@ -71,6 +72,10 @@ type server struct {
 	metrics *metrics.Metrics
 	cfgPath string
 	logs    *syncBuffer
+
+	exportDir  string
+	keys       *export.Keyring
+	runExports func() // starts the export worker (once)
 }
 
 type serverOptions struct {
@@ -78,6 +83,9 @@ type serverOptions struct {
 	hook   func(string) // metrics hook (panic injection)
 	now    func() time.Time
 }
+
+// testSigningKey is the export link key of test servers.
+var testSigningKey = map[string][]byte{"t1": []byte("test-signing-key-0123456789abcdef")}
 
 func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	t.Helper()
@@ -108,11 +116,32 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hub.Run(ctx) })
 	wg.Go(func() { cfg.Run(ctx) })
+	s.exportDir = filepath.Join(t.TempDir(), "exports")
+	keys, err := export.NewKeyring(testSigningKey, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.keys = keys
+	now := o.now
+	if now == nil {
+		now = time.Now
+	}
+	worker := export.NewWorker(export.Options{
+		Store: store, Dir: s.exportDir, Log: log, Config: cfg.Current, Poll: 20 * time.Millisecond,
+	})
+	var once sync.Once
+	s.runExports = func() { once.Do(func() { wg.Go(func() { worker.Run(ctx) }) }) }
 	h := httpapi.NewHandler(httpapi.Deps{
 		Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
 		Limiter: func() ratelimit.Store { return limits },
 		Metrics: s.metrics, Publish: s.hub.Publish, Draining: s.hub.Draining,
 		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
+		ExportLink:  func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
+		KickExports: worker.Kick,
+		Download: &export.Download{
+			Store: store, Dir: s.exportDir, Log: log, Metrics: s.metrics,
+			Keys: func() *export.Keyring { return keys }, Now: now,
+		},
 	})
 	srv := httptest.NewServer(h)
 	s.URL = srv.URL

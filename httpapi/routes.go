@@ -49,7 +49,15 @@ type Deps struct {
 	// SecureCookie sets the Secure attribute on the session cookie (serve
 	// over TLS, or behind a TLS-terminating proxy).
 	SecureCookie bool
-	Now          func() time.Time
+	// ExportLink signs a download link for a done export job, valid until
+	// exp (export.Keyring.Link); nil: GET /exports/{id} gives no url.
+	ExportLink func(job, user string, exp time.Time) string
+	// KickExports wakes the export workers after a job is created (nil:
+	// they find it on their next poll).
+	KickExports func()
+	// Download serves GET /download/{id} (export.Download); nil: 404.
+	Download http.Handler
+	Now      func() time.Time
 }
 
 // NewHandler returns the HTTP API. Every route is listed here with its
@@ -112,6 +120,15 @@ func NewHandler(d Deps) http.Handler {
 	route("GET /api/admin/config", admin, handleAdminConfig(d))
 	route("GET /api/admin/audit", admin, handleAdminAudit(d))
 
+	// Exports (SPEC §5): the access mode gates creating jobs; a download
+	// link is its own credential (signed, short-lived, re-checked).
+	route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(d))
+	route("GET /exports/{id}", user(middleware.BucketRead), handleExport(d))
+	if d.Download != nil {
+		route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
+	}
+	route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(d))
+
 	// Incoming webhooks: signed, not token-authenticated.
 	route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
 
@@ -121,8 +138,10 @@ func NewHandler(d Deps) http.Handler {
 	if d.Metrics != nil {
 		route("GET /metrics", public(""), d.Metrics.Handler())
 	}
-	route("/api/", public(""), handleNotFound(mux, "/api/", "/hooks/"))
-	route("/hooks/", public(""), handleNotFound(mux, "/api/", "/hooks/"))
+	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/"}
+	for _, prefix := range catchAll {
+		route(prefix, public(""), handleNotFound(mux, catchAll...))
+	}
 	return mux
 }
 

@@ -25,10 +25,12 @@ const (
 	BucketAdmin     = "admin"
 	BucketHooks     = "hooks"
 	BucketWSConnect = "ws_connect"
+	BucketExports   = "exports"  // POST /exports
+	BucketDownload  = "download" // GET /download/{id}
 )
 
 // Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect}
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload}
 
 // Limit checks one request against bucket's configured limit for subject.
 // A limit that is off (missing, ≤ 0) allows without touching the store; a

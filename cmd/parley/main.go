@@ -4,6 +4,7 @@
 //	parley migrate [--db …]
 //	parley user add ID [--email E] [--admin] --password-stdin [--db …]
 //	parley user disable ID [--db …]
+//	parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
 //
 // Every flag can also be set by an environment variable: --data-dir is
 // PARLEY_DATA_DIR, and so on. Exit status: 0 success, 1 failure, 2 bad usage;
@@ -48,6 +49,7 @@ const usage = `usage:
   parley migrate [--db ...]
   parley user add ID [--email E] [--admin] --password-stdin [--db ...]
   parley user disable ID [--db ...]
+  parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
 every flag also reads PARLEY_<FLAG> from the environment (--data-dir: PARLEY_DATA_DIR)`
 
 // run is the whole program; main only wires it to the process. ctx ends on
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runMigrate(ctx, rest, getenv, stdout)
 	case "user":
 		return runUser(ctx, rest, getenv, stdin, stdout)
+	case "export":
+		return runExport(ctx, rest, getenv, stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/export"
 	"github.com/parleychat/parley/fault"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/httpapi"
@@ -41,6 +43,9 @@ type serveFlags struct {
 	secureCookie bool
 	logFormat    string
 	configPath   string
+	exportDir    string
+	exportJobs   int
+	exportLease  time.Duration
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -59,11 +64,23 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
+	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written (shared by every gateway of a cluster); default DATA-DIR/exports")
+	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
+	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if f.exportJobs < 0 {
+		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
+	}
+	if f.exportLease < 100*time.Millisecond {
+		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
+	}
+	if f.exportDir == "" {
+		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
 	var handler slog.Handler
 	switch f.logFormat {
@@ -138,7 +155,22 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Timeout:   func() time.Duration { return cfg.Current().StoreTimeout() },
 	})
 	registerHubMetrics(m, hub)
+	keys, err := newKeys(f.dataDir, log)
+	if err != nil {
+		return err
+	}
+	worker := export.NewWorker(export.Options{
+		Store: store, Dir: f.exportDir, Log: log, Config: cfg.Current, Workers: f.exportJobs, Lease: f.exportLease,
+	})
+	download := &export.Download{
+		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
+		Keys: func() *export.Keyring { return keys.For(cfg.Current()) },
+	}
 	api := httpapi.NewHandler(httpapi.Deps{
+		ExportLink: func(job, user string, exp time.Time) string {
+			return keys.For(cfg.Current()).Link(job, user, exp)
+		},
+		KickExports: worker.Kick, Download: download,
 		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
 		Metrics: m, Publish: hub.Publish, Draining: hub.Draining, Revoke: hub.RevokeToken,
 		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
@@ -168,6 +200,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Error("configuration watcher stopped", "err", err)
 		}
 	})
+	if f.exportJobs > 0 {
+		wg.Go(func() {
+			if err := worker.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("export worker stopped", "err", err)
+			}
+		})
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
@@ -200,6 +239,48 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// keys hands out the export link keyring the configuration asks for:
+// export.signing_keys with export.signing_key, or, when none is configured,
+// the key of the data directory (one node, or nodes sharing that directory).
+// A keyring is built once per configuration.
+type keys struct {
+	log   *slog.Logger
+	local *export.Keyring
+	mu    sync.Mutex
+	cfg   *config.Config
+	ring  *export.Keyring
+}
+
+func newKeys(dataDir string, log *slog.Logger) (*keys, error) {
+	k, id, err := export.LocalKey(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("export signing key: %w", err)
+	}
+	local, err := export.NewKeyring(k, id)
+	if err != nil {
+		return nil, err
+	}
+	return &keys{log: log, local: local}, nil
+}
+
+func (k *keys) For(cfg *config.Config) *export.Keyring {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if cfg == k.cfg {
+		return k.ring
+	}
+	k.cfg, k.ring = cfg, k.local
+	if ring, current := cfg.SigningKeys(); current != "" {
+		r, err := export.NewKeyring(ring, current)
+		if err != nil {
+			k.log.Warn("export.signing_keys unusable; signing with the data directory's key", "err", err)
+		} else {
+			k.ring = r
+		}
+	}
+	return k.ring
 }
 
 // seedDemo creates the demo users and group when they are missing.

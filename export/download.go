@@ -1,0 +1,328 @@
+package export
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/metrics"
+	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/wire"
+)
+
+// Download serves GET (and HEAD) /download/{id}: a signed link's artifact,
+// with RFC 9110 ranges through http.ServeContent.
+//
+// Every request is checked in this order, whatever an earlier request
+// proved:
+//
+//	signature (bad, tampered, unknown key id, expired)  403 PERMISSION_DENIED "Access denied"
+//	job missing (deleted with its owner's account)      410
+//	job of another user than the link's                 403
+//	owner's account missing or disabled                 403
+//	job revoked, expired, or past its ExpiresAt         410
+//	job queued or running (not ready) or failed         404 NOT_FOUND
+//	artifact file missing or of the wrong size          410
+//	store unavailable                                   503 UNAVAILABLE
+//
+// A missing job answers 410, not 404: the link's signature proves the job
+// existed, so it is gone for good and a client must not poll.
+//
+// Every request is logged (job, user, status, bytes, range, client address)
+// and counted in parley_export_downloads_total.
+type Download struct {
+	Store   parley.Store
+	Dir     string
+	Keys    func() *Keyring
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Now     func() time.Time // nil: time.Now
+}
+
+// MaxRanges is the most ranges a request may ask for; more and the Range
+// header is ignored (a full 200).
+const MaxRanges = 8
+
+// ServeHTTP implements http.Handler.
+func (d *Download) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now
+	if d.Now != nil {
+		now = d.Now
+	}
+	rec := &recorder{ResponseWriter: w}
+	id := r.PathValue("id")
+	user, why := d.serve(rec, r, id, now())
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	d.Metrics.Download(status)
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	addr := r.RemoteAddr
+	if a := middleware.CallerFrom(r.Context()).Addr; a.IsValid() {
+		addr = a.String()
+	}
+	attrs := []any{"job", id, "user", user, "status", status, "bytes", rec.bytes,
+		"method", r.Method, "range", r.Header.Get("Range"), "if_range", r.Header.Get("If-Range"), "addr", addr}
+	if why != "" {
+		attrs = append(attrs, "why", why)
+	}
+	log.Info("export download", attrs...)
+}
+
+// serve answers the request and returns the link's user and, for a
+// refusal, why (for the log).
+func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now time.Time) (user, why string) {
+	var keys *Keyring
+	if d.Keys != nil {
+		keys = d.Keys()
+	}
+	if keys == nil {
+		problem(w, http.StatusServiceUnavailable, parley.CodeUnavailable, "downloads are not available: no signing key")
+		return "", "no keyring"
+	}
+	user, err := keys.Verify(id, r.URL.Query(), now)
+	if err != nil {
+		denied(w)
+		return r.URL.Query().Get("u"), err.Error()
+	}
+	ctx := r.Context()
+	job, err := d.Store.ExportJob(ctx, id)
+	switch {
+	case errors.Is(err, parley.ErrExportNotFound), parley.ErrorCode(err) == parley.CodeNotFound:
+		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export no longer exists")
+		return user, "job deleted"
+	case err != nil:
+		unavailable(w)
+		return user, "store: " + err.Error()
+	}
+	if job.User != user {
+		denied(w)
+		return user, "job of another user"
+	}
+	acct, err := d.Store.User(ctx, job.User)
+	switch {
+	case parley.ErrorCode(err) == parley.CodeNotFound:
+		denied(w)
+		return user, "account missing"
+	case err != nil:
+		unavailable(w)
+		return user, "store: " + err.Error()
+	case acct.Disabled:
+		denied(w)
+		return user, "account disabled"
+	}
+	switch {
+	case job.State == parley.ExportRevoked:
+		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export was revoked")
+		return user, "revoked"
+	case job.State == parley.ExportExpired,
+		job.State == parley.ExportDone && !job.ExpiresAt.IsZero() && !now.Before(job.ExpiresAt):
+		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export has expired; create a new one")
+		return user, "expired"
+	case job.State == parley.ExportFailed:
+		problem(w, http.StatusNotFound, parley.CodeNotFound, "this export failed; create a new one")
+		return user, "failed"
+	case job.State != parley.ExportDone:
+		problem(w, http.StatusNotFound, parley.CodeNotFound, "this export is not ready yet")
+		return user, "not ready"
+	}
+	f, err := os.Open(ArtifactPath(d.Dir, job.ID))
+	if err != nil {
+		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is gone; create a new one")
+		return user, "artifact: " + err.Error()
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() != job.Bytes {
+		// Never serve bytes that do not match the recorded ETag.
+		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is damaged; create a new one")
+		return user, "artifact size differs from the record"
+	}
+	h := w.Header()
+	etag := `"` + job.SHA256 + `"`
+	h.Set("ETag", etag)
+	h.Set("Content-Type", "application/gzip")
+	h.Set("Content-Disposition", `attachment; filename="parley-export-`+job.ID+`.jsonl.gz"`)
+	h.Set("Cache-Control", "private, no-store")
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if rg, ok := r.Header["Range"]; ok {
+		// ServeContent reads the request's header: hand it the guarded one
+		// on a shallow copy, never changing the caller's request.
+		g := GuardRange(r.Method, strings.Join(rg, ","), info.Size())
+		r2 := r.Clone(ctx)
+		if g == "" {
+			r2.Header.Del("Range")
+		} else {
+			r2.Header.Set("Range", g)
+		}
+		r = r2
+	}
+	http.ServeContent(w, r, "", time.Time{}, f)
+	return user, ""
+}
+
+// GuardRange rewrites a request's Range header for http.ServeContent,
+// fixing what ServeContent gets wrong (RFC 9110 §14):
+//   - Range applies to GET only: "" for any other method (HEAD included).
+//   - A unit other than bytes, or a malformed ranges-specifier (bad
+//     syntax, first > last, signs, spaces around '='), is ignored: "", a full 200.
+//     ServeContent answers 416 to both.
+//   - More than MaxRanges ranges: "" (ignored).
+//   - A zero-length suffix ("-0") is unsatisfiable; ServeContent serves it
+//     as a 206 with a broken Content-Range. It is dropped from the set.
+//   - A set with no satisfiable range becomes "bytes=<size>-", which
+//     ServeContent answers 416 with Content-Range: bytes */<size> after its
+//     preconditions (a stale If-Range still gives the full 200).
+//   - An empty representation ignores Range (a 200).
+//   - Numbers too large for int64 are satisfiable when they are a last
+//     position or a suffix length (clamped to the size), and not when they
+//     are a first position.
+//
+// The unit is matched case-insensitively. Everything else (If-Range,
+// clamping over-long ranges, multipart, Content-Range) is ServeContent's.
+func GuardRange(method, header string, size int64) string {
+	if method != http.MethodGet || size <= 0 {
+		return ""
+	}
+	unit, set, ok := strings.Cut(header, "=")
+	if !ok || !strings.EqualFold(unit, "bytes") {
+		return ""
+	}
+	var kept []string
+	n := 0
+	for spec := range strings.SplitSeq(set, ",") {
+		spec = strings.Trim(spec, " \t")
+		if spec == "" {
+			continue
+		}
+		n++
+		if n > MaxRanges {
+			return ""
+		}
+		first, last, ok := strings.Cut(spec, "-")
+		if !ok || first == "" && last == "" || first != "" && !digits(first) || last != "" && !digits(last) {
+			return "" // malformed
+		}
+		if first == "" {
+			// A suffix: satisfiable when it is not zero.
+			if l, big := parse(last); big || l > 0 {
+				if big {
+					last = strconv.FormatInt(size, 10)
+				}
+				kept = append(kept, "-"+last)
+			}
+			continue
+		}
+		f, fbig := parse(first)
+		if last != "" {
+			l, lbig := parse(last)
+			if fbig && !lbig || !fbig && !lbig && f > l {
+				return "" // first > last: invalid
+			}
+			if lbig {
+				last = ""
+			}
+		}
+		if fbig || f >= size {
+			continue // does not overlap
+		}
+		kept = append(kept, first+"-"+last)
+	}
+	if n == 0 {
+		return ""
+	}
+	if len(kept) == 0 {
+		return "bytes=" + strconv.FormatInt(size, 10) + "-"
+	}
+	return "bytes=" + strings.Join(kept, ",")
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parse reads a string of digits; big is true when it exceeds int64.
+func parse(s string) (v int64, big bool) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err != nil
+}
+
+func denied(w http.ResponseWriter) {
+	problem(w, http.StatusForbidden, parley.CodePermissionDenied, "Access denied")
+}
+
+func unavailable(w http.ResponseWriter) {
+	problem(w, http.StatusServiceUnavailable, parley.CodeUnavailable, parley.InternalMessage)
+}
+
+// problem writes an RFC 9457 problem. Statuses the code table maps the
+// same way go through wire.WriteProblem (410 is ORIGINAL_EXPIRED: the
+// export existed and is gone for good; create a new one).
+func problem(w http.ResponseWriter, status int, code parley.Code, detail string) {
+	if code.Info().HTTPStatus == status {
+		wire.WriteProblem(w, code, detail, "")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(wire.Problem{
+		Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
+	})
+}
+
+// recorder remembers the status and counts the body bytes for the log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps sendfile for the body ServeContent copies.
+func (r *recorder) ReadFrom(src io.Reader) (int64, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := io.Copy(r.ResponseWriter, src)
+	r.bytes += n
+	return n, err
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

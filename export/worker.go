@@ -1,0 +1,585 @@
+package export
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
+	"github.com/parleychat/parley/fault"
+)
+
+// Options configures a Worker.
+type Options struct {
+	Store   parley.Store
+	Dir     string                // where shards and artifacts live (created if missing)
+	Log     *slog.Logger          // nil: discard
+	Config  func() *config.Config // retries, backoff, keep; nil: config.Default()
+	Workers int                   // concurrent jobs, default 2
+	Lease   time.Duration         // default 30s; renewed every Lease/3 while a job runs
+	Poll    time.Duration         // idle poll interval, default 500ms
+	Janitor time.Duration         // expiry/cleanup sweep interval, default 1m
+	Owner   string                // lease owner id, default hostname:pid:random
+}
+
+// Defaults of Options.
+const (
+	DefaultWorkers = 2
+	DefaultLease   = 30 * time.Second
+	DefaultPoll    = 500 * time.Millisecond
+	DefaultJanitor = time.Minute
+	// MaxBackoff caps the pause before a failed job's next attempt.
+	MaxBackoff = 10 * time.Minute
+	// gzipLevel is fixed: the artifact's bytes (and so its ETag) depend on
+	// it.
+	gzipLevel = gzip.BestCompression
+)
+
+// Worker runs export jobs: a pool of goroutines that claim jobs from the
+// store with a lease, write their shards and artifacts, and a janitor that
+// expires artifacts and deletes the files nothing needs any more.
+type Worker struct {
+	o   Options
+	log *slog.Logger
+	cfg func() *config.Config
+
+	mu     sync.Mutex
+	wake   chan struct{}   // closed and replaced by Kick
+	active map[string]bool // jobs this process is running
+
+	stats struct{ written, skipped, rewritten, artifacts atomic.Int64 }
+
+	// afterShard, when set (tests), is called after each shard of a run
+	// is in place: written says whether this run wrote it.
+	afterShard func(job string, idx int, written bool)
+}
+
+// Stats counts what a Worker did since it was made.
+type Stats struct {
+	ShardsWritten   int64 // shards written (new or rewritten)
+	ShardsSkipped   int64 // shards found present and verified
+	ShardsRewritten int64 // shards whose file was missing or corrupt
+	Artifacts       int64 // artifacts finished
+}
+
+// NewWorker returns a Worker; Run starts it.
+func NewWorker(o Options) *Worker {
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.Janitor <= 0 {
+		o.Janitor = DefaultJanitor
+	}
+	if o.Owner == "" {
+		host, _ := os.Hostname()
+		o.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + rand.Text()[:8]
+	}
+	w := &Worker{o: o, log: o.Log, cfg: o.Config, wake: make(chan struct{}), active: map[string]bool{}}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.cfg == nil {
+		w.cfg = config.Default
+	}
+	return w
+}
+
+// Stats returns the Worker's counters.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		ShardsWritten:   w.stats.written.Load(),
+		ShardsSkipped:   w.stats.skipped.Load(),
+		ShardsRewritten: w.stats.rewritten.Load(),
+		Artifacts:       w.stats.artifacts.Load(),
+	}
+}
+
+// Kick wakes idle workers now (after a job was created).
+func (w *Worker) Kick() {
+	w.mu.Lock()
+	close(w.wake)
+	w.wake = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *Worker) woken() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wake
+}
+
+// Run runs the pool and the janitor until ctx ends, and returns when every
+// goroutine it started has stopped. A job running at that moment is handed
+// back to the queue (it resumes from its last verified shard).
+func (w *Worker) Run(ctx context.Context) error {
+	if err := os.MkdirAll(w.o.Dir, 0o700); err != nil {
+		return fmt.Errorf("export dir: %w", err)
+	}
+	var wg sync.WaitGroup
+	for i := range w.o.Workers {
+		// Each goroutine is its own lease owner, so a job taken over by a
+		// sibling is lost to the first.
+		owner := w.o.Owner + "/" + strconv.Itoa(i)
+		wg.Go(func() { w.loop(ctx, owner) })
+	}
+	wg.Go(func() { w.janitor(ctx) })
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) loop(ctx context.Context, owner string) {
+	for ctx.Err() == nil {
+		wake := w.woken()
+		job, ok, err := w.o.Store.ClaimExport(ctx, owner, w.o.Lease)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("export: claim failed", "err", err)
+		}
+		if ok {
+			w.runJob(ctx, owner, job)
+			continue
+		}
+		t := time.NewTimer(w.o.Poll)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// jobError is an outcome that ends a job for good.
+type jobError struct{ reason string }
+
+func (e *jobError) Error() string { return e.reason }
+
+func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob) {
+	w.mu.Lock()
+	w.active[job.ID] = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.active, job.ID)
+		w.mu.Unlock()
+	}()
+	log := w.log.With("job", job.ID, "user", job.User, "attempt", job.Attempts)
+	cfg := w.cfg()
+	maxAttempts := cfg.ExportRetries() + 1
+	if job.Attempts > maxAttempts {
+		// Crash takeovers count: a job that kills its worker every time
+		// must not be retried forever.
+		reason := fmt.Sprintf("export failed: %d attempts did not finish it (the limit is %d)", job.Attempts-1, maxAttempts)
+		if job.Error != "" {
+			reason += "; last error: " + job.Error
+		}
+		log.Error("export: giving up", "reason", reason)
+		w.fail(ctx, log, owner, job.ID, reason, 0)
+		return
+	}
+	log.Info("export: running", "done", job.Done, "total", job.Total)
+	start := time.Now()
+
+	jctx, cancel := context.WithCancelCause(ctx)
+	var renew sync.WaitGroup
+	defer renew.Wait()
+	defer cancel(nil) // stop the renewal before waiting for it
+	err := w.execute(jctx, owner, job, func(total int) {
+		renew.Go(func() { w.renew(jctx, cancel, log, owner, job.ID, total) })
+	})
+	if cause := context.Cause(jctx); err != nil && errors.Is(cause, parley.ErrLeaseLost) {
+		err = cause
+	}
+	var je *jobError
+	switch {
+	case err == nil:
+		log.Info("export: done", "took", time.Since(start).Round(time.Millisecond))
+	case errors.Is(err, parley.ErrLeaseLost):
+		// Revoked, failed by a rollback, or taken over: someone else
+		// decides now.
+		log.Info("export: lease lost; stopping")
+	case errors.Is(err, parley.ErrExportNotFound):
+		log.Info("export: job deleted; stopping")
+	case ctx.Err() != nil:
+		// Hand the job back so another worker (or this one, restarted)
+		// resumes it without waiting for the lease to run out.
+		log.Info("export: worker stopping; job handed back")
+		w.fail(context.WithoutCancel(ctx), log, owner, job.ID,
+			"the export worker stopped; the job resumes from its last verified shard", time.Millisecond)
+	case errors.As(err, &je):
+		log.Error("export: failed for good", "reason", je.reason)
+		w.fail(ctx, log, owner, job.ID, je.reason, 0)
+	case retryable(err):
+		what := "writing the export failed"
+		if errors.Is(err, syscall.ENOSPC) {
+			what = "the disk is full"
+		} else if _, ok := errors.AsType[*writeError](err); !ok {
+			what = "the database is unavailable"
+		}
+		if job.Attempts >= maxAttempts {
+			reason := fmt.Sprintf("export failed: %s (attempt %d of %d); giving up", what, job.Attempts, maxAttempts)
+			log.Error("export: failed for good", "reason", reason, "err", err)
+			w.fail(ctx, log, owner, job.ID, reason, 0)
+			return
+		}
+		wait := backoff(cfg.ExportBackoff(), job.Attempts)
+		reason := fmt.Sprintf("%s (attempt %d of %d); retrying in %s", what, job.Attempts, maxAttempts, wait)
+		log.Warn("export: attempt failed; retrying", "reason", reason, "err", err)
+		w.fail(ctx, log, owner, job.ID, reason, wait)
+	default:
+		reason := "export failed: " + parley.ErrorMessage(err)
+		log.Error("export: failed for good", "err", err)
+		w.fail(ctx, log, owner, job.ID, reason, 0)
+	}
+}
+
+// retryable reports whether a failed attempt may be retried: a write
+// failure or a store that did not answer.
+func retryable(err error) bool {
+	if _, ok := errors.AsType[*writeError](err); ok {
+		return true
+	}
+	return parley.ErrorCode(err) == parley.CodeUnavailable
+}
+
+// backoff is base times 2^(attempt-1), capped at MaxBackoff and at least
+// a millisecond (a zero retryAfter would fail the job for good).
+func backoff(base time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	return max(min(d, MaxBackoff), time.Millisecond)
+}
+
+func (w *Worker) fail(ctx context.Context, log *slog.Logger, owner, id, reason string, retryAfter time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.o.Store.FailExport(ctx, owner, id, reason, retryAfter); err != nil && !errors.Is(err, parley.ErrLeaseLost) {
+		// The lease runs out and another attempt takes the job over.
+		log.Warn("export: recording the failure failed", "err", err)
+	}
+}
+
+// renew extends the lease every Lease/3 until ctx ends; a lost lease
+// cancels the job.
+func (w *Worker) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, owner, id string, total int) {
+	t := time.NewTicker(w.o.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := w.o.Store.ExtendExport(ctx, owner, id, total, w.o.Lease)
+		switch {
+		case errors.Is(err, parley.ErrLeaseLost), errors.Is(err, parley.ErrExportNotFound):
+			cancel(err)
+			return
+		case err != nil && ctx.Err() == nil:
+			log.Warn("export: lease renewal failed", "err", err)
+		}
+	}
+}
+
+// planned is one shard of a run.
+type planned struct {
+	idx  int
+	conv string
+	want int // events it holds
+	rec  parley.ExportShard
+}
+
+// execute runs one attempt of a job: plan, shards, artifact, finish.
+func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob, started func(total int)) error {
+	st := w.o.Store
+	convs, err := st.ExportSnapshot(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	total := parley.ExportShardTotal(convs)
+	if err := st.ExtendExport(ctx, owner, job.ID, total, w.o.Lease); err != nil {
+		return err
+	}
+	started(total)
+	recs, err := st.ExportShards(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	byIdx := make(map[int]parley.ExportShard, len(recs))
+	for _, r := range recs {
+		byIdx[r.Index] = r
+	}
+
+	dir := shardDir(w.o.Dir, job.ID)
+	if err := w.mkdir(dir); err != nil {
+		return err
+	}
+	var shards []planned
+	idx := 0
+	for _, c := range convs {
+		var after int64
+		left := c.Messages
+		for left > 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			p := planned{idx: idx, conv: c.Conv, want: int(min(left, parley.ExportShardSize))}
+			rec, wrote, err := w.shard(ctx, owner, job.ID, p, after, byIdx)
+			if err != nil {
+				return err
+			}
+			p.rec = rec
+			shards = append(shards, p)
+			if w.afterShard != nil {
+				w.afterShard(job.ID, idx, wrote)
+			}
+			after = rec.Last
+			left -= int64(rec.Count)
+			idx++
+		}
+	}
+	if idx != total {
+		return &jobError{reason: fmt.Sprintf("export is not deterministic: planned %d shards, wrote %d; create a new export", total, idx)}
+	}
+
+	sha, size, err := w.artifact(ctx, job.ID, shards)
+	if err != nil {
+		return err
+	}
+	if err := st.FinishExport(ctx, owner, job.ID, sha, size, w.cfg().ExportKeep()); err != nil {
+		return err
+	}
+	w.stats.artifacts.Add(1)
+	// The artifact is verified and recorded: the shards are only another
+	// copy of the user's data now.
+	if err := os.RemoveAll(dir); err != nil {
+		w.log.Warn("export: removing shards failed (the janitor retries)", "job", job.ID, "err", err)
+	}
+	return nil
+}
+
+// shard makes sure shard p exists on disk with its recorded bytes and
+// returns its record: a verified file is kept as it is, a missing or
+// corrupt one is recomputed, and bytes that differ from the record fail
+// the job (the export would not be deterministic).
+func (w *Worker) shard(ctx context.Context, owner, job string, p planned, after int64, recs map[int]parley.ExportShard) (rec parley.ExportShard, wrote bool, err error) {
+	path := shardPath(w.o.Dir, job, p.idx)
+	rec, recorded := recs[p.idx]
+	if recorded && rec.Conv == p.conv && rec.After == after && rec.Count == p.want {
+		if got, _, err := fileSum(path); err == nil && got == rec.SHA256 {
+			w.stats.skipped.Add(1)
+			return rec, false, nil
+		}
+	}
+	evs, err := w.o.Store.ExportEvents(ctx, job, p.conv, after, parley.ExportShardSize)
+	if err != nil {
+		return parley.ExportShard{}, false, err
+	}
+	if len(evs) > p.want {
+		evs = evs[:p.want]
+	}
+	if len(evs) != p.want {
+		return parley.ExportShard{}, false, &jobError{reason: fmt.Sprintf(
+			"export is not deterministic: shard %d (conversation %s after seq %d) has %d events, the snapshot counted %d; create a new export",
+			p.idx, p.conv, after, len(evs), p.want)}
+	}
+	data, err := encodeShard(evs)
+	if err != nil {
+		return parley.ExportShard{}, false, err
+	}
+	now := parley.ExportShard{
+		Job: job, Index: p.idx, Conv: p.conv, After: after, Last: evs[len(evs)-1].Seq,
+		Count: len(evs), SHA256: sum(data),
+	}
+	if recorded && (rec != now) {
+		return parley.ExportShard{}, false, &jobError{reason: fmt.Sprintf(
+			"export is not deterministic: shard %d recomputed to sha256 %s (%d events after seq %d), but %s (%d events after seq %d) was recorded; create a new export",
+			p.idx, now.SHA256, now.Count, now.After, rec.SHA256, rec.Count, rec.After)}
+	}
+	if err := writeFile(filepath.Dir(path), filepath.Base(path), data); err != nil {
+		return parley.ExportShard{}, false, err
+	}
+	if recorded {
+		w.stats.rewritten.Add(1)
+		w.log.Warn("export: shard file missing or corrupt; rewritten", "job", job, "shard", p.idx)
+	}
+	w.stats.written.Add(1)
+	if !recorded {
+		if err := w.o.Store.RecordShard(ctx, owner, now); err != nil {
+			return parley.ExportShard{}, false, err
+		}
+	}
+	if err := fault.Hit(fault.ExportAfterShard); err != nil {
+		return parley.ExportShard{}, true, &writeError{op: "after shard", path: path, err: err}
+	}
+	return now, true, nil
+}
+
+func (w *Worker) mkdir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return wrapWrite("mkdir", dir, err)
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+// faultWrite is the export.write fault point: armed, a write fails as on
+// a full disk.
+func faultWrite(path string) error {
+	if err := fault.Hit(fault.ExportWrite); err != nil {
+		return &writeError{op: "write", path: path, err: fmt.Errorf("%w (%v)", syscall.ENOSPC, err)}
+	}
+	return nil
+}
+
+// writeFile writes name in dir atomically and durably: a temp file,
+// fsynced, renamed, the directory fsynced. On failure nothing is left.
+func writeFile(dir, name string, data []byte) error {
+	path := filepath.Join(dir, name)
+	if err := faultWrite(path); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, name+tmpInfix+"*")
+	if err != nil {
+		return wrapWrite("create", path, err)
+	}
+	if err := finishTemp(tmp, path, func(f io.Writer) error {
+		_, err := f.Write(data)
+		return err
+	}); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// finishTemp fills tmp with fill, fsyncs and closes it and renames it to
+// path; on any failure it removes tmp.
+func finishTemp(tmp *os.File, path string, fill func(io.Writer) error) (err error) {
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := fill(tmp); err != nil {
+		return wrapWrite("write", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return wrapWrite("fsync", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return wrapWrite("close", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return wrapWrite("rename", path, err)
+	}
+	return nil
+}
+
+// artifact streams the shards, in order, through gzip into the job's
+// artifact and returns its sha256 and size, verified by reading it back.
+func (w *Worker) artifact(ctx context.Context, job string, shards []planned) (string, int64, error) {
+	final := ArtifactPath(w.o.Dir, job)
+	if err := faultWrite(final); err != nil {
+		return "", 0, err
+	}
+	tmp, err := os.CreateTemp(w.o.Dir, job+artifactSuffix+tmpInfix+"*")
+	if err != nil {
+		return "", 0, wrapWrite("create", final, err)
+	}
+	h := sha256.New()
+	var size int64
+	err = finishTemp(tmp, final, func(f io.Writer) error {
+		bw := bufio.NewWriterSize(io.MultiWriter(f, h), 64<<10)
+		zw, err := gzip.NewWriterLevel(&counter{w: bw, n: &size}, gzipLevel)
+		if err != nil {
+			return err
+		}
+		for _, s := range shards {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := copyShard(zw, shardPath(w.o.Dir, job, s.idx), s.rec.SHA256); err != nil {
+				return err
+			}
+		}
+		if err := zw.Close(); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", 0, ctx.Err()
+		}
+		return "", 0, err
+	}
+	if err := syncDir(w.o.Dir); err != nil {
+		os.Remove(final)
+		return "", 0, err
+	}
+	sha := hex.EncodeToString(h.Sum(nil))
+	got, n, err := fileSum(final)
+	if err != nil || got != sha || n != size {
+		os.Remove(final)
+		if err == nil {
+			err = fmt.Errorf("read back sha256 %s (%d bytes), wrote %s (%d bytes)", got, n, sha, size)
+		}
+		return "", 0, wrapWrite("verify", final, err)
+	}
+	return sha, size, nil
+}
+
+// copyShard copies a shard into the artifact, checking that its bytes are
+// still the recorded ones (a shard damaged since it was verified fails the
+// attempt; the next one rewrites it).
+func copyShard(dst io.Writer, path, want string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(dst, io.TeeReader(f, h)); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("shard %s changed on disk: sha256 %s, recorded %s", filepath.Base(path), got, want)
+	}
+	return nil
+}
+
+type counter struct {
+	w io.Writer
+	n *int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	*c.n += int64(n)
+	return n, err
+}

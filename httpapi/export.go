@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/parleychat/parley"
+)
+
+// LinkTTL is how long a download link of GET /exports/{id} stays valid.
+const LinkTTL = 300 * time.Second
+
+type exportBody struct {
+	Scope string `json:"scope"`
+}
+
+// exportReply is the body of POST /exports and GET /exports/{id}.
+type exportReply struct {
+	JobID    string         `json:"job_id"`
+	State    string         `json:"state"`
+	Replayed bool           `json:"replayed,omitempty"`
+	Scope    string         `json:"scope"`
+	Progress exportProgress `json:"progress"`
+	URL      string         `json:"url,omitempty"`
+	URLTTL   int            `json:"url_expires_in,omitempty"`
+	SHA256   string         `json:"sha256,omitempty"`
+	Bytes    int64          `json:"bytes,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Expires  string         `json:"expires_at,omitempty"`
+	Created  string         `json:"created_at"`
+}
+
+type exportProgress struct {
+	Done  int `json:"done"`
+	Total int `json:"total"`
+}
+
+func (d Deps) exportReply(r *http.Request, j parley.ExportJob) exportReply {
+	out := exportReply{
+		JobID: j.ID, State: string(j.State), Replayed: j.Replayed, Scope: j.Scope,
+		Progress: exportProgress{Done: j.Done, Total: j.Total},
+		Error:    j.Error,
+		Created:  j.CreatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if j.State == parley.ExportDone {
+		out.SHA256, out.Bytes = j.SHA256, j.Bytes
+		out.Expires = j.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		if d.ExportLink != nil {
+			out.URL = d.ExportLink(j.ID, j.User, d.Now().Add(LinkTTL))
+			out.URLTTL = int(LinkTTL / time.Second)
+		}
+	}
+	return out
+}
+
+// handleCreateExport is POST /exports: 202 for a new job, 200 with
+// replayed true for a replay of its Idempotency-Key. The key is read before
+// the body, so a request without one changes nothing.
+func handleCreateExport(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := idempotencyKey(r)
+		var b exportBody
+		if err == nil {
+			err = decode(w, r, &b)
+		}
+		if err != nil {
+			writeError(w, d.Log, err, "export.create")
+			return
+		}
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		job, err := d.Store.CreateExport(ctx, caller(r), parley.ExportRequest{
+			Key: key, Scope: b.Scope, MaxActive: d.config(r).ExportMaxActive(),
+		})
+		if err != nil {
+			if parley.ErrorCode(err) == parley.CodeRateLimited {
+				w.Header().Set("Retry-After", "10")
+			}
+			writeError(w, d.Log, err, "export.create")
+			return
+		}
+		status := http.StatusAccepted
+		if job.Replayed {
+			status = http.StatusOK
+		} else if d.KickExports != nil {
+			d.KickExports()
+		}
+		encode(w, status, d.exportReply(r, job))
+	})
+}
+
+// handleExport is GET /exports/{id}: the job's state and progress, and a
+// fresh signed link when it is done. A job of another user is the same 404
+// as a missing one.
+func handleExport(d Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		job, err := ownExport(ctx, d.Store, caller(r), r.PathValue("id"))
+		if err != nil {
+			writeError(w, d.Log, err, "export.show")
+			return
+		}
+		encode(w, http.StatusOK, d.exportReply(r, job))
+	})
+}
+
+// ownExport returns the caller's job id, or ErrExportNotFound for a job
+// that is missing or another user's.
+func ownExport(ctx context.Context, s parley.Store, p parley.Principal, id string) (parley.ExportJob, error) {
+	if err := parley.CheckExportID(id); err != nil {
+		return parley.ExportJob{}, err
+	}
+	job, err := s.ExportJob(ctx, id)
+	if err == nil && job.User != p.User {
+		err = parley.ErrExportNotFound
+	}
+	if parley.ErrorCode(err) == parley.CodeNotFound {
+		err = parley.ErrExportNotFound
+	}
+	return job, err
+}
+
+// handleAdminRevokeExport is POST /api/admin/exports/{id}/revoke: its
+// downloads answer 410 from then on and a worker running it stops.
+func handleAdminRevokeExport(d Deps) http.Handler {
+	return adminCall(d, "export.revoke", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		id := r.PathValue("id")
+		if err := parley.CheckExportID(id); err != nil {
+			return 0, nil, err
+		}
+		job, err := d.Store.RevokeExport(ctx, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, map[string]any{"job_id": job.ID, "user": job.User, "state": job.State}, nil
+	})
+}
