@@ -11,7 +11,12 @@
 // Each entry is point=action[@N]. Actions: crash (the process kills itself
 // with SIGKILL, as a power cut would), unavailable (the call fails with
 // UNAVAILABLE), delay:DURATION (the call sleeps, then goes on), drop (the
-// call skips its work: a push that is never sent, a publish that is lost).
+// call skips its work: a push that is never sent, a publish that is lost),
+// dup (the call does its work twice: a send committed again under another
+// key). Two points exist only to break the server on purpose, so the
+// acceptance checker of `parley bench` can be shown to fail:
+// gateway.sync=drop (a sync page loses its first event) and
+// gateway.send=dup (a socket send is committed twice).
 // With @N the action fires only on the Nth hit of the point (1-based, counted
 // per process): export.after_shard=crash@3 dies after the third shard.
 // Without it, it fires on every hit.
@@ -42,12 +47,15 @@ const (
 	ExportAfterShard    = "export.after_shard"     // an export shard was written
 	ExportWrite         = "export.write"           // an export file is about to be written (unavailable: the write fails, as on a full disk)
 	GatewayPush         = "gateway.push"           // an event push is about to be queued to a socket
+	GatewaySync         = "gateway.sync"           // a socket sync page is about to be answered (drop: it loses its first event)
+	GatewaySend         = "gateway.send"           // a socket send committed (dup: it is committed again under another key)
 )
 
 // Points lists every named point; Arm refuses other names.
 var Points = []string{
 	StoreAfterKeyLookup, StoreBeforeInsert, StoreBeforeCommit,
 	APIAfterSendCommit, BusPublish, ExportAfterShard, ExportWrite, GatewayPush,
+	GatewaySync, GatewaySend,
 }
 
 // Action is what an armed point does.
@@ -58,6 +66,7 @@ const (
 	Unavailable
 	Delay
 	Drop
+	Dup
 )
 
 type rule struct {
@@ -72,6 +81,10 @@ var armed atomic.Pointer[map[string]*rule]
 // ErrDropped is what Hit returns for a point armed with drop: the caller
 // skips its work.
 var ErrDropped = parley.Errorf(parley.CodeUnavailable, "fault: dropped")
+
+// ErrDuplicate is what Hit returns for a point armed with dup: the caller
+// does its work a second time.
+var ErrDuplicate = parley.Errorf(parley.CodeUnavailable, "fault: duplicated")
 
 // Arm parses a PARLEY_FAULTS value and arms its points, replacing any
 // earlier setting. An empty spec disarms everything.
@@ -118,6 +131,8 @@ func parse(spec string) (map[string]*rule, error) {
 			r.action = Unavailable
 		case act == "drop":
 			r.action = Drop
+		case act == "dup":
+			r.action = Dup
 		case strings.HasPrefix(act, "delay:"):
 			d, err := time.ParseDuration(strings.TrimPrefix(act, "delay:"))
 			if err != nil || d < 0 {
@@ -125,7 +140,7 @@ func parse(spec string) (map[string]*rule, error) {
 			}
 			r.action, r.delay = Delay, d
 		default:
-			return nil, fmt.Errorf("fault %q: unknown action %q (crash, unavailable, drop, delay:DURATION)", entry, act)
+			return nil, fmt.Errorf("fault %q: unknown action %q (crash, unavailable, drop, dup, delay:DURATION)", entry, act)
 		}
 		if _, dup := rules[name]; dup {
 			return nil, fmt.Errorf("fault %q: point %s armed twice", entry, name)
@@ -149,8 +164,8 @@ func Armed(point string) bool {
 
 // Hit passes fault point. Disarmed, or armed for another hit, it returns
 // nil. Armed, it crashes the process, sleeps, or returns an UNAVAILABLE
-// error (ErrDropped for drop) that the caller returns as it would a real
-// failure at that place.
+// error (ErrDropped for drop, ErrDuplicate for dup) that the caller
+// returns as it would a real failure at that place.
 func Hit(point string) error {
 	m := armed.Load()
 	if m == nil {
@@ -173,6 +188,8 @@ func Hit(point string) error {
 		return nil
 	case Drop:
 		return ErrDropped
+	case Dup:
+		return ErrDuplicate
 	}
 	return parley.Errorf(parley.CodeUnavailable, "fault: %s", point)
 }

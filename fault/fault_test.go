@@ -20,6 +20,7 @@ func TestArmSpec(t *testing.T) {
 		{"api.after_send_commit=unavailable@1,bus.publish=drop", false, 2},
 		{"store.before_insert=delay:50ms", false, 1},
 		{"export.after_shard=crash@3", false, 1},
+		{"gateway.sync=drop,gateway.send=dup", false, 2},
 		{"nosuch.point=crash", true, 0},
 		{"store.before_commit", true, 0},
 		{"store.before_commit=explode", true, 0},
@@ -72,6 +73,12 @@ func TestHit(t *testing.T) {
 	}
 	if err := Hit(StoreAfterKeyLookup); err != nil {
 		t.Fatalf("unarmed point = %v", err)
+	}
+	if err := Arm("gateway.send=dup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Hit(GatewaySend); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("dup = %v, want ErrDuplicate", err)
 	}
 }
 

@@ -295,6 +295,14 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	case wire.TSend:
 		var sent parley.Sent
 		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
+		if err == nil && !sent.Dup && fault.Hit(fault.GatewaySend) != nil {
+			// Lab fault (broken on purpose): the message is committed a
+			// second time under another key, as a server that doubled a
+			// send would.
+			if again, e := s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: dupKey(req.CMID), Body: req.Body}); e == nil {
+				c.h.Publish(parley.Notice{Conv: again.Conv, Seq: again.Seq})
+			}
+		}
 		if err == nil {
 			c.h.Publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
 			err = fault.Hit(fault.APIAfterSendCommit)
@@ -311,6 +319,11 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	case wire.TSync:
 		var page parley.Page
 		page, err = s.Sync(ctx, p, req.SyncRequest())
+		if err == nil && len(page.Events) > 0 && fault.Hit(fault.GatewaySync) != nil {
+			// Lab fault (broken on purpose): the page skips an event but
+			// keeps its cursor, so the client never sees it.
+			page.Events = page.Events[1:]
+		}
 		f = wire.Page(page)
 	case wire.TAck:
 		var d int64
@@ -358,4 +371,12 @@ func (h *Hub) Publish(n parley.Notice) {
 	if h.bus != nil {
 		h.bus.Publish(n)
 	}
+}
+
+// dupKey is the request key of the gateway.send=dup fault's second copy.
+func dupKey(cmid string) string {
+	if len(cmid) > parley.MaxCMIDChars-4 {
+		cmid = cmid[:parley.MaxCMIDChars-4]
+	}
+	return cmid + "~dup"
 }

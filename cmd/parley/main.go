@@ -4,6 +4,7 @@
 //	parley migrate [--db …]
 //	parley user add ID [--email E] [--admin] --password-stdin [--db …]
 //	parley user disable ID [--db …]
+//	parley bench --server URL[,URL…] | --spawn N --db DSN [--admin LOGIN:PASSWORD] […]
 //	parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
 //
 // Every flag can also be set by an environment variable: --data-dir is
@@ -49,6 +50,7 @@ const usage = `usage:
   parley migrate [--db ...]
   parley user add ID [--email E] [--admin] --password-stdin [--db ...]
   parley user disable ID [--db ...]
+  parley bench --server URL[,URL...] | --spawn N --db DSN --admin LOGIN:PASSWORD [...] (parley bench --help)
   parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
 every flag also reads PARLEY_<FLAG> from the environment (--data-dir: PARLEY_DATA_DIR)`
 
@@ -65,6 +67,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runMigrate(ctx, rest, getenv, stdout)
 	case "user":
 		return runUser(ctx, rest, getenv, stdin, stdout)
+	case "bench":
+		if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help") {
+			fmt.Fprintln(stdout, benchUsage)
+			return nil
+		}
+		return runBench(ctx, rest, getenv, stdout, stderr)
 	case "export":
 		return runExport(ctx, rest, getenv, stdin, stdout, stderr)
 	case "help", "-h", "--help":

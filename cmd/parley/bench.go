@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parleychat/parley/loadtest"
+)
+
+const benchUsage = `usage: parley bench --server URL[,URL...] | --spawn N --db DSN
+  [--admin LOGIN:PASSWORD] [--login-prefix bench] [--users N] [--devices-per-user M]
+  [--duration D] [--rate R] [--disconnect-every D] [--churn-every D] [--kill-every D]
+  [--groups 10,100,1000] [--directs] [--recall-ratio F] [--read-ratio F] [--settle D]
+  [--faults SPEC] [--serve-arg ARG]... [--serve-env K=V]... [--report FILE.json] [--plot FILE.svg]
+every flag also reads PARLEY_BENCH_<FLAG> (--admin: PARLEY_BENCH_ADMIN)
+exit status: 0 the acceptance check held, 1 it did not (or the run failed), 2 bad usage`
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// errCheckFailed is the acceptance check's failure: exit status 1.
+type errCheckFailed struct{ n int }
+
+func (e errCheckFailed) Error() string {
+	return fmt.Sprintf("bench: the acceptance check failed with %d violation(s)", e.n)
+}
+
+func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		cfg                   loadtest.Config
+		servers, admin, grps  string
+		report, plot, workDir string
+		serveArgs, serveEnv   listFlag
+		quiet                 bool
+	)
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&servers, "server", "", "comma-separated gateway URLs (http://HOST:PORT)")
+	fs.StringVar(&admin, "admin", "", "admin login as LOGIN:PASSWORD (creates the run's users)")
+	fs.StringVar(&cfg.LoginPrefix, "login-prefix", "bench", "prefix of the user ids the run creates")
+	fs.IntVar(&cfg.Users, "users", 100, "simulated users")
+	fs.IntVar(&cfg.DevicesPerUser, "devices-per-user", 1, "devices per user (each a client with its own outbox and socket)")
+	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "length of the load phase")
+	fs.Float64Var(&cfg.Rate, "rate", 50, "target sends per second over all devices (open loop); 0: closed loop")
+	fs.DurationVar(&cfg.DisconnectEvery, "disconnect-every", 0, "how often a random device disconnects and comes back (0: never)")
+	fs.DurationVar(&cfg.ChurnEvery, "churn-every", time.Second, "how often a group member is removed or re-added (0: never)")
+	fs.DurationVar(&cfg.KillEvery, "kill-every", 0, "how often a spawned gateway is killed (SIGKILL) and restarted (0: never)")
+	fs.StringVar(&grps, "groups", "10,100,1000", "group sizes (each size --users can fill)")
+	fs.BoolVar(&cfg.Directs, "directs", true, "a direct chat between each user and the next")
+	fs.Float64Var(&cfg.RecallRatio, "recall-ratio", 0.02, "share of sent messages that are recalled")
+	fs.Float64Var(&cfg.ReadRatio, "read-ratio", 0.1, "share of sends followed by a read-cursor move")
+	fs.DurationVar(&cfg.Settle, "settle", time.Minute, "how long to wait after the load for outboxes to drain and devices to catch up")
+	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N `parley serve` processes on --db instead of --server")
+	fs.StringVar(&cfg.DB, "db", "", "store of the spawned gateways (sqlite:FILE or postgres://...)")
+	fs.StringVar(&cfg.Faults, "faults", "", "PARLEY_FAULTS of the spawned gateways (lab: a deliberately broken server)")
+	fs.Var(&serveArgs, "serve-arg", "extra argument of the spawned gateways (repeatable)")
+	fs.Var(&serveEnv, "serve-env", "extra K=V environment of the spawned gateways (repeatable)")
+	fs.StringVar(&report, "report", "", "write the JSON report to FILE")
+	fs.StringVar(&plot, "plot", "", "write the SVG latency plot to FILE")
+	fs.StringVar(&workDir, "work-dir", "", "directory for outboxes and gateway logs (default: a temporary one, removed)")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	seed := fs.Uint64("seed", 0, "random seed (0: random)")
+	if err := parseFlagsPrefix(fs, args, getenv, "PARLEY_BENCH_"); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("bench: unexpected argument %q", fs.Arg(0))
+	}
+	login, password, ok := strings.Cut(admin, ":")
+	if !ok || login == "" {
+		return usagef("bench: --admin LOGIN:PASSWORD (or PARLEY_BENCH_ADMIN) is required")
+	}
+	cfg.Admin, cfg.AdminPassword = login, password
+	for s := range strings.SplitSeq(servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Servers = append(cfg.Servers, s)
+		}
+	}
+	switch {
+	case cfg.Spawn < 0:
+		return usagef("bench: --spawn must be at least 0")
+	case cfg.Spawn > 0 && cfg.DB == "":
+		return usagef("bench: --spawn needs --db")
+	case cfg.Spawn == 0 && len(cfg.Servers) == 0:
+		return usagef("bench: --server URL[,URL...] or --spawn N --db DSN is required")
+	case cfg.KillEvery > 0 && cfg.Spawn == 0:
+		return usagef("bench: --kill-every needs gateways the run started itself (--spawn)")
+	case cfg.Users < 2 || cfg.DevicesPerUser < 1:
+		return usagef("bench: --users must be at least 2 and --devices-per-user at least 1")
+	case cfg.Duration <= 0 || cfg.Rate < 0:
+		return usagef("bench: --duration must be positive and --rate not negative")
+	}
+	for g := range strings.SplitSeq(grps, ",") {
+		if g = strings.TrimSpace(g); g == "" {
+			continue
+		}
+		n, err := strconv.Atoi(g)
+		if err != nil || n < 2 {
+			return usagef("bench: --groups %q: want sizes of at least 2", grps)
+		}
+		cfg.Groups = append(cfg.Groups, n)
+	}
+	cfg.ServeArgs, cfg.ServeEnv, cfg.WorkDir, cfg.Seed = serveArgs, serveEnv, workDir, *seed
+	if !quiet {
+		cfg.Log = stderr
+	}
+
+	rep, err := loadtest.Run(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	rep.Text(stdout)
+	if report != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(report, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench: --report: %w", err)
+		}
+	}
+	if plot != "" {
+		f, err := os.Create(plot)
+		if err != nil {
+			return fmt.Errorf("bench: --plot: %w", err)
+		}
+		err = rep.SVG(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("bench: --plot: %w", err)
+		}
+	}
+	if !rep.Pass {
+		return errCheckFailed{rep.ViolationCount}
+	}
+	return nil
+}
+
+// parseFlagsPrefix is parseFlags with the environment variables named
+// prefix + FLAG (dashes become underscores).
+func parseFlagsPrefix(fs *flag.FlagSet, args []string, getenv func(string) string, prefix string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usagef("%s=%q: %v", env, v, e)
+			}
+		}
+	})
+	return err
+}

@@ -1,0 +1,171 @@
+package loadtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// gateway is one `parley serve` process the run started itself. A kill
+// restarts it on the same address, so clients find it again.
+type gateway struct {
+	n    int
+	exe  string
+	args []string // after "serve"; --addr is added
+	env  []string
+	logf string
+
+	mu   sync.Mutex
+	addr string // host:port, fixed after the first start
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// start runs the process and waits until it prints its address and
+// answers /healthz.
+func (g *gateway) start(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	addr := g.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	args := append([]string{"serve", "--addr", addr}, g.args...)
+	cmd := exec.Command(g.exe, args...)
+	cmd.Env = append(os.Environ(), g.env...)
+	logFile, err := os.OpenFile(g.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = logFile
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logFile.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start gateway %d: %w", g.n, err)
+	}
+	done := make(chan struct{})
+	listening := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening on http://"); ok {
+				select {
+				case listening <- a:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	go func() {
+		cmd.Wait()
+		logFile.Close()
+		close(done)
+	}()
+	g.cmd, g.done = cmd, done
+	select {
+	case a := <-listening:
+		g.addr = a
+	case <-done:
+		return fmt.Errorf("gateway %d exited at start; see %s", g.n, g.logf)
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		return fmt.Errorf("gateway %d did not print its address; see %s", g.n, g.logf)
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		return ctx.Err()
+	}
+	a := newAPI(g.url())
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := a.call(ctx, "GET", "/healthz", "", nil, nil); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("gateway %d: /healthz: %w", g.n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (g *gateway) url() string { return "http://" + g.addr }
+
+// kill sends SIGKILL and waits for the process to end.
+func (g *gateway) kill() {
+	g.mu.Lock()
+	cmd, done := g.cmd, g.done
+	g.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// stop asks the process to drain (SIGTERM), then kills it after d.
+func (g *gateway) stop(d time.Duration) {
+	g.mu.Lock()
+	cmd, done := g.cmd, g.done
+	g.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(d):
+		g.kill()
+	}
+}
+
+// spawn starts n gateways on the store dsn, first creating the admin user
+// with `parley user add` when it is missing.
+func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
+	exe := cfg.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	env := append([]string{}, cfg.ServeEnv...)
+	env = append(env, "PARLEY_FAULTS="+cfg.Faults)
+	// The admin: created on the store directly, as an operator would.
+	add := exec.CommandContext(ctx, exe, "user", "add", cfg.Admin, "--admin", "--password-stdin", "--db", cfg.DB)
+	add.Env = append(os.Environ(), env...)
+	add.Stdin = strings.NewReader(cfg.AdminPassword + "\n")
+	if out, err := add.CombinedOutput(); err != nil && !strings.Contains(strings.ToLower(string(out)), "exists") {
+		return nil, fmt.Errorf("create admin %s: %v: %s", cfg.Admin, err, strings.TrimSpace(string(out)))
+	}
+	var gws []*gateway
+	for i := range cfg.Spawn {
+		g := &gateway{
+			n: i, exe: exe, env: env,
+			args: append([]string{"--db", cfg.DB, "--data-dir", dir}, cfg.ServeArgs...),
+			logf: filepath.Join(dir, fmt.Sprintf("gateway-%d.log", i)),
+		}
+		if err := g.start(ctx); err != nil {
+			for _, g := range gws {
+				g.kill()
+			}
+			return nil, err
+		}
+		gws = append(gws, g)
+	}
+	return gws, nil
+}
