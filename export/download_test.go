@@ -296,7 +296,7 @@ func TestDownload(t *testing.T) {
 			denied(t, d.do("GET", strings.Replace(link, job.ID, queued.ID, 1)), 403, parley.CodePermissionDenied)
 		})
 		t.Run("expired", func(t *testing.T) {
-			denied(t, d.do("GET", ring.Link(job.ID, "ana", time.Now().Add(-time.Second))), 403, parley.CodePermissionDenied)
+			denied(t, d.do("GET", ring.Link(job.ID, "ana", d.now.Load().Add(-time.Second))), 403, parley.CodePermissionDenied) // the handler's clock is frozen
 		})
 		t.Run("unknown kid", func(t *testing.T) {
 			denied(t, d.do("GET", other.Link(job.ID, "ana", time.Now().Add(time.Minute))), 403, parley.CodePermissionDenied)
