@@ -70,7 +70,8 @@ type Config struct {
 	// moving its read cursor.
 	RecallRatio, ReadRatio float64
 	// Settle bounds the wait, after the load, for outboxes to drain and
-	// devices to catch up.
+	// devices to catch up: the wait ends when nothing moved for Settle
+	// (or after 5×Settle in all).
 	Settle time.Duration
 
 	// Spawn > 0 starts that many `parley serve` processes (Exe, default
@@ -469,13 +470,12 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 	for _, d := range r.devices {
 		d.run()
 	}
-	settle := time.Now().Add(cfg.Settle)
-	r.drainOutboxes(ctx, settle)
+	r.drainOutboxes(ctx, cfg.Settle)
 	truth, err := r.truth(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.catchUp(ctx, truth, settle)
+	r.catchUp(ctx, truth, cfg.Settle)
 	unread, err := r.unread(ctx)
 	if err != nil {
 		return nil, err
@@ -778,9 +778,32 @@ func (r *runner) killOne(ctx context.Context) {
 	r.logf("gateway %d restarted", g.n)
 }
 
+// settled polls left (what is still to happen) until it is 0, and gives
+// up when it has not gone down for settle, or after 5×settle in all: an
+// overloaded server that is still working through a backlog gets the time
+// it needs, a stuck device does not hold the run.
+func settled(ctx context.Context, settle, poll time.Duration, left func() int) bool {
+	start, best, improved := time.Now(), -1, time.Now()
+	for ctx.Err() == nil {
+		n := left()
+		if n == 0 {
+			return true
+		}
+		now := time.Now()
+		if best < 0 || n < best {
+			best, improved = n, now
+		}
+		if now.Sub(improved) > settle || now.Sub(start) > 5*settle {
+			return false
+		}
+		time.Sleep(poll)
+	}
+	return false
+}
+
 // drainOutboxes waits until no device has a pending item.
-func (r *runner) drainOutboxes(ctx context.Context, deadline time.Time) {
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+func (r *runner) drainOutboxes(ctx context.Context, settle time.Duration) {
+	ok := settled(ctx, settle, 250*time.Millisecond, func() int {
 		pending := 0
 		for _, d := range r.devices {
 			its, err := d.c.Pending(ctx)
@@ -788,12 +811,11 @@ func (r *runner) drainOutboxes(ctx context.Context, deadline time.Time) {
 				pending += len(its)
 			}
 		}
-		if pending == 0 {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+		return pending
+	})
+	if !ok {
+		r.logf("outboxes did not drain within the settle time")
 	}
-	r.logf("outboxes did not drain within the settle time")
 }
 
 // truth reads every conversation's committed log.
@@ -820,7 +842,7 @@ func (r *runner) truth(ctx context.Context) (Truth, error) {
 
 // catchUp waits until every device has applied up to the last event its
 // user may see in every conversation.
-func (r *runner) catchUp(ctx context.Context, t Truth, deadline time.Time) {
+func (r *runner) catchUp(ctx context.Context, t Truth, settle time.Duration) {
 	type want struct {
 		d    *device
 		conv string
@@ -834,19 +856,18 @@ func (r *runner) catchUp(ctx context.Context, t Truth, deadline time.Time) {
 			}
 		}
 	}
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	ok := settled(ctx, settle, 200*time.Millisecond, func() int {
 		behind := 0
 		for _, w := range wants {
 			if w.d.lastApplied(w.conv) < w.seq {
 				behind++
 			}
 		}
-		if behind == 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		return behind
+	})
+	if !ok {
+		r.logf("some devices did not catch up within the settle time")
 	}
-	r.logf("some devices did not catch up within the settle time")
 }
 
 // unread reads every user's conversation list (read cursors and unread

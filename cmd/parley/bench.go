@@ -58,7 +58,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.BoolVar(&cfg.Directs, "directs", true, "a direct chat between each user and the next")
 	fs.Float64Var(&cfg.RecallRatio, "recall-ratio", 0.02, "share of sent messages that are recalled")
 	fs.Float64Var(&cfg.ReadRatio, "read-ratio", 0.1, "share of sends followed by a read-cursor move")
-	fs.DurationVar(&cfg.Settle, "settle", time.Minute, "how long to wait after the load for outboxes to drain and devices to catch up")
+	fs.DurationVar(&cfg.Settle, "settle", time.Minute, "after the load, how long outboxes may not drain and devices not catch up before the check runs (progress restarts it; at most 5x in all)")
 	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N `parley serve` processes on --db instead of --server")
 	fs.StringVar(&cfg.DB, "db", "", "store of the spawned gateways (sqlite:FILE or postgres://...)")
 	fs.StringVar(&cfg.Faults, "faults", "", "PARLEY_FAULTS of the spawned gateways (lab: a deliberately broken server)")
