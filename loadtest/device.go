@@ -3,6 +3,8 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,8 @@ type device struct {
 	token  string
 	outbox string
 	c      *client.Client
+	// logFile holds the client's log (OUTBOX.log).
+	logFile *os.File
 
 	runMu   sync.Mutex
 	cancel  context.CancelFunc // ends the current Run; nil while offline
@@ -51,7 +55,16 @@ func (d *device) id() string { return d.user + "/" + d.name }
 
 // open opens the device's client.
 func (d *device) open(ctx context.Context, urls []string) error {
+	// The client's own log (retries, disconnects, outcomes it could not
+	// record) goes next to its outbox, OUTBOX.log: the first place to look
+	// when the check names the device.
+	logf, err := os.OpenFile(d.outbox+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.id(), err)
+	}
+	d.logFile = logf
 	c, err := client.Open(ctx, client.Options{
+		Log:  slog.New(slog.NewTextHandler(logf, nil)),
 		URLs: urls, Token: d.token, Outbox: d.outbox, Handler: (*handler)(d),
 		OnOutcome:    d.onOutcome,
 		OnConnect:    d.onConnect,

@@ -527,6 +527,9 @@ func (r *runner) closeAll() {
 		wg.Go(func() {
 			d.halt()
 			d.c.Close()
+			if d.logFile != nil {
+				d.logFile.Close()
+			}
 		})
 	}
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,20 +23,54 @@ import (
 func benchRun(t *testing.T, args ...string) (stdout string, err error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	work := t.TempDir()
 	base := []string{"parley", "bench", "--admin", "root:root-password", "--quiet",
-		"--serve-env", "PARLEY_E2E_CHILD=1", "--serve-arg=--backstop=200ms", "--work-dir", t.TempDir()}
+		"--serve-env", "PARLEY_E2E_CHILD=1", "--serve-arg=--backstop=200ms", "--work-dir", work}
 	err = run(ctx, append(base, args...), func(string) string { return "" }, nil, &out, &errb)
 	t.Logf("parley bench %s:\n%s%s", strings.Join(args, " "), out.String(), errb.String())
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpDeviceLogs(t, work, out.String())
+		}
+	})
 	return out.String(), err
+}
+
+// dumpDeviceLogs prints the client logs of the devices the check named
+// (OUTBOX.log in the work directory) and the gateways' warnings.
+func dumpDeviceLogs(t *testing.T, work, summary string) {
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`device=([^/\s]+)/(\S+)`).FindAllStringSubmatch(summary, 5) {
+		name := m[1] + "-" + m[2] + ".outbox.log"
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		b, _ := os.ReadFile(filepath.Join(work, name))
+		t.Logf("client log of %s/%s:\n%s", m[1], m[2], lastLines(string(b), 60))
+	}
+	logs, _ := filepath.Glob(filepath.Join(work, "gateway-*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		t.Logf("%s (warnings and errors):\n%s", filepath.Base(l), lastLines(grepLines(string(b), "WARN"), 40)+lastLines(grepLines(string(b), "ERROR"), 40))
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // ciSize is the CI-sized run: a few hundred devices for about a minute,
 // fewer under the race detector (which slows every client and server).
 func ciSize() (users, devices int, dur time.Duration, rate int) {
 	if raceEnabled {
-		return 150, 2, 40 * time.Second, 15
+		return 100, 2, 40 * time.Second, 10
 	}
 	return 150, 2, 30 * time.Second, 30
 }
