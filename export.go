@@ -276,6 +276,59 @@ func CheckExportStep(owner, id string) error {
 	return CheckExportID(id)
 }
 
+// CheckExportEvents validates the arguments of ExportEvents (a malformed
+// job id is ErrExportNotFound).
+func CheckExportEvents(id, conv string, after int64, limit int) error {
+	if err := CheckExportID(id); err != nil {
+		return err
+	}
+	return CheckFeed(conv, after, limit)
+}
+
+// CheckExportClaim validates the owner of ClaimExport.
+func CheckExportClaim(owner string) error {
+	if owner == "" {
+		return Errorf(CodeInvalidArgument, "owner is required")
+	}
+	return nil
+}
+
+// CheckExportExtend validates the arguments of ExtendExport.
+func CheckExportExtend(owner, id string, total int) error {
+	if err := CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	if total < 0 {
+		return Errorf(CodeInvalidArgument, "total must not be negative")
+	}
+	return nil
+}
+
+// CheckExportFinish validates the arguments of FinishExport: the artifact
+// needs a lower-case hex sha256 and a size.
+func CheckExportFinish(owner, id, sha256 string, bytes int64) error {
+	if err := CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	if !validSHA256(sha256) || bytes < 0 {
+		return Errorf(CodeInvalidArgument, "an artifact needs a lower-case hex sha256 and a size")
+	}
+	return nil
+}
+
+// validSHA256 reports whether s is a sha256 in lower-case hex.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // CheckExportShard validates a shard record.
 func CheckExportShard(s ExportShard) error {
 	if err := CheckExportID(s.Job); err != nil {
@@ -284,7 +337,7 @@ func CheckExportShard(s ExportShard) error {
 	if err := CheckConvID(s.Conv); err != nil {
 		return err
 	}
-	if s.Index < 0 || s.Count < 1 || s.Count > ExportShardSize || s.After < 0 || s.Last <= s.After || len(s.SHA256) != 64 {
+	if s.Index < 0 || s.Count < 1 || s.Count > ExportShardSize || s.After < 0 || s.Last <= s.After || !validSHA256(s.SHA256) {
 		return Errorf(CodeInvalidArgument, "malformed shard record")
 	}
 	return nil

@@ -167,8 +167,8 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 // ClaimExport implements parley.Exports: one statement, whose subquery
 // skips the jobs another worker is claiming right now.
 func (db *DB) ClaimExport(ctx context.Context, owner string, lease time.Duration) (parley.ExportJob, bool, error) {
-	if owner == "" {
-		return parley.ExportJob{}, false, parley.Errorf(parley.CodeInvalidArgument, "owner is required")
+	if err := parley.CheckExportClaim(owner); err != nil {
+		return parley.ExportJob{}, false, err
 	}
 	j, err := scanJob(db.pool.QueryRow(ctx, `UPDATE export_jobs
 		SET state = 'running', lease_owner = $1, lease_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
@@ -245,10 +245,7 @@ ORDER BY e.seq LIMIT $4`
 
 // ExportEvents implements parley.Exports.
 func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, limit int) ([]parley.Event, error) {
-	if err := parley.CheckExportID(id); err != nil {
-		return nil, err
-	}
-	if err := parley.CheckFeed(convID, after, limit); err != nil {
+	if err := parley.CheckExportEvents(id, convID, after, limit); err != nil {
 		return nil, err
 	}
 	limit = min(limit, parley.MaxPage)
@@ -306,11 +303,8 @@ func (db *DB) leased(ctx context.Context, op, owner, id string, fn func(tx pgx.T
 
 // ExtendExport implements parley.Exports.
 func (db *DB) ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error {
-	if err := parley.CheckExportStep(owner, id); err != nil {
+	if err := parley.CheckExportExtend(owner, id, total); err != nil {
 		return err
-	}
-	if total < 0 {
-		return parley.Errorf(parley.CodeInvalidArgument, "total must not be negative")
 	}
 	return db.leased(ctx, "extend export", owner, id, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE export_jobs SET lease_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
@@ -370,26 +364,10 @@ func (db *DB) ExportShards(ctx context.Context, id string) ([]parley.ExportShard
 	return out, nil
 }
 
-// validSHA256 reports whether s is a sha256 in lower-case hex.
-func validSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // FinishExport implements parley.Exports.
 func (db *DB) FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error {
-	if err := parley.CheckExportStep(owner, id); err != nil {
+	if err := parley.CheckExportFinish(owner, id, sha256, bytes); err != nil {
 		return err
-	}
-	if !validSHA256(sha256) || bytes < 0 {
-		return parley.Errorf(parley.CodeInvalidArgument, "an artifact needs a lower-case hex sha256 and a size")
 	}
 	return db.leased(ctx, "finish export", owner, id, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE export_jobs SET state = 'done', sha256 = $2, bytes = $3, error = '',

@@ -118,8 +118,8 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 
 // ClaimExport implements parley.Exports.
 func (db *DB) ClaimExport(ctx context.Context, owner string, lease time.Duration) (parley.ExportJob, bool, error) {
-	if owner == "" {
-		return parley.ExportJob{}, false, parley.Errorf(parley.CodeInvalidArgument, "owner is required")
+	if err := parley.CheckExportClaim(owner); err != nil {
+		return parley.ExportJob{}, false, err
 	}
 	var out parley.ExportJob
 	found := false
@@ -215,17 +215,8 @@ func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportCon
 
 // ExportEvents implements parley.Exports.
 func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, limit int) ([]parley.Event, error) {
-	if err := parley.CheckExportID(id); err != nil {
+	if err := parley.CheckExportEvents(id, convID, after, limit); err != nil {
 		return nil, err
-	}
-	if err := parley.CheckConvID(convID); err != nil {
-		return nil, err
-	}
-	if after < 0 {
-		return nil, parley.Errorf(parley.CodeInvalidArgument, "after must not be negative")
-	}
-	if limit < 1 {
-		return nil, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
 	}
 	limit = min(limit, parley.MaxPage)
 	evs := []parley.Event{}
@@ -300,11 +291,8 @@ func leased(ctx context.Context, tx *txn, owner, id string) error {
 
 // ExtendExport implements parley.Exports.
 func (db *DB) ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error {
-	if err := parley.CheckExportStep(owner, id); err != nil {
+	if err := parley.CheckExportExtend(owner, id, total); err != nil {
 		return err
-	}
-	if total < 0 {
-		return parley.Errorf(parley.CodeInvalidArgument, "total must not be negative")
 	}
 	return db.write(ctx, "extend export", func(tx *txn) error {
 		if err := leased(ctx, tx, owner, id); err != nil {
@@ -372,26 +360,10 @@ func (db *DB) ExportShards(ctx context.Context, id string) ([]parley.ExportShard
 	return out, nil
 }
 
-// validSHA256 reports whether s is a sha256 in lower-case hex.
-func validSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // FinishExport implements parley.Exports.
 func (db *DB) FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error {
-	if err := parley.CheckExportStep(owner, id); err != nil {
+	if err := parley.CheckExportFinish(owner, id, sha256, bytes); err != nil {
 		return err
-	}
-	if !validSHA256(sha256) || bytes < 0 {
-		return parley.Errorf(parley.CodeInvalidArgument, "an artifact needs a lower-case hex sha256 and a size")
 	}
 	return db.write(ctx, "finish export", func(tx *txn) error {
 		if err := leased(ctx, tx, owner, id); err != nil {
