@@ -433,17 +433,19 @@ func (c *Client) learn(conv string) {
 
 // finish records the outcome of an item and tells whoever waits for it.
 // The write does not follow ctx: a reply that arrived is recorded even
-// while the connection shuts down.
-func (c *Client) finish(ctx context.Context, it Item, out Item) {
+// while the connection shuts down. It returns the error of a write that
+// failed: the item is then still pending, and only a new connection sends
+// it again (the pump of this one has moved past it).
+func (c *Client) finish(ctx context.Context, it Item, out Item) error {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
 	done, ok, err := c.box.finish(context.WithoutCancel(ctx), it.CMID, out, c.now())
 	if err != nil {
-		c.log.Error("client: outcome not recorded; the item stays pending and will be resent", "cmid", it.CMID, "err", err)
-		return
+		c.log.Error("client: outcome not recorded; the item stays pending and is resent on a new connection", "cmid", it.CMID, "err", err)
+		return err
 	}
 	if !ok {
-		return
+		return nil
 	}
 	c.mu.Lock()
 	for _, ch := range c.waiters[it.CMID] {
@@ -456,6 +458,7 @@ func (c *Client) finish(ctx context.Context, it Item, out Item) {
 	if c.opts.OnOutcome != nil {
 		c.opts.OnOutcome(done)
 	}
+	return nil
 }
 
 // live returns the current connection, waiting for one until ctx ends.

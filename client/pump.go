@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/parleychat/parley"
@@ -72,12 +73,12 @@ func (s *session) settle(ctx context.Context, it Item, rid string, ch chan wire.
 		cancel()
 		switch {
 		case err == nil:
-			s.c.finish(ctx, it, Item{Seq: deref(f.Seq), Dup: deref(f.Dup), Epoch: deref(f.Epoch)})
+			s.recorded(s.c.finish(ctx, it, Item{Seq: deref(f.Seq), Dup: deref(f.Dup), Epoch: deref(f.Epoch)}))
 			return
 		case IsTerminal(err):
 			var pe *parley.Error
 			errors.As(err, &pe)
-			s.c.finish(ctx, it, Item{Code: pe.Code, Msg: pe.Msg})
+			s.recorded(s.c.finish(ctx, it, Item{Code: pe.Code, Msg: pe.Msg}))
 			return
 		case errors.Is(err, ErrConnLost), ctx.Err() != nil:
 			return
@@ -99,5 +100,15 @@ func (s *session) settle(ctx context.Context, it Item, rid string, ch chan wire.
 		if err != nil {
 			return
 		}
+	}
+}
+
+// recorded ends the connection when an outcome could not be written: the
+// item is still pending in the file, and only a new connection's pump
+// reads it again (its resend is answered as a replay), so keeping this
+// connection would leave it waiting until some other disconnect.
+func (s *session) recorded(err error) {
+	if err != nil {
+		s.fail(fmt.Errorf("client: outcome not recorded: %w", err))
 	}
 }
