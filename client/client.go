@@ -284,7 +284,8 @@ func (c *Client) newCMID() (string, error) {
 // Enqueue writes a message to the outbox and returns once it is on disk;
 // Run sends it. A request the server would refuse as INVALID_ARGUMENT
 // (bad conversation id, empty or oversized body) is refused here and never
-// written.
+// written. An error means the item was not written; ctx is only checked
+// before the write begins (a write is never cut in the middle).
 func (c *Client) Enqueue(ctx context.Context, conv, body string) (Item, error) {
 	return c.enqueue(ctx, Item{Kind: KindSend, Conv: conv, Body: body})
 }
@@ -316,7 +317,14 @@ func (c *Client) enqueue(ctx context.Context, it Item) (Item, error) {
 		return Item{}, err
 	}
 	it.Created = c.now().UTC().Truncate(time.Millisecond)
-	it, err = c.box.add(ctx, it)
+	if err := ctx.Err(); err != nil {
+		return Item{}, fmt.Errorf("client: item not written: %w", err)
+	}
+	// The write does not follow ctx once it began: a cancel in the middle
+	// of the INSERT could leave the row written while Enqueue reports an
+	// error and no kick wakes the pump, so the item would wait, unsent,
+	// for the next connection. An error from here on means not written.
+	it, err = c.box.add(context.WithoutCancel(ctx), it)
 	if err != nil {
 		return Item{}, err
 	}

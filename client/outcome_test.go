@@ -1,10 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"database/sql"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -61,5 +63,57 @@ func TestUnrecordedOutcomeResent(t *testing.T) {
 	case o := <-r.outcomes:
 		t.Errorf("a second outcome: %+v", o)
 	default:
+	}
+}
+
+// TestEnqueueWriteNotCut: ctx is checked before the outbox write, never in
+// its middle. A cancelled ctx writes nothing; a ctx that ends while the
+// write waits for the file (another connection holds the write lock) still
+// writes the item, returns it and wakes the pump, which sends it. Before,
+// a cancel mid-write could leave the row written, report an error and skip
+// the wake-up: the item then sat unsent until the next connection.
+func TestEnqueueWriteNotCut(t *testing.T) {
+	f := newFake(t)
+	f.add("c1", 1)
+	file := filepath.Join(t.TempDir(), "o.db")
+	r := start(t, client.Options{URLs: []string{f.listen()}, Token: "tok", Outbox: file})
+	r.waitConnected(t)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.Enqueue(cancelled, "c1", "never"); err == nil {
+		t.Fatal("Enqueue with a cancelled ctx succeeded")
+	}
+	if p, _ := r.Pending(ctxT(t)); len(p) != 0 {
+		t.Fatalf("pending %+v after a refused Enqueue", p)
+	}
+
+	raw, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	raw.SetMaxOpenConns(1)
+	lock, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(`INSERT INTO cursors (conv, after, epoch) VALUES ('lock', 0, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancelWrite := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancelWrite)
+	time.AfterFunc(300*time.Millisecond, func() { lock.Rollback() })
+	it, err := r.Enqueue(ctx, "c1", "written")
+	if err != nil {
+		t.Fatalf("Enqueue whose ctx ended during the write: %v", err)
+	}
+	select {
+	case o := <-r.outcomes:
+		if o.CMID != it.CMID || o.Seq != 2 {
+			t.Errorf("outcome %+v, want %s at seq 2", o, it.CMID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the item was written but never sent")
 	}
 }
