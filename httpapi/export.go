@@ -36,7 +36,7 @@ type exportProgress struct {
 	Total int `json:"total"`
 }
 
-func (d Deps) exportReply(r *http.Request, j parley.ExportJob) exportReply {
+func (d Deps) exportReply(j parley.ExportJob) exportReply {
 	out := exportReply{
 		JobID: j.ID, State: string(j.State), Replayed: j.Replayed, Scope: j.Scope,
 		Progress: exportProgress{Done: j.Done, Total: j.Total},
@@ -86,7 +86,7 @@ func handleCreateExport(d Deps) http.Handler {
 		} else if d.KickExports != nil {
 			d.KickExports()
 		}
-		encode(w, status, d.exportReply(r, job))
+		encode(w, status, d.exportReply(job))
 	})
 }
 
@@ -102,7 +102,7 @@ func handleExport(d Deps) http.Handler {
 			writeError(w, d.Log, err, "export.show")
 			return
 		}
-		encode(w, http.StatusOK, d.exportReply(r, job))
+		encode(w, http.StatusOK, d.exportReply(job))
 	})
 }
 
