@@ -65,8 +65,12 @@ func loadConv(ctx context.Context, tx *txn, id string, notFound error) (conv, er
 
 // periodsOf returns user's membership periods in conv, ordered.
 func periodsOf(ctx context.Context, tx *txn, convID, user string) (parley.Periods, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT from_seq, COALESCE(to_seq, 0) FROM periods
-		WHERE conv_id = ? AND user_id = ? ORDER BY from_seq`, convID, user)
+	return scanPeriods(tx.QueryContext(ctx, `SELECT from_seq, COALESCE(to_seq, 0) FROM periods
+		WHERE conv_id = ? AND user_id = ? ORDER BY from_seq`, convID, user))
+}
+
+// scanPeriods reads (from_seq, to_seq) rows, to_seq 0 for an open period.
+func scanPeriods(rows *sql.Rows, err error) (parley.Periods, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -148,21 +148,8 @@ func (db *DB) ClaimExport(ctx context.Context, owner string, lease time.Duration
 
 // snapshotPeriods returns the recorded periods of conv in job id, ordered.
 func snapshotPeriods(ctx context.Context, tx *txn, id, convID string) (parley.Periods, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT from_seq, to_seq FROM export_periods
-		WHERE job_id = ? AND conv_id = ? ORDER BY from_seq`, id, convID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ps parley.Periods
-	for rows.Next() {
-		var p parley.Period
-		if err := rows.Scan(&p.From, &p.To); err != nil {
-			return nil, err
-		}
-		ps = append(ps, p)
-	}
-	return ps, rows.Err()
+	return scanPeriods(tx.QueryContext(ctx, `SELECT from_seq, to_seq FROM export_periods
+		WHERE job_id = ? AND conv_id = ? ORDER BY from_seq`, id, convID))
 }
 
 // ExportSnapshot implements parley.Exports.
