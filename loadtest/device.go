@@ -137,25 +137,25 @@ func (d *device) onOutcome(it client.Item) {
 func (d *device) enqueue(ctx context.Context, conv, body string) error {
 	now := time.Now()
 	it, err := d.c.Enqueue(ctx, conv, body)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.enqueued = append(d.enqueued, it.CMID)
-	d.started[it.CMID] = now
-	d.mu.Unlock()
-	return nil
+	return d.track(it, err, now)
 }
 
+// enqueueRecall writes a recall of target to the outbox.
 func (d *device) enqueueRecall(ctx context.Context, conv string, target int64) error {
 	now := time.Now()
 	it, err := d.c.EnqueueRecall(ctx, conv, target)
+	return d.track(it, err, now)
+}
+
+// track records an item the outbox accepted at start (for the check and
+// the latency figures); an error means it was not written.
+func (d *device) track(it client.Item, err error, start time.Time) error {
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	d.enqueued = append(d.enqueued, it.CMID)
-	d.started[it.CMID] = now
+	d.started[it.CMID] = start
 	d.mu.Unlock()
 	return nil
 }
