@@ -146,27 +146,3 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	return nil
 }
-
-// parseFlagsPrefix is parseFlags with the environment variables named
-// prefix + FLAG (dashes become underscores).
-func parseFlagsPrefix(fs *flag.FlagSet, args []string, getenv func(string) string, prefix string) error {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		return usagef("%s: %v", fs.Name(), err)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		env := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = usagef("%s=%q: %v", env, v, e)
-			}
-		}
-	})
-	return err
-}

@@ -86,6 +86,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 // parseFlags parses args, then fills every flag not given on the command
 // line from PARLEY_<NAME> (dashes become underscores).
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	return parseFlagsPrefix(fs, args, getenv, "PARLEY_")
+}
+
+// parseFlagsPrefix is parseFlags with the environment variables named
+// prefix + NAME (`parley bench` reads PARLEY_BENCH_<NAME>, so its --users
+// never picks up a server's setting).
+func parseFlagsPrefix(fs *flag.FlagSet, args []string, getenv func(string) string, prefix string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return usagef("%s: %v", fs.Name(), err)
@@ -97,7 +104,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		if set[f.Name] || err != nil {
 			return
 		}
-		env := "PARLEY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(env); v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = usagef("%s=%q: %v", env, v, e)
