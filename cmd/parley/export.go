@@ -18,6 +18,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/client"
 )
 
 // exportFlags are the flags of `parley export`.
@@ -207,18 +210,17 @@ func (e *exporter) call(ctx context.Context, method, path string, header http.He
 }
 
 func (e *exporter) loginAs(ctx context.Context, password string) error {
-	var s struct{ Token string }
 	host, _ := os.Hostname()
 	var inst [8]byte
 	rand.Read(inst[:])
-	_, err := e.call(ctx, "POST", "/api/login", nil, map[string]string{
-		"login": e.f.login, "password": password,
-		"device_id": "parley-export@" + host, "install_id": hex.EncodeToString(inst[:]),
-	}, &s)
+	tok, err := client.Login(ctx, e.http, e.base.String(), parley.LoginRequest{
+		Login: e.f.login, Password: password,
+		DeviceID: "parley-export@" + host, InstallID: hex.EncodeToString(inst[:]),
+	})
 	if err != nil {
 		return fmt.Errorf("login: %w", err)
 	}
-	e.token = s.Token
+	e.token = tok
 	return nil
 }
 

@@ -8,16 +8,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/client"
 	"github.com/parleychat/parley/wire"
 )
@@ -54,7 +52,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// 1. Log in: one device per login on this machine, a new install per run.
 	install := make([]byte, 8)
 	rand.Read(install)
-	token, err := loginHTTP(ctx, *server, *login, *password, "hello-"+*login, hex.EncodeToString(install))
+	token, err := client.Login(ctx, nil, *server, parley.LoginRequest{Login: *login, Password: *password, DeviceID: "hello-" + *login, InstallID: hex.EncodeToString(install)})
 	if err != nil {
 		return err
 	}
@@ -103,30 +101,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func loginHTTP(ctx context.Context, server, login, password, device, install string) (string, error) {
-	b, _ := json.Marshal(map[string]string{"login": login, "password": password, "device_id": device, "install_id": install})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server+"/api/login", bytes.NewReader(b))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var p wire.Problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		return "", fmt.Errorf("login: %s: %s", p.Code, p.Detail)
-	}
-	var out struct{ Token string }
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return "", err
-	}
-	return out.Token, nil
 }
 
 // printer prints every message event the client applies, in order.
