@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +37,51 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	before, err := strayFiles()
+	code := m.Run()
+	if err == nil && code == 0 {
+		code = checkNoStrayFiles(before)
+	}
+	os.Exit(code)
+}
+
+// strayFiles lists the files in the work tree that git does not track,
+// ignored ones included. A test that starts a server without a temporary
+// --data-dir writes parley-data/ (and a signing key) into the package
+// directory; comparing this list before and after the run catches it.
+func strayFiles() (map[string]bool, error) {
+	out, err := exec.Command("git", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", "../..").Output()
+	if err != nil {
+		return nil, err // not a git checkout: nothing to compare
+	}
+	files := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "?? ") || strings.HasPrefix(line, "!! ") {
+			files[line[3:]] = true
+		}
+	}
+	return files, nil
+}
+
+// checkNoStrayFiles returns 1, naming them, when the run left new files in
+// the work tree: tests write only under t.TempDir().
+func checkNoStrayFiles(before map[string]bool) int {
+	after, err := strayFiles()
+	if err != nil {
+		return 0
+	}
+	var stray []string
+	for f := range after {
+		if !before[f] {
+			stray = append(stray, f)
+		}
+	}
+	if len(stray) == 0 {
+		return 0
+	}
+	sort.Strings(stray)
+	fmt.Fprintf(os.Stderr, "FAIL: the test run left files in the work tree (tests write only under t.TempDir()):\n  %s\n", strings.Join(stray, "\n  "))
+	return 1
 }
 
 // proc is one `parley serve` process.
@@ -66,7 +112,12 @@ func serveArgs(t testing.TB, args ...string) *proc {
 
 func serveEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
+	if !slices.Contains(args, "--data-dir") {
+		// Never the default ./parley-data: that is the package directory.
+		args = append(args, "--data-dir", t.TempDir())
+	}
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
+	cmd.Dir = t.TempDir() // a relative default path lands there, not in the tree
 	cmd.Env = append(os.Environ(), append([]string{"PARLEY_E2E_CHILD=1", "PARLEY_FAULTS="}, env...)...)
 	p := &proc{t: t, cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = writerFunc(func(b []byte) (int, error) {
