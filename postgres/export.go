@@ -93,7 +93,7 @@ func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.Exp
 
 func (db *DB) createExport(ctx context.Context, p parley.Principal, r parley.ExportRequest, convID string) (parley.ExportJob, error) {
 	var out parley.ExportJob
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, exportLockSpace, p.User); err != nil {
 			return err
 		}
