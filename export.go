@@ -41,6 +41,11 @@ type Exports interface {
 	// Errors: NOT_FOUND (ErrExportNotFound, for a malformed id too).
 	ExportJob(ctx context.Context, id string) (ExportJob, error)
 
+	// ExportJobs returns, in one read, the jobs among ids that exist, in
+	// id order, whatever their owners; a missing or malformed id is left
+	// out (the export janitor asks for every job that has files).
+	ExportJobs(ctx context.Context, ids []string) ([]ExportJob, error)
+
 	// ClaimExport leases one claimable job to owner until the database
 	// clock plus lease: the oldest queued job whose NotBefore has passed,
 	// or a running job whose lease has ended (its worker died); on

@@ -164,6 +164,31 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 	return j, wrap("export job", err)
 }
 
+// ExportJobs implements parley.Exports.
+func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error) {
+	ids = validExportIDs(ids)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+jobCols+` FROM export_jobs WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C"`, ids)
+	if err != nil {
+		return nil, wrap("export jobs", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parley.ExportJob, error) { return scanJob(r) })
+	return jobs, wrap("export jobs", err)
+}
+
+// validExportIDs returns the well-formed ids of ids.
+func validExportIDs(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if parley.CheckExportID(id) == nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // ClaimExport implements parley.Exports: one statement, whose subquery
 // skips the jobs another worker is claiming right now.
 func (db *DB) ClaimExport(ctx context.Context, owner string, lease time.Duration) (parley.ExportJob, bool, error) {

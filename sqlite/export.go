@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -112,6 +113,41 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 		var err error
 		out, err = loadJob(ctx, tx, id)
 		return err
+	})
+	return out, err
+}
+
+// ExportJobs implements parley.Exports.
+func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error) {
+	var valid []string
+	for _, id := range ids {
+		if parley.CheckExportID(id) == nil {
+			valid = append(valid, id)
+		}
+	}
+	if len(valid) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(valid)
+	if err != nil {
+		return nil, err
+	}
+	var out []parley.ExportJob
+	err = db.read(ctx, "export jobs", func(tx *txn) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+jobColumns+` FROM export_jobs
+			WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`, string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return rows.Err()
 	})
 	return out, err
 }

@@ -164,7 +164,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	})
 	download := &export.Download{
 		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
-		Keys: func() *export.Keyring { return keys.For(cfg.Current()) },
+		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
+		Timeout: func() time.Duration { return cfg.Current().StoreTimeout() },
 	}
 	api := httpapi.NewHandler(httpapi.Deps{
 		ExportLink: func(job, user string, exp time.Time) string {
