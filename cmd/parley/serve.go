@@ -40,6 +40,7 @@ type serveFlags struct {
 	ping         time.Duration
 	reauth       time.Duration
 	drainTimeout time.Duration
+	bodyTimeout  time.Duration
 	secureCookie bool
 	logFormat    string
 	configPath   string
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", middleware.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408 and its connection closed (WebSockets and downloads are not bounded by it)")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
@@ -75,6 +77,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
+	}
+	if f.bodyTimeout <= 0 {
+		return usagef("--body-timeout %s: want more than 0", f.bodyTimeout)
 	}
 	if f.exportLease < 100*time.Millisecond {
 		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
@@ -182,9 +187,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// Headers must arrive within ReadHeaderTimeout, bodies within
+	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
+	// also cut hijacked WebSockets). No WriteTimeout: a large export
+	// download takes as long as the client needs; sockets have their own
+	// write deadlines.
 	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           middleware.BodyDeadline(func() time.Duration { return f.bodyTimeout })(api),
+		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
@@ -241,6 +251,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	log.Info("stopped")
 	return nil
 }
+
+// ReadHeaderTimeout is how long a client may take to send a request's
+// headers (on a new connection, or the next request on a kept-alive one).
+const ReadHeaderTimeout = 10 * time.Second
 
 // keys hands out the export link keyring the configuration asks for:
 // export.signing_keys with export.signing_key, or, when none is configured,
