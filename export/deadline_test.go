@@ -186,4 +186,3 @@ func TestDownloadStoreDeadline(t *testing.T) {
 		}
 	})
 }
-

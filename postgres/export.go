@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"slices"
 	"time"
@@ -162,6 +163,24 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 	}
 	j, err := loadJob(ctx, db.pool, id)
 	return j, wrap("export job", err)
+}
+
+// ExportSigningKey implements parley.Exports: the insert does nothing when
+// the key exists (a concurrent first insert waits for the other's commit,
+// then does nothing), and the read after it, a statement of its own, sees
+// whichever key won.
+func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
+	key := make([]byte, parley.ExportSigningKeySize)
+	rand.Read(key)
+	if _, err := db.pool.Exec(ctx, `INSERT INTO export_signing_keys (id, secret) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
+		parley.ExportSigningKeyID, key); err != nil {
+		return "", nil, wrap("export signing key", err)
+	}
+	var got []byte
+	if err := db.pool.QueryRow(ctx, `SELECT secret FROM export_signing_keys WHERE id = $1`, parley.ExportSigningKeyID).Scan(&got); err != nil {
+		return "", nil, wrap("export signing key", err)
+	}
+	return parley.ExportSigningKeyID, got, nil
 }
 
 // ExportJobs implements parley.Exports.

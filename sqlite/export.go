@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -115,6 +116,25 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 		return err
 	})
 	return out, err
+}
+
+// ExportSigningKey implements parley.Exports: one writer, so the insert
+// and the read see one key.
+func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
+	key := make([]byte, parley.ExportSigningKeySize)
+	rand.Read(key)
+	var got []byte
+	err := db.write(ctx, "export signing key", func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO export_signing_keys (id, secret) VALUES (?, ?)`,
+			parley.ExportSigningKeyID, key); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT secret FROM export_signing_keys WHERE id = ?`, parley.ExportSigningKeyID).Scan(&got)
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return parley.ExportSigningKeyID, got, nil
 }
 
 // ExportJobs implements parley.Exports.

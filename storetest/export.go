@@ -1619,3 +1619,59 @@ func testExportJobsByIDs(t *testing.T, e *env) {
 		})
 	}
 }
+
+// testExportSigningKey: the store keeps one export link signing key for
+// the deployment. Concurrent first calls, from several handles on one
+// database (gateways starting together), all get the same key; later
+// calls and new handles get it again; it is random, of the documented size.
+func testExportSigningKey(t *testing.T, e *env) {
+	stores := []parley.Store{e.st}
+	for range 3 {
+		stores = append(stores, e.db.Open(t))
+	}
+	type got struct {
+		id  string
+		key []byte
+		err error
+	}
+	results := make(chan got, 2*len(stores))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		for range 2 {
+			wg.Go(func() {
+				<-start
+				id, key, err := st.ExportSigningKey(ctx(t))
+				results <- got{id, key, err}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	var first []byte
+	for r := range results {
+		ok(t, r.err, "export signing key")
+		if r.id != parley.ExportSigningKeyID || len(r.key) != parley.ExportSigningKeySize {
+			t.Fatalf("key id %q, %d bytes; want %q, %d bytes", r.id, len(r.key), parley.ExportSigningKeyID, parley.ExportSigningKeySize)
+		}
+		if first == nil {
+			first = r.key
+		} else if !slices.Equal(r.key, first) {
+			t.Fatal("concurrent first calls got different keys")
+		}
+	}
+	if slices.Equal(first, make([]byte, len(first))) {
+		t.Error("the key is all zeros")
+	}
+	if n := e.db.Int(t, "SELECT count(*) FROM export_signing_keys"); n != 1 {
+		t.Errorf("%d stored keys; want 1", n)
+	}
+	for i, st := range []parley.Store{e.st, e.db.Open(t)} {
+		_, key, err := st.ExportSigningKey(ctx(t))
+		ok(t, err, "export signing key again")
+		if !slices.Equal(key, first) {
+			t.Errorf("call %d after the first: another key", i)
+		}
+	}
+}
