@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/postgres/pgtest"
@@ -130,4 +132,56 @@ func TestIdleLockHolderIsEnded(t *testing.T) {
 		t.Error("the idle lock holder's session still works")
 	}
 	t.Logf("answers before the commit: %q", codes)
+}
+
+// TestRollbackAfterDeadline: a write whose context ends while it holds a
+// row lock is rolled back on a context of its own: the lock goes at once
+// and the connection stays in the pool (a rollback on the expired context
+// would fail and cost the connection).
+func TestRollbackAfterDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.DSN(t), parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ana := parley.Principal{User: "ana", DeviceID: "phone", InstallID: "i1"}
+	if _, err := db.CreateUser(ctx, parley.NewUser{ID: "ana"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateConversation(ctx, ana, parley.NewConversation{ID: "c-rb", Kind: parley.KindGroup, Title: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	pool := postgres.Pool(db)
+	wctx, cancel := context.WithCancel(ctx)
+	errGone := errors.New("the caller gave up")
+	var pid uint32
+	err = postgres.Write(db, wctx, func(tx pgx.Tx) error {
+		pid = tx.Conn().PgConn().PID()
+		if _, err := tx.Exec(wctx, `SELECT 1 FROM conversations WHERE id = 'c-rb' FOR UPDATE`); err != nil {
+			return err
+		}
+		cancel() // the caller's deadline passes while the lock is held
+		return errGone
+	})
+	if !errors.Is(err, errGone) {
+		t.Fatalf("write: %v", err)
+	}
+	// The connection went back to the pool, alive and out of its
+	// transaction.
+	kept := false
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		if c.Conn().PgConn().PID() == pid && !c.Conn().IsClosed() && c.Conn().PgConn().TxStatus() == 'I' {
+			kept = true
+		}
+		c.Release()
+	}
+	if !kept {
+		t.Error("the write's connection is not back in the pool: the rollback cost it")
+	}
+	var locked int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM conversations WHERE id = 'c-rb' FOR UPDATE NOWAIT) x`).Scan(&locked); err != nil || locked != 1 {
+		t.Errorf("the row is still locked after the rollback: %v", err)
+	}
 }
