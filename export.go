@@ -41,6 +41,11 @@ type Exports interface {
 	// Errors: NOT_FOUND (ErrExportNotFound, for a malformed id too).
 	ExportJob(ctx context.Context, id string) (ExportJob, error)
 
+	// ExportJobs returns, in one read, the jobs among ids that exist, in
+	// id order, whatever their owners; a missing or malformed id is left
+	// out (the export janitor asks for every job that has files).
+	ExportJobs(ctx context.Context, ids []string) ([]ExportJob, error)
+
 	// ClaimExport leases one claimable job to owner until the database
 	// clock plus lease: the oldest queued job whose NotBefore has passed,
 	// or a running job whose lease has ended (its worker died); on
@@ -99,7 +104,21 @@ type Exports interface {
 	// ExpireExports marks expired every done job whose ExpiresAt has passed
 	// (database clock) and returns the ids it changed.
 	ExpireExports(ctx context.Context) ([]string, error)
+
+	// ExportSigningKey returns the deployment's export link signing key:
+	// its id (ExportSigningKeyID) and ExportSigningKeySize random bytes,
+	// created on the first call. Every caller on one database gets the same
+	// key, concurrent first calls included (insert if absent, then read),
+	// so a link one gateway signs verifies on every other. The key is a
+	// secret: callers never log it.
+	ExportSigningKey(ctx context.Context) (id string, key []byte, err error)
 }
+
+// The store-kept export link signing key.
+const (
+	ExportSigningKeyID   = "store"
+	ExportSigningKeySize = 32
+)
 
 // ExportState is the state of an export job.
 type ExportState string

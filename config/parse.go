@@ -844,7 +844,7 @@ func (p *parser) export(c *Config, kv pair) {
 		case "signing_key":
 			id, ok := text(f.v)
 			if !ok || id == "" {
-				p.warn(f.path, f.v, "%s is not a key id: links are signed with the data directory's key", show(f.v))
+				p.warn(f.path, f.v, "%s is not a key id: links are signed with the key the store keeps", show(f.v))
 				continue
 			}
 			c.signKey = id
@@ -855,7 +855,7 @@ func (p *parser) export(c *Config, kv pair) {
 		}
 	}
 	if _, ok := c.signKeys[c.signKey]; c.signKey != "" && !ok {
-		p.warn("export.signing_key", kv.v, "%q names no usable key of export.signing_keys: links are signed with the data directory's key", c.signKey)
+		p.warn("export.signing_key", kv.v, "%q names no usable key of export.signing_keys: links are signed with the key the store keeps", c.signKey)
 		c.signKey = ""
 	}
 }

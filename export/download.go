@@ -1,6 +1,7 @@
 package export
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
@@ -30,7 +32,7 @@ import (
 //	job revoked, expired, or past its ExpiresAt         410
 //	job queued or running (not ready) or failed         404 NOT_FOUND
 //	artifact file missing or of the wrong size          410
-//	store unavailable                                   503 UNAVAILABLE
+//	store unavailable, or slower than Timeout           503 UNAVAILABLE (Retry-After)
 //
 // A missing job answers 410, not 404: the link's signature proves the job
 // existed, so it is gone for good and a client must not poll.
@@ -44,6 +46,10 @@ type Download struct {
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
 	Now     func() time.Time // nil: time.Now
+	// Timeout bounds each store call of a request (timeouts.store); nil:
+	// config.DefaultStoreTimeout. Sending the file has no such bound: a
+	// large download takes as long as the client needs.
+	Timeout func() time.Duration
 }
 
 // MaxRanges is the most ranges a request may ask for; more and the Range
@@ -97,7 +103,13 @@ func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now 
 		return r.URL.Query().Get("u"), err.Error()
 	}
 	ctx := r.Context()
-	job, err := d.Store.ExportJob(ctx, id)
+	timeout := config.DefaultStoreTimeout
+	if d.Timeout != nil {
+		timeout = d.Timeout()
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	job, err := d.Store.ExportJob(sctx, id)
 	switch {
 	case errors.Is(err, parley.ErrExportNotFound), parley.ErrorCode(err) == parley.CodeNotFound:
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export no longer exists")
@@ -110,7 +122,7 @@ func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now 
 		denied(w)
 		return user, "job of another user"
 	}
-	acct, err := d.Store.User(ctx, job.User)
+	acct, err := d.Store.User(sctx, job.User)
 	switch {
 	case parley.ErrorCode(err) == parley.CodeNotFound:
 		denied(w)

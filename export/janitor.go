@@ -2,7 +2,6 @@ package export
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,11 +32,19 @@ func (w *Worker) janitor(ctx context.Context) {
 //   - temp files of jobs that are not running (a crash left them), once
 //     they are older than a lease.
 //
-// The job's state and its deletion happen under the worker's lock, so a
-// job this process claims meanwhile keeps its files; a job another process
-// claims is protected by the age of its temp files and by its state.
+// It reads the states of every job that has files in one store call, and
+// never holds the worker's lock across a store call or a file operation
+// (Kick, and so POST /exports, must not wait on the disk or the database).
+// That is safe because a job's state only moves forward: revoked, expired,
+// failed for good and deleted are final, so their files may go whatever
+// happens meanwhile; a done job never needs its shards again; and for a
+// queued job, which this or another process may claim right after the
+// read, only temp files older than a lease go, which a running job does
+// not have. A job this process is running is skipped.
 func (w *Worker) Sweep(ctx context.Context) {
-	expired, err := w.o.Store.ExpireExports(ctx)
+	sctx, cancel := w.storeContext(ctx)
+	expired, err := w.o.Store.ExpireExports(sctx)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("export janitor: expiring jobs failed", "err", err)
@@ -53,40 +60,57 @@ func (w *Worker) Sweep(ctx context.Context) {
 		return
 	}
 	files := map[string][]os.DirEntry{}
-	var jobs []string
+	var ids []string
 	for _, e := range entries {
 		job, _, ok := parseName(e.Name())
 		if !ok {
 			continue
 		}
 		if files[job] == nil {
-			jobs = append(jobs, job)
+			ids = append(ids, job)
 		}
 		files[job] = append(files[job], e)
 	}
-	for _, job := range jobs {
+	if len(ids) == 0 {
+		return
+	}
+	sctx, cancel = w.storeContext(ctx)
+	jobs, err := w.o.Store.ExportJobs(sctx, ids)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("export janitor: reading the jobs failed", "jobs", len(ids), "err", err)
+		}
+		return
+	}
+	byID := make(map[string]parley.ExportJob, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	for _, id := range ids {
 		if ctx.Err() != nil {
 			return
 		}
-		w.sweepJob(ctx, job, files[job])
+		j, found := byID[id]
+		w.sweepJob(id, j, found, files[id])
 	}
 }
 
-func (w *Worker) sweepJob(ctx context.Context, id string, entries []os.DirEntry) {
+// isActive reports whether this process is running job id.
+func (w *Worker) isActive(id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.active[id] {
+	return w.active[id]
+}
+
+// sweepJob deletes what job id (found: j) no longer needs of its files.
+func (w *Worker) sweepJob(id string, j parley.ExportJob, found bool, entries []os.DirEntry) {
+	if w.isActive(id) {
 		return
 	}
-	j, err := w.o.Store.ExportJob(ctx, id)
-	switch {
-	case errors.Is(err, parley.ErrExportNotFound):
+	if !found {
+		// The job had files, so it existed: its owner's account was deleted.
 		w.removeAll(id, "job deleted")
-		return
-	case err != nil:
-		if ctx.Err() == nil {
-			w.log.Warn("export janitor: reading a job failed", "job", id, "err", err)
-		}
 		return
 	}
 	switch j.State {

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -135,6 +136,30 @@ func mac(key []byte, fields ...string) []byte {
 		h.Write([]byte(f))
 	}
 	return h.Sum(nil)
+}
+
+// KeyStore is where the deployment's signing key lives (parley.Exports).
+type KeyStore interface {
+	ExportSigningKey(ctx context.Context) (id string, key []byte, err error)
+}
+
+// StoreKeyring returns a ring that signs with the store's key (created on
+// first use, the same for every process on the database, so a link one
+// gateway hands out verifies on all of them) and also verifies with the
+// keys of also (say, the data directory's key, so links it signed before
+// keep working until they expire). A key of also with the store key's id
+// is ignored.
+func StoreKeyring(ctx context.Context, st KeyStore, also map[string][]byte) (*Keyring, error) {
+	id, key, err := st.ExportSigningKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("export signing key from the store: %w", err)
+	}
+	ring := make(map[string][]byte, len(also)+1)
+	for k, v := range also {
+		ring[k] = v
+	}
+	ring[id] = key
+	return NewKeyring(ring, id)
 }
 
 // LocalKeyID is the id of the data directory's own signing key.

@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/url"
 	"os"
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/postgres/pgtest"
+	"github.com/parleychat/parley/sqlite"
 )
 
 func TestKeyring(t *testing.T) {
@@ -129,4 +135,102 @@ func TestLocalKey(t *testing.T) {
 	if _, _, err := LocalKey(dir); err == nil {
 		t.Error("a damaged key file was accepted")
 	}
+}
+
+// TestStoreKeyring: two processes on one database (two store handles),
+// with different data-directory keys and nothing configured, sign with the
+// store's key and verify each other's links; a link the data directory's
+// key signed before still verifies on its own process, and only there.
+func TestStoreKeyring(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (parley.Store, parley.Store)
+	}{
+		{"sqlite", func(t *testing.T) (parley.Store, parley.Store) {
+			file := filepath.Join(t.TempDir(), "parley.db")
+			return openSQLite(t, file), openSQLite(t, file)
+		}},
+		{"postgres", func(t *testing.T) (parley.Store, parley.Store) {
+			dsn := pgtest.DSN(t)
+			return openPostgres(t, dsn), openPostgres(t, dsn)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st1, st2 := tc.open(t)
+			local1, _, err := LocalKey(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			local2, _, err := LocalKey(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1, err := StoreKeyring(ctxT(t), st1, local1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := StoreKeyring(ctxT(t), st2, local2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r1.Current() != parley.ExportSigningKeyID || r2.Current() != parley.ExportSigningKeyID {
+				t.Errorf("current keys %q, %q; want the store's %q", r1.Current(), r2.Current(), parley.ExportSigningKeyID)
+			}
+			now := time.Now()
+			job := parley.NewID()
+			verify := func(r *Keyring, link string) error {
+				u, err := url.Parse(link)
+				if err != nil {
+					t.Fatal(err)
+				}
+				user, err := r.Verify(job, u.Query(), now)
+				if err == nil && user != "ana" {
+					t.Errorf("verified user %q, want ana", user)
+				}
+				return err
+			}
+			for _, c := range []struct {
+				what string
+				sign *Keyring
+				on   *Keyring
+			}{{"1 on 2", r1, r2}, {"2 on 1", r2, r1}} {
+				if err := verify(c.on, c.sign.Link(job, "ana", now.Add(time.Minute))); err != nil {
+					t.Errorf("link %s: %v", c.what, err)
+				}
+			}
+			old, err := NewKeyring(local1, LocalKeyID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			link := old.Link(job, "ana", now.Add(time.Minute))
+			if err := verify(r1, link); err != nil {
+				t.Errorf("a link of the data directory's key on its own process: %v", err)
+			}
+			if err := verify(r2, link); err == nil {
+				t.Error("a link of another data directory's key verified")
+			}
+		})
+	}
+}
+
+func openSQLite(t *testing.T, file string) parley.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func openPostgres(t *testing.T, dsn string) parley.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dsn, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

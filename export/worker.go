@@ -29,7 +29,7 @@ type Options struct {
 	Store   parley.Store
 	Dir     string                // where shards and artifacts live (created if missing)
 	Log     *slog.Logger          // nil: discard
-	Config  func() *config.Config // retries, backoff, keep; nil: config.Default()
+	Config  func() *config.Config // retries, backoff, keep, timeouts.store; nil: config.Default()
 	Workers int                   // concurrent jobs, default 2
 	Lease   time.Duration         // default 30s; renewed every Lease/3 while a job runs
 	Poll    time.Duration         // idle poll interval, default 500ms
@@ -116,7 +116,15 @@ func (w *Worker) Stats() Stats {
 	}
 }
 
-// Kick wakes idle workers now (after a job was created).
+// storeContext bounds one store call of the worker and its janitor by
+// timeouts.store: a store that stops answering fails the call (and the
+// attempt, retried with backoff) instead of hanging a worker or the janitor.
+func (w *Worker) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, w.cfg().StoreTimeout())
+}
+
+// Kick wakes idle workers now (after a job was created). It takes only the
+// worker's lock, which nobody holds across a store call or file I/O.
 func (w *Worker) Kick() {
 	w.mu.Lock()
 	close(w.wake)
@@ -152,7 +160,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) loop(ctx context.Context, owner string) {
 	for ctx.Err() == nil {
 		wake := w.woken()
-		job, ok, err := w.o.Store.ClaimExport(ctx, owner, w.o.Lease)
+		sctx, cancel := w.storeContext(ctx)
+		job, ok, err := w.o.Store.ClaimExport(sctx, owner, w.o.Lease)
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("export: claim failed", "err", err)
 		}
@@ -274,7 +284,7 @@ func backoff(base time.Duration, attempt int) time.Duration {
 }
 
 func (w *Worker) fail(ctx context.Context, log *slog.Logger, owner, id, reason string, retryAfter time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := w.storeContext(ctx)
 	defer cancel()
 	if err := w.o.Store.FailExport(ctx, owner, id, reason, retryAfter); err != nil && !errors.Is(err, parley.ErrLeaseLost) {
 		// The lease runs out and another attempt takes the job over.
@@ -293,7 +303,9 @@ func (w *Worker) renew(ctx context.Context, cancel context.CancelCauseFunc, log 
 			return
 		case <-t.C:
 		}
-		err := w.o.Store.ExtendExport(ctx, owner, id, total, w.o.Lease)
+		sctx, done := w.storeContext(ctx)
+		err := w.o.Store.ExtendExport(sctx, owner, id, total, w.o.Lease)
+		done()
 		switch {
 		case errors.Is(err, parley.ErrLeaseLost), errors.Is(err, parley.ErrExportNotFound):
 			cancel(err)
@@ -302,6 +314,13 @@ func (w *Worker) renew(ctx context.Context, cancel context.CancelCauseFunc, log 
 			log.Warn("export: lease renewal failed", "err", err)
 		}
 	}
+}
+
+// call runs one store call under storeContext.
+func (w *Worker) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := w.storeContext(ctx)
+	defer cancel()
+	return fn(ctx)
 }
 
 // planned is one shard of a run.
@@ -315,16 +334,26 @@ type planned struct {
 // execute runs one attempt of a job: plan, shards, artifact, finish.
 func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob, started func(total int)) error {
 	st := w.o.Store
-	convs, err := st.ExportSnapshot(ctx, job.ID)
+	var convs []parley.ExportConv
+	err := w.call(ctx, func(ctx context.Context) (err error) {
+		convs, err = st.ExportSnapshot(ctx, job.ID)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	total := parley.ExportShardTotal(convs)
-	if err := st.ExtendExport(ctx, owner, job.ID, total, w.o.Lease); err != nil {
+	if err := w.call(ctx, func(ctx context.Context) error {
+		return st.ExtendExport(ctx, owner, job.ID, total, w.o.Lease)
+	}); err != nil {
 		return err
 	}
 	started(total)
-	recs, err := st.ExportShards(ctx, job.ID)
+	var recs []parley.ExportShard
+	err = w.call(ctx, func(ctx context.Context) (err error) {
+		recs, err = st.ExportShards(ctx, job.ID)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -369,7 +398,9 @@ func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob
 	if err != nil {
 		return err
 	}
-	if err := st.FinishExport(ctx, owner, job.ID, sha, size, w.cfg().ExportKeep()); err != nil {
+	if err := w.call(ctx, func(ctx context.Context) error {
+		return st.FinishExport(ctx, owner, job.ID, sha, size, w.cfg().ExportKeep())
+	}); err != nil {
 		return err
 	}
 	w.stats.artifacts.Add(1)
@@ -394,7 +425,11 @@ func (w *Worker) shard(ctx context.Context, owner, job string, p planned, after 
 			return rec, false, nil
 		}
 	}
-	evs, err := w.o.Store.ExportEvents(ctx, job, p.conv, after, parley.ExportShardSize)
+	var evs []parley.Event
+	err = w.call(ctx, func(ctx context.Context) (err error) {
+		evs, err = w.o.Store.ExportEvents(ctx, job, p.conv, after, parley.ExportShardSize)
+		return err
+	})
 	if err != nil {
 		return parley.ExportShard{}, false, err
 	}
@@ -428,7 +463,7 @@ func (w *Worker) shard(ctx context.Context, owner, job string, p planned, after 
 	}
 	w.stats.written.Add(1)
 	if !recorded {
-		if err := w.o.Store.RecordShard(ctx, owner, now); err != nil {
+		if err := w.call(ctx, func(ctx context.Context) error { return w.o.Store.RecordShard(ctx, owner, now) }); err != nil {
 			return parley.ExportShard{}, false, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -152,11 +153,17 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 	if out, err := add.CombinedOutput(); err != nil && !strings.Contains(strings.ToLower(string(out)), "exists") {
 		return nil, fmt.Errorf("create admin %s: %v: %s", cfg.Admin, err, strings.TrimSpace(string(out)))
 	}
+	base := []string{"--db", cfg.DB, "--data-dir", dir}
+	if !slices.Contains(cfg.ServeArgs, "--export-dir") {
+		// The gateways share dir: it is their shared export directory
+		// (which serve requires on PostgreSQL).
+		base = append(base, "--export-dir", filepath.Join(dir, "exports"))
+	}
 	var gws []*gateway
 	for i := range cfg.Spawn {
 		g := &gateway{
 			n: i, exe: exe, env: env,
-			args: append([]string{"--db", cfg.DB, "--data-dir", dir}, cfg.ServeArgs...),
+			args: append(slices.Clone(base), cfg.ServeArgs...),
 			logf: filepath.Join(dir, fmt.Sprintf("gateway-%d.log", i)),
 		}
 		if err := g.start(ctx); err != nil {

@@ -29,7 +29,9 @@
 // (the transaction is retried and finds the original); 22021 (a NUL
 // character, which PostgreSQL text cannot store) is INVALID_ARGUMENT.
 // Every other error —
-// a lost connection, a timeout, a serialization or deadlock failure — is
+// a lost connection, a timeout, a serialization or deadlock failure, a
+// lock wait past lock_timeout (55P03), a session ended by
+// idle_in_transaction_session_timeout (25P03) — is
 // returned wrapped with the operation ("postgres: send: ...") and without a
 // protocol code, which parley.ErrorCode reads as UNAVAILABLE: its outcome is
 // unknown and the client retries with the same key.
@@ -75,6 +77,40 @@ const migrationLock int64 = 0x7061726c65792e6d
 // DefaultMaxConns is the pool size when the DSN sets no pool_max_conns.
 const DefaultMaxConns = 32
 
+// Server-side guards set on every pooled connection (as run-time
+// parameters of its startup message) unless the DSN sets them itself, e.g.
+// postgres://…?lock_timeout=2s&idle_in_transaction_session_timeout=20s.
+//
+// A write holds its conversation row lock across a round trip to the
+// gateway (Send's two pipelines). A gateway that stops between them
+// (SIGSTOP, a partition, a full GC pause) would hold the lock forever and
+// queue every writer of the conversation behind it:
+//   - DefaultLockTimeout bounds a writer's wait for a row lock: it fails
+//     with SQLSTATE 55P03, which the store returns without a protocol code,
+//     so the client gets UNAVAILABLE and retries with the same key. It is
+//     half the default timeouts.store (10s), so the wait ends with an answer
+//     the caller can still deliver, not with the caller's own deadline.
+//   - DefaultIdleInTransactionTimeout ends the session of a transaction left
+//     idle that long (SQLSTATE 25P03): the server rolls it back and its locks
+//     go. A live gateway is never idle inside a transaction for more than a
+//     round trip, and gives up on the whole store call after timeouts.store
+//     (10s by default) anyway, rolling back; so a session idle for as long
+//     as that belongs to a gateway that is not coming back in time.
+const (
+	DefaultLockTimeout              = "5s"
+	DefaultIdleInTransactionTimeout = "10s"
+)
+
+// rollbackTimeout bounds a rollback. It runs on a context of its own: the
+// caller's may be the one that expired.
+const rollbackTimeout = 2 * time.Second
+
+// rollbackContext returns a context for rolling back a transaction begun
+// under ctx: ctx's values without its cancellation, and a short deadline.
+func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+}
+
 // DB is a parley.Store on a PostgreSQL database.
 type DB struct {
 	pool *pgxpool.Pool
@@ -96,6 +132,13 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 		// concurrent sends to different conversations wait for a
 		// connection, not for PostgreSQL.
 		cfg.MaxConns = DefaultMaxConns
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if _, ok := params["lock_timeout"]; !ok {
+		params["lock_timeout"] = DefaultLockTimeout
+	}
+	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
+		params["idle_in_transaction_session_timeout"] = DefaultIdleInTransactionTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -123,9 +166,13 @@ func (db *DB) migrate(ctx context.Context) error {
 		return fmt.Errorf("postgres: migrate: %w", err)
 	}
 	sort.Strings(names)
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err = inTx(ctx, db.pool, func(tx pgx.Tx) error {
 		// Two servers starting at once: the second waits here, then finds
-		// the versions the first applied.
+		// the versions the first applied, however long that takes (no
+		// lock_timeout: a migration's DDL may wait for running queries too).
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = 0`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 			return err
 		}
@@ -178,7 +225,28 @@ func (db *DB) migrate(ctx context.Context) error {
 // write runs fn in one transaction. Errors with a protocol code pass
 // through; others are wrapped with op.
 func (db *DB) write(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	return wrap(op, pgx.BeginFunc(ctx, db.pool, fn))
+	return wrap(op, inTx(ctx, db.pool, fn))
+}
+
+// inTx runs fn in a transaction and commits it, like pgx.BeginFunc, but
+// rolls back on a context of its own (rollbackContext): after ctx expired,
+// a rollback under ctx would fail at once and cost the connection, or,
+// worse, leave the locks held until the server notices.
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After a successful Commit this is a no-op (ErrTxClosed).
+		rctx, cancel := rollbackContext(ctx)
+		defer cancel()
+		tx.Rollback(rctx)
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // wrap returns err unchanged when it carries a protocol code, else wrapped

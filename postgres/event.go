@@ -95,7 +95,9 @@ func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRo
 	conn := pc.Conn()
 	defer func() {
 		if conn.PgConn().TxStatus() != 'I' {
-			conn.Exec(ctx, "rollback")
+			rctx, cancel := rollbackContext(ctx)
+			conn.Exec(rctx, "rollback")
+			cancel()
 		}
 		pc.Release()
 	}()

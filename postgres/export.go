@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"slices"
 	"time"
@@ -93,7 +94,7 @@ func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.Exp
 
 func (db *DB) createExport(ctx context.Context, p parley.Principal, r parley.ExportRequest, convID string) (parley.ExportJob, error) {
 	var out parley.ExportJob
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, db.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, exportLockSpace, p.User); err != nil {
 			return err
 		}
@@ -162,6 +163,49 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 	}
 	j, err := loadJob(ctx, db.pool, id)
 	return j, wrap("export job", err)
+}
+
+// ExportSigningKey implements parley.Exports: the insert does nothing when
+// the key exists (a concurrent first insert waits for the other's commit,
+// then does nothing), and the read after it, a statement of its own, sees
+// whichever key won.
+func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
+	key := make([]byte, parley.ExportSigningKeySize)
+	rand.Read(key)
+	if _, err := db.pool.Exec(ctx, `INSERT INTO export_signing_keys (id, secret) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
+		parley.ExportSigningKeyID, key); err != nil {
+		return "", nil, wrap("export signing key", err)
+	}
+	var got []byte
+	if err := db.pool.QueryRow(ctx, `SELECT secret FROM export_signing_keys WHERE id = $1`, parley.ExportSigningKeyID).Scan(&got); err != nil {
+		return "", nil, wrap("export signing key", err)
+	}
+	return parley.ExportSigningKeyID, got, nil
+}
+
+// ExportJobs implements parley.Exports.
+func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error) {
+	ids = validExportIDs(ids)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+jobCols+` FROM export_jobs WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C"`, ids)
+	if err != nil {
+		return nil, wrap("export jobs", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parley.ExportJob, error) { return scanJob(r) })
+	return jobs, wrap("export jobs", err)
+}
+
+// validExportIDs returns the well-formed ids of ids.
+func validExportIDs(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if parley.CheckExportID(id) == nil {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // ClaimExport implements parley.Exports: one statement, whose subquery

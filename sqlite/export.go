@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -112,6 +114,60 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 		var err error
 		out, err = loadJob(ctx, tx, id)
 		return err
+	})
+	return out, err
+}
+
+// ExportSigningKey implements parley.Exports: one writer, so the insert
+// and the read see one key.
+func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
+	key := make([]byte, parley.ExportSigningKeySize)
+	rand.Read(key)
+	var got []byte
+	err := db.write(ctx, "export signing key", func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO export_signing_keys (id, secret) VALUES (?, ?)`,
+			parley.ExportSigningKeyID, key); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT secret FROM export_signing_keys WHERE id = ?`, parley.ExportSigningKeyID).Scan(&got)
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return parley.ExportSigningKeyID, got, nil
+}
+
+// ExportJobs implements parley.Exports.
+func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error) {
+	var valid []string
+	for _, id := range ids {
+		if parley.CheckExportID(id) == nil {
+			valid = append(valid, id)
+		}
+	}
+	if len(valid) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(valid)
+	if err != nil {
+		return nil, err
+	}
+	var out []parley.ExportJob
+	err = db.read(ctx, "export jobs", func(tx *txn) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+jobColumns+` FROM export_jobs
+			WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`, string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			j, err := scanJob(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return rows.Err()
 	})
 	return out, err
 }

@@ -1569,3 +1569,109 @@ func testExportConcurrentClaims(t *testing.T, e *env) {
 		t.Errorf("%d jobs running with one attempt, want %d", n, jobs)
 	}
 }
+
+// testExportJobsByIDs: ExportJobs reads the jobs of many ids at once (the
+// janitor's one query), whatever their owners and states, in id order;
+// missing and malformed ids are left out, and nothing changes.
+func testExportJobsByIDs(t *testing.T, e *env) {
+	ps := e.users(t, "ana", "ben")
+	ana, ben := ps[0], ps[1]
+	e.group(t, ana, "c-ab")
+	e.fill(t, ana, "c-ab", 3)
+	a1 := e.newExport(t, ana, "k1", "all")
+	a2 := e.newExport(t, ana, "k2", "all")
+	b1 := e.newExport(t, ben, "k1", "all")
+	e.claim(t, e.st, "w1", time.Hour, a1.ID)
+	ok(t, e.st.FinishExport(ctx(t), "w1", a1.ID, shaOf("a"), 10, time.Hour), "finish")
+	_, err := e.st.RevokeExport(ctx(t), a2.ID)
+	ok(t, err, "revoke")
+	want := map[string]parley.ExportJob{}
+	for _, id := range []string{a1.ID, a2.ID, b1.ID} {
+		want[id] = e.job(t, id)
+	}
+	missing := parley.NewID()
+	for _, tc := range []struct {
+		name string
+		ids  []string
+		want []string
+	}{
+		{"none", nil, nil},
+		{"one", []string{b1.ID}, []string{b1.ID}},
+		{"all, any order, with a repeat", []string{b1.ID, a2.ID, a1.ID, b1.ID}, []string{a1.ID, a2.ID, b1.ID}},
+		{"missing and malformed left out", []string{missing, "", "no.dots", a2.ID, strings.Repeat("x", 500)}, []string{a2.ID}},
+		{"only missing", []string{missing}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.exportRows(t)
+			got, err := e.st.ExportJobs(ctx(t), tc.ids)
+			ok(t, err, "export jobs")
+			wantIDs := slices.Clone(tc.want)
+			slices.Sort(wantIDs)
+			var gotIDs []string
+			for _, j := range got {
+				gotIDs = append(gotIDs, j.ID)
+				wantSameJob(t, "job "+j.ID, j, want[j.ID])
+			}
+			if !slices.Equal(gotIDs, wantIDs) {
+				t.Errorf("ids %v; want %v", gotIDs, wantIDs)
+			}
+			e.exportUnchanged(t, before)
+		})
+	}
+}
+
+// testExportSigningKey: the store keeps one export link signing key for
+// the deployment. Concurrent first calls, from several handles on one
+// database (gateways starting together), all get the same key; later
+// calls and new handles get it again; it is random, of the documented size.
+func testExportSigningKey(t *testing.T, e *env) {
+	stores := []parley.Store{e.st}
+	for range 3 {
+		stores = append(stores, e.db.Open(t))
+	}
+	type got struct {
+		id  string
+		key []byte
+		err error
+	}
+	results := make(chan got, 2*len(stores))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		for range 2 {
+			wg.Go(func() {
+				<-start
+				id, key, err := st.ExportSigningKey(ctx(t))
+				results <- got{id, key, err}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	var first []byte
+	for r := range results {
+		ok(t, r.err, "export signing key")
+		if r.id != parley.ExportSigningKeyID || len(r.key) != parley.ExportSigningKeySize {
+			t.Fatalf("key id %q, %d bytes; want %q, %d bytes", r.id, len(r.key), parley.ExportSigningKeyID, parley.ExportSigningKeySize)
+		}
+		if first == nil {
+			first = r.key
+		} else if !slices.Equal(r.key, first) {
+			t.Fatal("concurrent first calls got different keys")
+		}
+	}
+	if slices.Equal(first, make([]byte, len(first))) {
+		t.Error("the key is all zeros")
+	}
+	if n := e.db.Int(t, "SELECT count(*) FROM export_signing_keys"); n != 1 {
+		t.Errorf("%d stored keys; want 1", n)
+	}
+	for i, st := range []parley.Store{e.st, e.db.Open(t)} {
+		_, key, err := st.ExportSigningKey(ctx(t))
+		ok(t, err, "export signing key again")
+		if !slices.Equal(key, first) {
+			t.Errorf("call %d after the first: another key", i)
+		}
+	}
+}

@@ -109,6 +109,8 @@ var behaviours = []behaviour{
 	{name: "export_purge_pinned", run: testExportPurgePinned},
 	{name: "export_rollback_fails_pinned", run: testExportRollbackFailsPinned},
 	{name: "export_concurrent_claims", run: testExportConcurrentClaims},
+	{name: "export_jobs_by_ids", run: testExportJobsByIDs},
+	{name: "export_signing_key", run: testExportSigningKey},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on

@@ -104,6 +104,30 @@ func serve(t testing.TB, db, dataDir string, env ...string) *proc {
 	return serveEnv(t, env, "--db", db, "--data-dir", dataDir)
 }
 
+// withExportDir adds the --export-dir a PostgreSQL server needs when args
+// name none: DATA-DIR/exports (the SQLite default, which the tests read),
+// or a temporary directory.
+func withExportDir(t testing.TB, args []string) []string {
+	pg, dir := false, ""
+	for i, a := range args {
+		switch {
+		case a == "--export-dir":
+			return args
+		case a == "--db" && i+1 < len(args):
+			pg = strings.HasPrefix(args[i+1], "postgres")
+		case a == "--data-dir" && i+1 < len(args):
+			dir = args[i+1]
+		}
+	}
+	if !pg {
+		return args
+	}
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	return append(slices.Clone(args), "--export-dir", filepath.Join(dir, "exports"))
+}
+
 // serveArgs starts `parley serve` with extra arguments.
 func serveArgs(t testing.TB, args ...string) *proc {
 	t.Helper()
@@ -116,6 +140,7 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 		// Never the default ./parley-data: that is the package directory.
 		args = append(args, "--data-dir", t.TempDir())
 	}
+	args = withExportDir(t, args)
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
 	cmd.Dir = t.TempDir() // a relative default path lands there, not in the tree
 	cmd.Env = append(os.Environ(), append([]string{"PARLEY_E2E_CHILD=1", "PARLEY_FAULTS="}, env...)...)

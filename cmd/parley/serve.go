@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -40,6 +41,7 @@ type serveFlags struct {
 	ping         time.Duration
 	reauth       time.Duration
 	drainTimeout time.Duration
+	bodyTimeout  time.Duration
 	secureCookie bool
 	logFormat    string
 	configPath   string
@@ -61,10 +63,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", middleware.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408 and its connection closed (WebSockets and downloads are not bounded by it)")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
-	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written (shared by every gateway of a cluster); default DATA-DIR/exports")
+	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; default (SQLite) DATA-DIR/exports")
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	if err := parseFlags(fs, args, getenv); err != nil {
@@ -76,8 +79,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
 	}
+	if f.bodyTimeout <= 0 {
+		return usagef("--body-timeout %s: want more than 0", f.bodyTimeout)
+	}
 	if f.exportLease < 100*time.Millisecond {
 		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
+	}
+	if err := requireSharedExportDir(fs, f.dsn()); err != nil {
+		return err
 	}
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
@@ -155,7 +164,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Timeout:   func() time.Duration { return cfg.Current().StoreTimeout() },
 	})
 	registerHubMetrics(m, hub)
-	keys, err := newKeys(f.dataDir, log)
+	keys, err := newKeys(f.dataDir, store, func() time.Duration { return cfg.Current().StoreTimeout() }, log)
 	if err != nil {
 		return err
 	}
@@ -164,11 +173,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	})
 	download := &export.Download{
 		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
-		Keys: func() *export.Keyring { return keys.For(cfg.Current()) },
+		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
+		Timeout: func() time.Duration { return cfg.Current().StoreTimeout() },
 	}
 	api := httpapi.NewHandler(httpapi.Deps{
 		ExportLink: func(job, user string, exp time.Time) string {
-			return keys.For(cfg.Current()).Link(job, user, exp)
+			if ring := keys.For(cfg.Current()); ring != nil {
+				return ring.Link(job, user, exp)
+			}
+			return "" // the store's key could not be read: no link this time
 		},
 		KickExports: worker.Kick, Download: download,
 		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
@@ -181,9 +194,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// Headers must arrive within ReadHeaderTimeout, bodies within
+	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
+	// also cut hijacked WebSockets). No WriteTimeout: a large export
+	// download takes as long as the client needs; sockets have their own
+	// write deadlines.
 	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           middleware.BodyDeadline(func() time.Duration { return f.bodyTimeout })(api),
+		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
@@ -241,41 +259,90 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
-// keys hands out the export link keyring the configuration asks for:
-// export.signing_keys with export.signing_key, or, when none is configured,
-// the key of the data directory (one node, or nodes sharing that directory).
-// A keyring is built once per configuration.
-type keys struct {
-	log   *slog.Logger
-	local *export.Keyring
-	mu    sync.Mutex
-	cfg   *config.Config
-	ring  *export.Keyring
+// requireSharedExportDir refuses a PostgreSQL store without an explicit
+// --export-dir (flag or PARLEY_EXPORT_DIR). Gateways on one database share
+// export jobs: whichever runs a job writes its file, whichever gets the
+// download serves it, so they must all see one directory. The default,
+// DATA-DIR/exports, is private to each gateway, and a link would then be
+// 410 on every gateway but one; only the operator knows the shared path.
+func requireSharedExportDir(fs *flag.FlagSet, dsn string) error {
+	if kind, err := storeKind(dsn); err != nil || kind != "postgres" {
+		return nil // SQLite is one node; a bad --db is reported when opened
+	}
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "export-dir" })
+	if set {
+		return nil
+	}
+	return usagef("serve: a PostgreSQL store needs --export-dir (or PARLEY_EXPORT_DIR): a directory every gateway of the deployment shares (NFS or another shared volume; with one gateway, any local directory), because export files are written by the gateway that runs the job and downloaded from any gateway")
 }
 
-func newKeys(dataDir string, log *slog.Logger) (*keys, error) {
-	k, id, err := export.LocalKey(dataDir)
+// ReadHeaderTimeout is how long a client may take to send a request's
+// headers (on a new connection, or the next request on a kept-alive one).
+const ReadHeaderTimeout = 10 * time.Second
+
+// keys hands out the export link keyring the configuration asks for:
+// export.signing_keys with export.signing_key when configured; otherwise
+// the key the store keeps (export.StoreKeyring), which every gateway on the
+// database shares, so a link one hands out works on all of them with no
+// configuration. The data directory's key, which signed links before the
+// store kept one, still verifies. A keyring is built once per
+// configuration; the store key is read once, without any lock held, and
+// while the store cannot be read there is no keyring (downloads answer
+// 503, never a 403 for a link that is good).
+type keys struct {
+	log     *slog.Logger
+	store   export.KeyStore
+	timeout func() time.Duration
+	local   map[string][]byte
+
+	db atomic.Pointer[export.Keyring] // the store key's ring, once read
+
+	mu   sync.Mutex
+	cfg  *config.Config
+	ring *export.Keyring // of cfg's signing_keys; nil: none or unusable
+}
+
+func newKeys(dataDir string, store export.KeyStore, timeout func() time.Duration, log *slog.Logger) (*keys, error) {
+	local, _, err := export.LocalKey(dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("export signing key: %w", err)
 	}
-	local, err := export.NewKeyring(k, id)
-	if err != nil {
-		return nil, err
-	}
-	return &keys{log: log, local: local}, nil
+	return &keys{log: log, store: store, timeout: timeout, local: local}, nil
 }
 
+// For returns the keyring in force under cfg, or nil while there is none.
 func (k *keys) For(cfg *config.Config) *export.Keyring {
+	if r := k.configured(cfg); r != nil {
+		return r
+	}
+	if r := k.db.Load(); r != nil {
+		return r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), k.timeout())
+	defer cancel()
+	r, err := export.StoreKeyring(ctx, k.store, k.local)
+	if err != nil {
+		k.log.Warn("export signing key: the store did not answer; downloads wait for it", "err", err)
+		return nil
+	}
+	k.db.Store(r)
+	return r
+}
+
+// configured returns the ring of cfg's export.signing_keys, nil when none
+// is configured or it is unusable (warned once per configuration).
+func (k *keys) configured(cfg *config.Config) *export.Keyring {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if cfg == k.cfg {
 		return k.ring
 	}
-	k.cfg, k.ring = cfg, k.local
+	k.cfg, k.ring = cfg, nil
 	if ring, current := cfg.SigningKeys(); current != "" {
 		r, err := export.NewKeyring(ring, current)
 		if err != nil {
-			k.log.Warn("export.signing_keys unusable; signing with the data directory's key", "err", err)
+			k.log.Warn("export.signing_keys unusable; signing with the store's key", "err", err)
 		} else {
 			k.ring = r
 		}
