@@ -248,6 +248,14 @@ type Feeder interface {
 	// for that user's sockets.
 	Joined(ctx context.Context, user string) ([]Head, error)
 
+	// OpenPeriods returns the open membership periods of the named users,
+	// each with its conversation's head and epoch, in one read: what a
+	// gateway re-learns for its subscribed users after its bus lost
+	// notices (a join it never heard of). Ordered by user, then
+	// conversation; malformed and unknown user ids are left out, none for
+	// none.
+	OpenPeriods(ctx context.Context, users []string) ([]OpenPeriod, error)
+
 	// Ping checks that the store answers (readiness).
 	Ping(ctx context.Context) error
 }
@@ -257,6 +265,14 @@ type Head struct {
 	Conv  string
 	Seq   int64
 	Epoch int64
+}
+
+// OpenPeriod is a user's open membership period (From is the seq of their
+// join event) with the conversation's head and epoch.
+type OpenPeriod struct {
+	User string
+	From int64
+	Head
 }
 
 // Membership is one membership period of one user.
@@ -299,6 +315,18 @@ func CheckFeed(conv string, after int64, limit int) error {
 		return Errorf(CodeInvalidArgument, "limit must be at least 1")
 	}
 	return nil
+}
+
+// UserIDs returns the ids of Feeder.OpenPeriods that can name a user:
+// malformed ones are left out like unknown ones.
+func UserIDs(users []string) []string {
+	ids := make([]string, 0, len(users))
+	for _, id := range users {
+		if ValidUserID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // HeadIDs returns the ids of Feeder.Heads that can name a conversation:
