@@ -22,6 +22,7 @@ type worker struct {
 	want  map[string]int64       // conv → highest committed seq announced
 	named map[string][]string    // conv → members named by membership notices
 	base  map[string]parley.Head // conv → head when a socket subscribed
+	start map[string]int64       // conv → pushed seq to start from, after a bus loss (join)
 	heads map[string]parley.Head // conv → head the backstop read
 	reads map[readKey]parley.Notice
 
@@ -39,7 +40,7 @@ type convState struct {
 func newWorker(h *Hub) *worker {
 	return &worker{
 		h: h, signal: make(chan struct{}, 1),
-		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{},
+		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
 		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
 		states: map[string]*convState{},
 	}
@@ -78,6 +79,23 @@ func (w *worker) baseline(hd parley.Head) {
 	w.wake()
 }
 
+// join is a join re-learned after a bus loss: p.User is in p.Conv since
+// p.From. A conversation not pushed here yet starts at the join (as the
+// lost notice would have made it); one already pushed goes on from there,
+// which covers the join too.
+func (w *worker) join(p parley.OpenPeriod) {
+	w.mu.Lock()
+	if s, ok := w.start[p.Conv]; !ok || p.From-1 < s {
+		w.start[p.Conv] = p.From - 1
+	}
+	if p.Seq > w.want[p.Conv] {
+		w.want[p.Conv] = p.Seq
+	}
+	w.named[p.Conv] = append(w.named[p.Conv], p.User)
+	w.mu.Unlock()
+	w.wake()
+}
+
 func (w *worker) check(hd parley.Head) {
 	w.mu.Lock()
 	w.heads[hd.Conv] = hd
@@ -102,10 +120,15 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.signal:
 		}
 		w.mu.Lock()
-		want, named, base, heads, reads := w.want, w.named, w.base, w.heads, w.reads
-		w.want, w.named, w.base, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
+		want, named, base, start, heads, reads := w.want, w.named, w.base, w.start, w.heads, w.reads
+		w.want, w.named, w.base, w.start, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]int64{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
 		w.mu.Unlock()
 
+		for conv, seq := range start { // before base and heads: they would start at the head
+			if w.states[conv] == nil {
+				w.states[conv] = &convState{pushed: seq}
+			}
+		}
 		for conv, hd := range base {
 			if w.states[conv] == nil {
 				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
