@@ -97,7 +97,9 @@ type Store interface {
 	// at most r.Limit (capped at MaxPage), read over indexes so a page costs
 	// O(page) however long the invisible ranges are. Recalled messages come
 	// with an empty body and Recalled set. Head is capped at the caller's
-	// last visible seq (Periods.Head). NextAfter is the last returned seq,
+	// last visible seq (Periods.Head), and MinSeq at Head+1, so a former
+	// member learns nothing of later activity, a purge past their cap
+	// included. NextAfter is the last returned seq,
 	// or Head when the page is empty; it never skips a visible event.
 	// HasMore is true when a visible event exists after NextAfter in the
 	// same read. Trimmed is true when After < MinSeq-1. Check order:
@@ -132,7 +134,8 @@ type Store interface {
 	// conversation's latest event, a former member's the time of their last
 	// visible event; ties go by conversation id. Cost grows with the number
 	// of conversations, not with history: unread stops counting at
-	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set).
+	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set). Head
+	// and MinSeq are capped as in Sync.
 	Convs(ctx context.Context, p Principal) ([]ConvSummary, error)
 
 	// Fetch returns one event (a recalled message with an empty body and
