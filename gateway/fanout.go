@@ -200,8 +200,11 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 }
 
 // deliver queues each event to every subscribed socket of every user who
-// may see it, encoded once; large conversations get a hint instead.
+// may see it, encoded once; large conversations get a hint instead. A hint
+// (here, or a push over the high-water mark) carries the head capped for
+// its user: a former member learns nothing above their last visible seq.
 func (w *worker) deliver(f parley.Feed) {
+	caps := formerCaps(f)
 	for _, ev := range f.Events {
 		if fault.Hit(fault.GatewayPush) != nil {
 			continue // lab fault: this push is lost (the client must notice the gap)
@@ -216,13 +219,38 @@ func (w *worker) deliver(f parley.Feed) {
 			fr = &frame{b: wire.MarshalFrame(wire.EventPush(ev))}
 		}
 		for _, c := range w.h.subscribers(f.Conv, audience...) {
+			head := f.Head
+			if hd, ok := caps[c.p.User]; ok {
+				head = hd
+			}
 			if large {
-				c.hint(f.Conv, f.Head)
+				c.hint(f.Conv, head)
 			} else {
-				c.push(fr, f.Conv, f.Head)
+				c.push(fr, f.Conv, head)
 			}
 		}
 	}
+}
+
+// formerCaps returns, for each user of f whose last period in f has ended,
+// the head capped for them (Periods.Head): the end of that period. Users
+// with an open period see f.Head and are left out. A period that starts
+// after f's events is not in f; its join event comes in a later Feed, with
+// its own heads.
+func formerCaps(f parley.Feed) map[string]int64 {
+	last := map[string]parley.Period{}
+	for _, m := range f.Members {
+		if p, ok := last[m.User]; !ok || m.From > p.From {
+			last[m.User] = m.Period
+		}
+	}
+	caps := map[string]int64{}
+	for u, p := range last {
+		if !p.Open() {
+			caps[u] = parley.Periods{p}.Head(f.Head)
+		}
+	}
+	return caps
 }
 
 // epochChanged handles a rollback: its seqs will be reused, so a hint (which
@@ -237,12 +265,14 @@ func (w *worker) epochChanged(conv string, hd parley.Head) {
 	}
 }
 
-// readHint tells a user's other devices that their read cursor moved.
+// readHint tells a user's other devices that their read cursor moved. Its
+// head is the read seq itself: the notice does not say whether the user is
+// still a member, and the conversation's head would tell a former member
+// of activity after they left. A read seq is never above the reader's
+// capped head (the store refuses CURSOR_AHEAD), and events after it reach
+// the devices as pushes of their own.
 func (w *worker) readHint(n parley.Notice) {
 	head := n.Seq
-	if st := w.states[n.Conv]; st != nil && st.pushed > head {
-		head = st.pushed
-	}
 	read := n.Seq
 	var fr *frame
 	for _, c := range w.h.subscribers(n.Conv, n.User) {
