@@ -172,7 +172,6 @@ type Hub struct {
 	draining atomic.Bool
 
 	workers []*worker
-	poke    chan struct{} // ask the backstop to poll now
 	lost    chan struct{} // the bus lost notices: recover
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
@@ -202,7 +201,6 @@ func New(o Options) *Hub {
 		revoked: map[string]time.Time{},
 		subs:    map[string]map[*conn]struct{}{},
 		watch:   map[string]int{},
-		poke:    make(chan struct{}, 1),
 		lost:    make(chan struct{}, 1),
 	}
 	h.workers = make([]*worker, o.Workers)
@@ -233,7 +231,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	for _, w := range h.workers {
 		wg.Go(func() { w.run(ctx) })
 	}
-	wg.Go(func() { every(ctx, h.o.Backstop, h.poke, func() { h.backstop(ctx) }) })
+	wg.Go(func() { every(ctx, h.o.Backstop, nil, func() { h.backstop(ctx) }) })
 	wg.Go(func() { h.recoverLoop(ctx) })
 	wg.Go(func() { every(ctx, h.o.PingEvery, nil, h.keepalive) })
 	wg.Go(func() { every(ctx, h.o.Reauth, nil, func() { h.reauth(ctx) }) })
