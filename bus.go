@@ -38,8 +38,8 @@ func AccountNotice(user string) Notice { return Notice{User: user} }
 // the same conversation from another publisher. Receivers must therefore
 // treat notices as hints: a seq gap is filled by reading the Store, a
 // conversation's head is polled now and then as a backstop, and BusHandler.Lost
-// says that notices may have been missed since some point, so every local
-// client resyncs.
+// says that notices may have been missed since some point, so the receiver
+// reads the store for what they would have said.
 //
 // Publish is called only after the change has committed (never inside the
 // transaction: SPEC §3.1) and never blocks on the network: implementations
@@ -60,6 +60,9 @@ type BusHandler interface {
 	// Notify receives a batch of notices, in order per publisher.
 	Notify(ns []Notice)
 	// Lost says notices may have been missed (the bus lost its connection
-	// and reconnected): every local subscriber must resync.
+	// and reconnected, or dropped what it buffered): the receiver must
+	// recover what they would have said. The gateway polls the store for
+	// it and resyncs its sockets only when that fails (gateway.Hub.Lost).
+	// Lost must not block.
 	Lost()
 }

@@ -97,7 +97,9 @@ type Store interface {
 	// at most r.Limit (capped at MaxPage), read over indexes so a page costs
 	// O(page) however long the invisible ranges are. Recalled messages come
 	// with an empty body and Recalled set. Head is capped at the caller's
-	// last visible seq (Periods.Head). NextAfter is the last returned seq,
+	// last visible seq (Periods.Head), and MinSeq at Head+1, so a former
+	// member learns nothing of later activity, a purge past their cap
+	// included. NextAfter is the last returned seq,
 	// or Head when the page is empty; it never skips a visible event.
 	// HasMore is true when a visible event exists after NextAfter in the
 	// same read. Trimmed is true when After < MinSeq-1. Check order:
@@ -132,7 +134,8 @@ type Store interface {
 	// conversation's latest event, a former member's the time of their last
 	// visible event; ties go by conversation id. Cost grows with the number
 	// of conversations, not with history: unread stops counting at
-	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set).
+	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set). Head
+	// and MinSeq are capped as in Sync.
 	Convs(ctx context.Context, p Principal) ([]ConvSummary, error)
 
 	// Fetch returns one event (a recalled message with an empty body and
@@ -248,6 +251,14 @@ type Feeder interface {
 	// for that user's sockets.
 	Joined(ctx context.Context, user string) ([]Head, error)
 
+	// OpenPeriods returns the open membership periods of the named users,
+	// each with its conversation's head and epoch, in one read: what a
+	// gateway re-learns for its subscribed users after its bus lost
+	// notices (a join it never heard of). Ordered by user, then
+	// conversation; malformed and unknown user ids are left out, none for
+	// none.
+	OpenPeriods(ctx context.Context, users []string) ([]OpenPeriod, error)
+
 	// Ping checks that the store answers (readiness).
 	Ping(ctx context.Context) error
 }
@@ -257,6 +268,14 @@ type Head struct {
 	Conv  string
 	Seq   int64
 	Epoch int64
+}
+
+// OpenPeriod is a user's open membership period (From is the seq of their
+// join event) with the conversation's head and epoch.
+type OpenPeriod struct {
+	User string
+	From int64
+	Head
 }
 
 // Membership is one membership period of one user.
@@ -299,6 +318,18 @@ func CheckFeed(conv string, after int64, limit int) error {
 		return Errorf(CodeInvalidArgument, "limit must be at least 1")
 	}
 	return nil
+}
+
+// UserIDs returns the ids of Feeder.OpenPeriods that can name a user:
+// malformed ones are left out like unknown ones.
+func UserIDs(users []string) []string {
+	ids := make([]string, 0, len(users))
+	for _, id := range users {
+		if ValidUserID(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // HeadIDs returns the ids of Feeder.Heads that can name a conversation:

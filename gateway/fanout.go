@@ -22,6 +22,7 @@ type worker struct {
 	want  map[string]int64       // conv → highest committed seq announced
 	named map[string][]string    // conv → members named by membership notices
 	base  map[string]parley.Head // conv → head when a socket subscribed
+	start map[string]int64       // conv → pushed seq to start from, after a bus loss (join)
 	heads map[string]parley.Head // conv → head the backstop read
 	reads map[readKey]parley.Notice
 
@@ -39,7 +40,7 @@ type convState struct {
 func newWorker(h *Hub) *worker {
 	return &worker{
 		h: h, signal: make(chan struct{}, 1),
-		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{},
+		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
 		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
 		states: map[string]*convState{},
 	}
@@ -78,6 +79,23 @@ func (w *worker) baseline(hd parley.Head) {
 	w.wake()
 }
 
+// join is a join re-learned after a bus loss: p.User is in p.Conv since
+// p.From. A conversation not pushed here yet starts at the join (as the
+// lost notice would have made it); one already pushed goes on from there,
+// which covers the join too.
+func (w *worker) join(p parley.OpenPeriod) {
+	w.mu.Lock()
+	if s, ok := w.start[p.Conv]; !ok || p.From-1 < s {
+		w.start[p.Conv] = p.From - 1
+	}
+	if p.Seq > w.want[p.Conv] {
+		w.want[p.Conv] = p.Seq
+	}
+	w.named[p.Conv] = append(w.named[p.Conv], p.User)
+	w.mu.Unlock()
+	w.wake()
+}
+
 func (w *worker) check(hd parley.Head) {
 	w.mu.Lock()
 	w.heads[hd.Conv] = hd
@@ -102,10 +120,15 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.signal:
 		}
 		w.mu.Lock()
-		want, named, base, heads, reads := w.want, w.named, w.base, w.heads, w.reads
-		w.want, w.named, w.base, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
+		want, named, base, start, heads, reads := w.want, w.named, w.base, w.start, w.heads, w.reads
+		w.want, w.named, w.base, w.start, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]int64{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
 		w.mu.Unlock()
 
+		for conv, seq := range start { // before base and heads: they would start at the head
+			if w.states[conv] == nil {
+				w.states[conv] = &convState{pushed: seq}
+			}
+		}
 		for conv, hd := range base {
 			if w.states[conv] == nil {
 				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
@@ -177,8 +200,11 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 }
 
 // deliver queues each event to every subscribed socket of every user who
-// may see it, encoded once; large conversations get a hint instead.
+// may see it, encoded once; large conversations get a hint instead. A hint
+// (here, or a push over the high-water mark) carries the head capped for
+// its user: a former member learns nothing above their last visible seq.
 func (w *worker) deliver(f parley.Feed) {
+	caps := formerCaps(f)
 	for _, ev := range f.Events {
 		if fault.Hit(fault.GatewayPush) != nil {
 			continue // lab fault: this push is lost (the client must notice the gap)
@@ -193,13 +219,38 @@ func (w *worker) deliver(f parley.Feed) {
 			fr = &frame{b: wire.MarshalFrame(wire.EventPush(ev))}
 		}
 		for _, c := range w.h.subscribers(f.Conv, audience...) {
+			head := f.Head
+			if hd, ok := caps[c.p.User]; ok {
+				head = hd
+			}
 			if large {
-				c.hint(f.Conv, f.Head)
+				c.hint(f.Conv, head)
 			} else {
-				c.push(fr, f.Conv, f.Head)
+				c.push(fr, f.Conv, head)
 			}
 		}
 	}
+}
+
+// formerCaps returns, for each user of f whose last period in f has ended,
+// the head capped for them (Periods.Head): the end of that period. Users
+// with an open period see f.Head and are left out. A period that starts
+// after f's events is not in f; its join event comes in a later Feed, with
+// its own heads.
+func formerCaps(f parley.Feed) map[string]int64 {
+	last := map[string]parley.Period{}
+	for _, m := range f.Members {
+		if p, ok := last[m.User]; !ok || m.From > p.From {
+			last[m.User] = m.Period
+		}
+	}
+	caps := map[string]int64{}
+	for u, p := range last {
+		if !p.Open() {
+			caps[u] = parley.Periods{p}.Head(f.Head)
+		}
+	}
+	return caps
 }
 
 // epochChanged handles a rollback: its seqs will be reused, so a hint (which
@@ -214,12 +265,14 @@ func (w *worker) epochChanged(conv string, hd parley.Head) {
 	}
 }
 
-// readHint tells a user's other devices that their read cursor moved.
+// readHint tells a user's other devices that their read cursor moved. Its
+// head is the read seq itself: the notice does not say whether the user is
+// still a member, and the conversation's head would tell a former member
+// of activity after they left. A read seq is never above the reader's
+// capped head (the store refuses CURSOR_AHEAD), and events after it reach
+// the devices as pushes of their own.
 func (w *worker) readHint(n parley.Notice) {
 	head := n.Seq
-	if st := w.states[n.Conv]; st != nil && st.pushed > head {
-		head = st.pushed
-	}
 	read := n.Seq
 	var fr *frame
 	for _, c := range w.h.subscribers(n.Conv, n.User) {

@@ -9,7 +9,10 @@
 // decided by the same visibility rules as a sync. Notices are hints: a seq
 // gap is filled by reading the store, a slow poll of the heads of watched
 // conversations backs up a publisher that died between commit and publish,
-// and a bus that lost its connection makes every socket resync. Pushes are
+// and a bus that lost notices makes the gateway poll the store for what it
+// missed (heads of watched conversations, open periods of its users) and
+// push that; only when that poll fails do sockets get resync, spread over
+// a window. Pushes are
 // an optimisation on top of sync, never the only way an event arrives: a
 // client that sees a gap syncs.
 //
@@ -20,10 +23,13 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +68,14 @@ type Options struct {
 	// Backstop is how often the heads of watched conversations are polled
 	// (default 5s).
 	Backstop time.Duration
+	// ResyncWindow: after a bus loss the hub polls the store and pushes
+	// what it missed; only when that poll fails does every subscribed
+	// socket get resync, each at a random moment within this window
+	// (default 10s), so the clients of a gateway do not all sync at once.
+	ResyncWindow time.Duration
+	// Jitter picks one socket's resync delay in [0, window) (nil:
+	// uniformly at random).
+	Jitter func(window time.Duration) time.Duration
 	// Reauth is how often every socket's token is checked again (default
 	// 1m): a token logged out on another gateway, or an account disabled,
 	// ends its sockets within it. A logout through this gateway's own HTTP
@@ -120,6 +134,12 @@ func (o Options) withDefaults() Options {
 	if o.Backstop <= 0 {
 		o.Backstop = 5 * time.Second
 	}
+	if o.ResyncWindow <= 0 {
+		o.ResyncWindow = DefaultResyncWindow
+	}
+	if o.Jitter == nil {
+		o.Jitter = uniformJitter
+	}
 	if o.Workers <= 0 {
 		o.Workers = 8
 	}
@@ -152,7 +172,7 @@ type Hub struct {
 	draining atomic.Bool
 
 	workers []*worker
-	poke    chan struct{} // ask the backstop to poll now
+	lost    chan struct{} // the bus lost notices: recover
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
 
@@ -165,7 +185,8 @@ type Stats struct {
 	Pushed    atomic.Int64 // event frames queued to sockets
 	Hinted    atomic.Int64 // hint frames queued
 	Kicked    atomic.Int64 // sockets closed for a full queue
-	Resyncs   atomic.Int64 // resync frames sent after a bus loss
+	Resyncs   atomic.Int64 // resync frames sent after a bus loss the store poll could not cover
+	Recovered atomic.Int64 // bus losses covered by polling the store (no resync)
 	Backstops atomic.Int64 // conversations the backstop found behind
 	Revoked   atomic.Int64 // sockets closed because their token stopped working
 }
@@ -180,7 +201,7 @@ func New(o Options) *Hub {
 		revoked: map[string]time.Time{},
 		subs:    map[string]map[*conn]struct{}{},
 		watch:   map[string]int{},
-		poke:    make(chan struct{}, 1),
+		lost:    make(chan struct{}, 1),
 	}
 	h.workers = make([]*worker, o.Workers)
 	for i := range h.workers {
@@ -210,7 +231,8 @@ func (h *Hub) Run(ctx context.Context) error {
 	for _, w := range h.workers {
 		wg.Go(func() { w.run(ctx) })
 	}
-	wg.Go(func() { every(ctx, h.o.Backstop, h.poke, func() { h.backstop(ctx) }) })
+	wg.Go(func() { every(ctx, h.o.Backstop, nil, func() { h.backstop(ctx) }) })
+	wg.Go(func() { h.recoverLoop(ctx) })
 	wg.Go(func() { every(ctx, h.o.PingEvery, nil, h.keepalive) })
 	wg.Go(func() { every(ctx, h.o.Reauth, nil, func() { h.reauth(ctx) }) })
 	var err error
@@ -556,20 +578,13 @@ func (h *Hub) RevokeUser(user string) {
 	h.Publish(parley.AccountNotice(user))
 }
 
-// Lost tells every subscribed socket to resync and polls the heads now.
+// Lost says the bus may have lost notices. It never blocks: the recovery
+// (recoverLoop) runs on its own goroutine, and losses reported while one
+// runs are covered by one more.
 func (h *Hub) Lost() {
 	h.metric(func(m Metrics) { m.BusGap() })
-	f := &frame{b: wire.MarshalFrame(wire.Resync())}
-	h.mu.RLock()
-	for _, set := range h.subs {
-		for c := range set {
-			c.enqueue(f)
-			h.stats.Resyncs.Add(1)
-		}
-	}
-	h.mu.RUnlock()
 	select {
-	case h.poke <- struct{}{}:
+	case h.lost <- struct{}{}:
 	default:
 	}
 }
@@ -644,21 +659,162 @@ func (h *Hub) RevokeToken(token string) {
 // backstop polls the heads of watched conversations and hands the ones
 // ahead of what was pushed to their workers.
 func (h *Hub) backstop(ctx context.Context) {
+	if err := h.pollHeads(ctx); err != nil && ctx.Err() == nil {
+		h.log.Warn("backstop: reading heads failed", "err", err)
+	}
+}
+
+// pollBatch bounds the ids of one store read of the poll.
+const pollBatch = 1000
+
+// pollHeads reads the heads of watched conversations, pollBatch at a time,
+// and hands each to its worker, which pushes what it is behind on exactly
+// as if the notices had come.
+func (h *Hub) pollHeads(ctx context.Context) error {
 	convs := h.watched()
 	for len(convs) > 0 {
-		batch := convs[:min(len(convs), 1000)]
+		batch := convs[:min(len(convs), pollBatch)]
 		convs = convs[len(batch):]
 		qctx, cancel := context.WithTimeout(ctx, h.timeout())
 		heads, err := h.store.Heads(qctx, batch)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("backstop: reading heads failed", "err", err)
-			}
-			return
+			return err
 		}
 		for _, hd := range heads {
 			h.worker(hd.Conv).check(hd)
+		}
+	}
+	return nil
+}
+
+// DefaultResyncWindow is the default of Options.ResyncWindow.
+const DefaultResyncWindow = 10 * time.Second
+
+func uniformJitter(window time.Duration) time.Duration {
+	if window <= 0 {
+		return 0
+	}
+	return rand.N(window)
+}
+
+// recoverLoop covers each bus loss: poll the store for what the lost
+// notices would have said and push it; when the poll fails, resync every
+// subscribed socket, spread over ResyncWindow.
+func (h *Hub) recoverLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.lost:
+		}
+		err := h.recoverLoss(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			h.stats.Recovered.Add(1)
+			continue
+		}
+		h.log.Warn("bus loss: polling the store failed; spreading resync over the sockets", "err", err, "window", h.o.ResyncWindow)
+		h.spreadResync(ctx)
+	}
+}
+
+// recoverLoss re-learns what a bus loss may have hidden, in few store
+// reads: the open periods of every subscribed user (a join whose notice
+// was lost leaves a conversation unwatched here; its worker starts at the
+// join seq, as the notice would have made it) and then the heads of every
+// watched conversation (events, leaves and rollbacks whose notices were
+// lost). Workers push what changed through the usual Feed; conversations
+// that did not change cost nothing more.
+func (h *Hub) recoverLoss(ctx context.Context) error {
+	h.mu.RLock()
+	users := make([]string, 0, len(h.subs))
+	for u := range h.subs {
+		users = append(users, u)
+	}
+	h.mu.RUnlock()
+	for len(users) > 0 {
+		batch := users[:min(len(users), pollBatch)]
+		users = users[len(batch):]
+		qctx, cancel := context.WithTimeout(ctx, h.timeout())
+		periods, err := h.store.OpenPeriods(qctx, batch)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, p := range periods {
+			h.relearn(p)
+		}
+	}
+	return h.pollHeads(ctx)
+}
+
+// relearn makes the subscribed sockets of p.User that do not watch p.Conv
+// watch it, after telling the worker to start from the join seq: were it
+// marked watched first, a backstop poll could reach the worker before and
+// start it at the head, skipping the join.
+func (h *Hub) relearn(p parley.OpenPeriod) {
+	h.mu.RLock()
+	missing := false
+	for c := range h.subs[p.User] {
+		if _, ok := c.watched[p.Conv]; !ok {
+			missing = true
+			break
+		}
+	}
+	h.mu.RUnlock()
+	if !missing {
+		return
+	}
+	h.worker(p.Conv).join(p)
+	h.mu.Lock()
+	for c := range h.subs[p.User] {
+		if _, ok := c.watched[p.Conv]; !ok {
+			c.watched[p.Conv] = struct{}{}
+			h.watch[p.Conv]++
+		}
+	}
+	h.mu.Unlock()
+}
+
+// spreadResync sends resync to every subscribed socket, each at its own
+// moment within ResyncWindow (Jitter), so a loss the store cannot cover
+// does not make every client of the gateway sync at the same instant.
+func (h *Hub) spreadResync(ctx context.Context) {
+	type due struct {
+		at time.Duration
+		c  *conn
+	}
+	h.mu.RLock()
+	var ds []due
+	for _, set := range h.subs {
+		for c := range set {
+			ds = append(ds, due{c: c})
+		}
+	}
+	h.mu.RUnlock()
+	for i := range ds {
+		ds[i].at = min(max(h.o.Jitter(h.o.ResyncWindow), 0), h.o.ResyncWindow)
+	}
+	slices.SortFunc(ds, func(a, b due) int { return cmp.Compare(a.at, b.at) })
+	f := &frame{b: wire.MarshalFrame(wire.Resync())}
+	start := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for _, d := range ds {
+		if wait := time.Until(start.Add(d.at)); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if d.c.ctx.Err() == nil {
+			d.c.enqueue(f)
+			h.stats.Resyncs.Add(1)
 		}
 	}
 }

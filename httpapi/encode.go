@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,15 +47,24 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // decodeFrom reads one JSON object without unknown fields from rd into v.
-// Errors are INVALID_ARGUMENT.
+// The raw body is checked first (wire.CheckText, as the gateway checks a
+// frame): invalid UTF-8 and lone surrogate escapes are refused, not turned
+// into U+FFFD. Errors are INVALID_ARGUMENT.
 func decodeFrom(rd io.Reader, v any) error {
-	dec := json.NewDecoder(rd)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	raw, err := io.ReadAll(rd)
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody)
 		}
+		return parley.Errorf(parley.CodeInvalidArgument, "request body could not be read: %v", err)
+	}
+	if err := wire.CheckText(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object: %v", err)
 	}
 	if dec.More() {

@@ -25,8 +25,8 @@ const DefaultMaxBuffered = 65536
 // together. Notices published before Run (or between runs) wait in the
 // buffer. The buffer is bounded: when a publish would take it past
 // DefaultMaxBuffered notices (a handler that has stopped keeping up),
-// everything buffered is dropped, and the handler's next call is Lost: its
-// subscribers resync, which covers the dropped notices.
+// everything buffered is dropped, and the handler's next call is Lost: it
+// recovers what the dropped notices would have said from the store.
 type Bus struct {
 	max  int
 	wake chan struct{} // capacity 1: a publish since the last take
@@ -51,8 +51,8 @@ func (b *Bus) Publish(ns ...parley.Notice) {
 	}
 	b.mu.Lock()
 	if len(b.buf)+len(ns) > b.max {
-		// Keeping the oldest would not help: Lost makes every subscriber
-		// resync, which supersedes them. Free the memory instead.
+		// Keeping the oldest would not help: Lost makes the handler read
+		// the store, which supersedes them. Free the memory instead.
 		b.buf, b.lost = nil, true
 	} else {
 		b.buf = append(b.buf, ns...)

@@ -116,7 +116,7 @@ func New(opts Options) *Metrics {
 		}, []string{"result"}),
 		busGaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: NameBusGaps,
-			Help: "Notices lost by the bus; the affected receivers resync.",
+			Help: "Notices lost by the bus; the receivers poll the store (resync only if that fails).",
 		}),
 		downloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameDownloads,

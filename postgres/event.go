@@ -389,6 +389,9 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 	if n := len(page.Events); n > 0 {
 		page.NextAfter = page.Events[n-1].Seq
 	}
+	// A former member learns nothing above their capped head, not even
+	// that a purge went past it (a no-op for members: min_seq <= head+1).
+	page.MinSeq = min(page.MinSeq, head+1)
 	page.Trimmed = r.After < page.MinSeq-1
 	return page, false, nil
 }
@@ -562,6 +565,7 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSumma
 		eventDest(&ev)...)
 	_, err = pgx.ForEachRow(rows, dest, func() error {
 		e := s
+		e.MinSeq = min(e.MinSeq, e.Head+1) // as in Sync: nothing above the capped head
 		if e.Unread > parley.UnreadCap {
 			e.Unread, e.UnreadCapped = parley.UnreadCap, true
 		}

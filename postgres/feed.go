@@ -95,6 +95,31 @@ func (db *DB) Joined(ctx context.Context, user string) ([]parley.Head, error) {
 		ORDER BY c.id COLLATE "C"`, user)
 }
 
+// OpenPeriods implements parley.Feeder: one statement over
+// periods_by_user.
+func (db *DB) OpenPeriods(ctx context.Context, users []string) ([]parley.OpenPeriod, error) {
+	ids := parley.UserIDs(users)
+	out := []parley.OpenPeriod{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT p.user_id, p.from_seq, c.id, c.next_seq - 1, c.epoch
+		FROM periods p JOIN conversations c ON c.id = p.conv_id
+		WHERE p.user_id = ANY($1) AND p.to_seq IS NULL
+		ORDER BY p.user_id COLLATE "C", c.id COLLATE "C"`, ids)
+	if err != nil {
+		return nil, wrap("open periods", err)
+	}
+	var o parley.OpenPeriod
+	if _, err := pgx.ForEachRow(rows, []any{&o.User, &o.From, &o.Conv, &o.Seq, &o.Epoch}, func() error {
+		out = append(out, o)
+		return nil
+	}); err != nil {
+		return nil, wrap("open periods", err)
+	}
+	return out, nil
+}
+
 // heads runs a query of (id, head, epoch) rows.
 func (db *DB) heads(ctx context.Context, op, query string, args ...any) ([]parley.Head, error) {
 	rows, err := db.pool.Query(ctx, query, args...)

@@ -201,7 +201,10 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 		if r.After > head {
 			return parley.ErrCursorAhead(head)
 		}
-		page = parley.Page{Conv: r.Conv, Head: head, MinSeq: c.min, Trimmed: r.After < c.min-1, Epoch: c.epoch}
+		// A former member learns nothing above their capped head, not even
+		// that a purge went past it (a no-op for members: min_seq <= head+1).
+		minSeq := min(c.min, head+1)
+		page = parley.Page{Conv: r.Conv, Head: head, MinSeq: minSeq, Trimmed: r.After < minSeq-1, Epoch: c.epoch}
 		// One more than a page tells whether more remains.
 		var evs []parley.Event
 		for _, rg := range ps.Ranges(r.After, head) {
@@ -357,6 +360,7 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSumma
 				return err
 			}
 			s.Kind = parley.ConvKind(kind)
+			s.MinSeq = min(s.MinSeq, s.Head+1) // as in Sync: nothing above the capped head
 			if s.Unread > parley.UnreadCap {
 				s.Unread, s.UnreadCapped = parley.UnreadCap, true
 			}

@@ -100,6 +100,42 @@ func (db *DB) Joined(ctx context.Context, user string) ([]parley.Head, error) {
 		ORDER BY p.conv_id`, user)
 }
 
+// OpenPeriods implements parley.Feeder in one statement over
+// periods_by_user; the ids travel as one JSON array.
+func (db *DB) OpenPeriods(ctx context.Context, users []string) ([]parley.OpenPeriod, error) {
+	ids := parley.UserIDs(users)
+	out := []parley.OpenPeriod{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	err = db.read(ctx, "open periods", func(tx *txn) error {
+		rows, err := tx.QueryContext(ctx, `SELECT p.user_id, p.from_seq, c.id, c.next_seq - 1, c.epoch
+			FROM periods p JOIN conversations c ON c.id = p.conv_id
+			WHERE p.user_id IN (SELECT value FROM json_each(?)) AND p.to_seq IS NULL
+			ORDER BY p.user_id, p.conv_id`, string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var o parley.OpenPeriod
+			if err := rows.Scan(&o.User, &o.From, &o.Conv, &o.Seq, &o.Epoch); err != nil {
+				return err
+			}
+			out = append(out, o)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // heads runs a query of (id, head, epoch) rows.
 func (db *DB) heads(ctx context.Context, op, query string, args ...any) ([]parley.Head, error) {
 	out := []parley.Head{}

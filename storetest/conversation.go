@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,55 @@ import (
 // tombstoneTTL is the TTL of the tombstone_ttl check: long enough that two
 // purges in a row fall inside it, short enough to wait out.
 const tombstoneTTL = 2 * time.Second
+
+// testFormerMemberCaps: nothing a former member reads carries a seq above
+// their last visible one (SPEC §9), even after a purge deleted everything
+// up to after it: min_seq is capped at the capped head + 1 (the "nothing
+// stored" value) in sync pages and convs entries, and cursors stay at most
+// the cap. Members are unaffected.
+func testFormerMemberCaps(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	cy := e.member(t, "cy")
+	const c = "c-caps"
+	e.group(t, ana, c, "cy")     // 1, 2
+	e.send(t, cy, c, "k3", "m3") // 3
+	if ch, err := e.st.RemoveMember(ctx(t), ana, c, "cy"); err != nil || ch.Seq != 4 {
+		t.Fatalf("remove cy: %+v %v", ch, err)
+	}
+	for i := 5; i <= 9; i++ {
+		e.send(t, ana, c, fmt.Sprint("k", i), fmt.Sprint("m", i))
+	}
+	if got, err := e.st.Read(ctx(t), cy, c, 4); err != nil || got != 4 {
+		t.Fatalf("cy reads her removal: %d %v", got, err)
+	}
+	ok(t, e.st.SetRetention(ctx(t), c, parley.Retention{KeepLast: 2}), "keep last 2")
+	if r, err := e.st.Purge(ctx(t), c); err != nil || r.MinSeq != 8 {
+		t.Fatalf("purge: %+v %v", r, err)
+	}
+
+	pg := e.sync(t, cy, c, 0, 50)
+	if pg.Head != 4 || pg.MinSeq != 5 || !pg.Trimmed || pg.NextAfter != 4 || len(pg.Events) != 0 {
+		t.Errorf("cy's page: head %d, min_seq %d, trimmed %v, next_after %d, %d events; want head 4, min_seq 5 (not 8), trimmed, next_after 4, none",
+			pg.Head, pg.MinSeq, pg.Trimmed, pg.NextAfter, len(pg.Events))
+	}
+	s := e.summary(t, cy, c)
+	if s.Head != 4 || s.MinSeq != 5 || s.Read != 4 || s.Delivered > 4 || s.Unread != 0 || s.Last != nil {
+		t.Errorf("cy's convs entry: %+v (last %v); want head 4, min_seq 5, read 4, nothing unread, no last", s, s.Last)
+	}
+	if got, err := e.st.Read(ctx(t), cy, c, 2); err != nil || got != 4 {
+		t.Errorf("cy's lower read answers %d %v, want her cursor 4", got, err)
+	}
+	_, err := e.st.Read(ctx(t), cy, c, 5)
+	wantCode(t, err, parley.CodeCursorAhead)
+
+	// A member sees the conversation as it is.
+	if pg := e.sync(t, ana, c, 0, 50); pg.Head != 9 || pg.MinSeq != 8 {
+		t.Errorf("ana's page: head %d, min_seq %d; want 9, 8", pg.Head, pg.MinSeq)
+	}
+	if s := e.summary(t, ana, c); s.Head != 9 || s.MinSeq != 8 {
+		t.Errorf("ana's convs entry: head %d, min_seq %d; want 9, 8", s.Head, s.MinSeq)
+	}
+}
 
 // testMembershipPeriods: join, leave, rejoin. The user sees exactly the
 // events inside their periods (their join, their own removal, the rejoin);

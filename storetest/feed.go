@@ -320,7 +320,8 @@ func headsOf(hs []parley.Head) string {
 // (unknown and malformed ids left out, none for none); Joined lists the
 // conversations where the user has an open period — not the ones they
 // left, again the ones they rejoined — with heads and epochs that follow
-// sends and rollbacks.
+// sends and rollbacks. OpenPeriods gives the same for many users at once,
+// with the seq each open period started at.
 func testHeadsAndJoined(t *testing.T, e *env) {
 	ana := e.member(t, "ana")
 	ben := e.member(t, "ben")
@@ -351,6 +352,17 @@ func testHeadsAndJoined(t *testing.T, e *env) {
 		ok(t, err, "joined "+user)
 		return headsOf(hs)
 	}
+	// open lists OpenPeriods in the order returned (by user, then conv).
+	open := func(users ...string) string {
+		t.Helper()
+		ps, err := e.st.OpenPeriods(ctx(t), users)
+		ok(t, err, fmt.Sprintf("open periods %v", users))
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = fmt.Sprintf("%s/%s:%d-%d@%d", p.User, p.Conv, p.From, p.Seq, p.Epoch)
+		}
+		return strings.Join(out, " ")
+	}
 	check := func(what, got, want string) {
 		t.Helper()
 		if got != want {
@@ -369,6 +381,10 @@ func testHeadsAndJoined(t *testing.T, e *env) {
 	check("Joined(dan)", joined("dan"), "")       // in nothing
 	check("Joined(nobody)", joined("nobody"), "") // no such user
 
+	check("OpenPeriods(cy, ben, dan, nobody, bad id)", open("cy", "ben", "dan", "nobody", "Bad Id"),
+		"ben/c1:1-4@1 ben/c4:1-2@1 cy/c2:1-3@1 cy/c3:1-5@1 cy/c4:1-2@1")
+	check("OpenPeriods()", open(), "")
+
 	// Back in c3, ben watches it again; a rollback shows in heads and epochs.
 	if ch, err := e.st.AddMember(ctx(t), ana, "c3", "ben"); err != nil || ch.Seq != 6 {
 		t.Fatalf("ben back in c3: %+v %v", ch, err)
@@ -377,6 +393,7 @@ func testHeadsAndJoined(t *testing.T, e *env) {
 		t.Fatalf("rollback c2: %+v %v", rr, err)
 	}
 	check("Joined(ben) after rejoining", joined("ben"), "c1:4@1 c3:6@1 c4:2@1")
+	check("OpenPeriods(ben) after rejoining", open("ben"), "ben/c1:1-4@1 ben/c3:6-6@1 ben/c4:1-2@1")
 	check("Joined(cy) after the rollback", joined("cy"), "c2:2@2 c3:6@1 c4:2@1")
 	check("Heads after both", heads("c2", "c3"), "c2:2@2 c3:6@1")
 
@@ -385,5 +402,6 @@ func testHeadsAndJoined(t *testing.T, e *env) {
 		t.Fatalf("remove cy from c4: %+v %v", ch, err)
 	}
 	check("Joined(cy) after removal", joined("cy"), "c2:2@2 c3:6@1")
+	check("OpenPeriods(cy) after the rollback and removal", open("cy"), "cy/c2:1-2@2 cy/c3:1-6@1")
 	check("Joined(ben) after removing cy", joined("ben"), "c1:4@1 c3:6@1 c4:3@1")
 }

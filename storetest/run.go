@@ -67,6 +67,7 @@ var behaviours = []behaviour{
 
 	// Membership and conversations (conversation.go).
 	{name: "membership_periods", run: testMembershipPeriods},
+	{name: "former_member_caps", run: testFormerMemberCaps},
 	{name: "member_rules", run: testMemberRules},
 	{name: "create_conversation", run: testCreateConversation},
 	{name: "convs_order", run: testConvsOrder},

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/parleychat/parley"
 )
@@ -66,12 +65,13 @@ type Request struct {
 // *parley.Error saying what is wrong; the returned request keeps whatever
 // rid could be read, so the error frame can echo it.
 //
-// The raw bytes are checked for valid UTF-8 first: neither the WebSocket
-// library nor encoding/json refuses invalid UTF-8 (json replaces it).
+// The raw bytes are checked first (CheckText): neither the WebSocket
+// library nor encoding/json refuses invalid UTF-8 or a lone surrogate
+// escape (json replaces both with U+FFFD).
 func DecodeRequest(frame []byte) (Request, error) {
 	var r Request
-	if !utf8.Valid(frame) {
-		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not valid UTF-8")
+	if err := CheckText(frame); err != nil {
+		return r, err
 	}
 	if err := json.Unmarshal(frame, &r); err != nil {
 		// Keep the rid of a frame that is JSON but has a bad field.

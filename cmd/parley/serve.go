@@ -383,7 +383,8 @@ func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 		{"parley_ws_pushed_total", "Event frames queued to sockets.", &st.Pushed},
 		{"parley_ws_hinted_total", "Hint frames queued to sockets (large groups, slow readers).", &st.Hinted},
 		{"parley_ws_kicked_total", "Sockets closed because their send queue was full.", &st.Kicked},
-		{"parley_ws_resyncs_total", "Resync frames sent after a bus loss.", &st.Resyncs},
+		{"parley_ws_resyncs_total", "Resync frames sent after a bus loss that polling the store could not cover.", &st.Resyncs},
+		{"parley_ws_bus_recoveries_total", "Bus losses covered by polling the store, without resync.", &st.Recovered},
 		{"parley_ws_backstops_total", "Conversations the backstop poll found behind.", &st.Backstops},
 		{"parley_ws_revoked_total", "Sockets closed because their token stopped working.", &st.Revoked},
 	} {
