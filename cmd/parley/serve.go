@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -112,15 +113,54 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	warnUnusedBuckets(log, cfg.Current())
 
-	store, kind, err := f.open(ctx, parley.Options{})
+	kind, err := storeKind(f.dsn())
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if f.demo {
-		if err := seedDemo(ctx, store); err != nil {
-			return fmt.Errorf("demo data: %w", err)
+	// SQLite is a file of this host: a store that does not open is a
+	// fault to report at once. PostgreSQL may be down while the gateway
+	// starts; it is then opened below, after the listener is up.
+	var store parley.Store
+	if kind == "sqlite" {
+		if store, err = f.openSeeded(ctx); err != nil {
+			return err
 		}
+		defer store.Close()
+	}
+
+	// Bind before serving, so a taken port fails here, synchronously.
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	// Until the store is open the server answers /healthz 200 and
+	// everything else 503 UNAVAILABLE (readiness included); then the API.
+	front := &swapHandler{}
+	front.set(httpapi.NewStarting())
+	srv := &http.Server{
+		Handler:           front,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer srv.Close() // on the error paths below; after a drain it is a no-op
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	if store == nil {
+		log.Info("parley listening; opening the store", "addr", ln.Addr().String(), "store", kind)
+		store, err = openWhenReachable(ctx, log, f.openSeeded)
+		if err != nil {
+			if ctx.Err() != nil { // SIGTERM while the database was down
+				sctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+				defer cancel()
+				srv.Shutdown(sctx)
+				log.Info("stopped before the store opened")
+				return nil
+			}
+			return err
+		}
+		defer store.Close()
 	}
 
 	var bus parley.Bus = inmem.NewBus()
@@ -176,17 +216,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
 	})
 
-	// Bind before serving, so a taken port fails here, synchronously.
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	defer stopHub()
 	var wg sync.WaitGroup
@@ -207,9 +236,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 		})
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	front.set(api) // after hub.Run began: sockets belong to its context
 	log.Info("parley serving", "addr", ln.Addr().String(), "store", kind)
 
 	select {
@@ -239,6 +266,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// swapHandler serves the handler set last: the starting answers until the
+// store is open, then the API.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // keys hands out the export link keyring the configuration asks for:
