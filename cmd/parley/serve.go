@@ -119,12 +119,25 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	// SQLite is a file of this host: a store that does not open is a
 	// fault to report at once. PostgreSQL may be down while the gateway
-	// starts; it is then opened below, after the listener is up.
+	// starts: then the server listens at once and waits for it below.
 	var store parley.Store
 	if kind == "sqlite" {
-		if store, err = f.openSeeded(ctx); err != nil {
-			return err
+		store, err = f.openSeeded(ctx)
+	} else {
+		store, err = f.firstAttempt(ctx)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil: // SIGTERM before it listened
+			return nil
+		case postgres.Unreachable(err):
+			log.Warn("store unreachable; listening while it is retried", "err", err)
+			store, err = nil, nil
 		}
+	}
+	if err != nil {
+		return err
+	}
+	if store != nil {
 		defer store.Close()
 	}
 
@@ -133,22 +146,27 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	// Until the store is open the server answers /healthz 200 and
-	// everything else 503 UNAVAILABLE (readiness included); then the API.
 	front := &swapHandler{}
-	front.set(httpapi.NewStarting())
 	srv := &http.Server{
 		Handler:           front,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 	defer srv.Close() // on the error paths below; after a drain it is a no-op
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	serveErr := make(chan error, 1)
+	serving := false
+	startServing := func() {
+		serving = true
+		go func() { serveErr <- srv.Serve(ln) }()
+		fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	}
 	if store == nil {
-		log.Info("parley listening; opening the store", "addr", ln.Addr().String(), "store", kind)
+		// Until the store opens: /healthz 200, everything else 503
+		// UNAVAILABLE (readiness included).
+		front.set(httpapi.NewStarting())
+		startServing()
+		log.Info("parley listening; waiting for the store", "addr", ln.Addr().String(), "store", kind)
 		store, err = openWhenReachable(ctx, log, f.openSeeded)
 		if err != nil {
 			if ctx.Err() != nil { // SIGTERM while the database was down
@@ -236,7 +254,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 		})
 	}
-	front.set(api) // after hub.Run began: sockets belong to its context
+	front.set(api)
+	if !serving {
+		startServing()
+	}
 	log.Info("parley serving", "addr", ln.Addr().String(), "store", kind)
 
 	select {

@@ -86,6 +86,18 @@ func (f *serveFlags) openSeeded(ctx context.Context) (parley.Store, error) {
 	return store, nil
 }
 
+// firstAttemptTimeout bounds serve's first PostgreSQL attempt, made before
+// it listens: a database that does not answer by then is waited for while
+// the server already answers /healthz.
+const firstAttemptTimeout = 3 * time.Second
+
+// firstAttempt is serve's first try at the PostgreSQL store.
+func (f *serveFlags) firstAttempt(ctx context.Context) (parley.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, firstAttemptTimeout)
+	defer cancel()
+	return f.openSeeded(ctx)
+}
+
 // The backoff of serve's store attempts while PostgreSQL is unreachable:
 // it doubles from storeRetryMin up to storeRetryMax.
 const (
