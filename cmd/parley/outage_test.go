@@ -142,7 +142,7 @@ func TestPostgresOutage(t *testing.T) {
 
 	// Senders run until stop; each finishes the key it holds.
 	stop := make(chan struct{})
-	sctx, cancelSenders := context.WithTimeout(ctx, 45*time.Second)
+	sctx, cancelSenders := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSenders()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -200,7 +200,7 @@ func TestPostgresOutage(t *testing.T) {
 	wg.Wait()
 
 	// Every WebSocket item ends, committed.
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	for _, it := range items {
 		got, err := c.Wait(wctx, it.CMID)
