@@ -327,7 +327,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	caller := middleware.CallerFrom(r.Context())
 	p, looked := caller.Principal, caller.Looked
 	var err error
-	if !caller.Known || caller.Token != token {
+	switch {
+	case caller.Token == token && caller.Code == parley.CodeUnavailable:
+		// The chain could not look the token up (the store is down): 503,
+		// never 401, which would make the client drop its session.
+		err = parley.Errorf(parley.CodeUnavailable, "the server cannot check your token right now; reconnect after Retry-After")
+	case !caller.Known || caller.Token != token:
 		looked = time.Now()
 		ctx, cancel := context.WithTimeout(r.Context(), h.timeout())
 		p, err = h.store.Authenticate(ctx, token)

@@ -82,6 +82,7 @@ type serverOptions struct {
 	config string       // configuration file text ("" = none)
 	hook   func(string) // metrics hook (panic injection)
 	now    func() time.Time
+	reauth time.Duration // how often open sockets' tokens are checked again (0: the default)
 }
 
 // testSigningKey is the export link key of test servers.
@@ -107,6 +108,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	s.hub = gateway.New(gateway.Options{
 		Store: store, Bus: inmem.NewBus(), Log: log, OnAccount: ident.ForgetUser, Metrics: s.metrics,
+		Reauth: o.reauth,
 		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
 			d, _ := middleware.Limit(ctx, limits, cfg.Current(), "send", user)
 			return d.Allowed, d.RetryAfter

@@ -18,6 +18,7 @@ import (
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/wire"
 )
 
 // Deps are what the handlers need.
@@ -142,6 +143,21 @@ func NewHandler(d Deps) http.Handler {
 	for _, prefix := range catchAll {
 		route(prefix, public(""), handleNotFound(mux, catchAll...))
 	}
+	return mux
+}
+
+// NewStarting returns what a server answers while its store is not open yet
+// (PostgreSQL unreachable at start; SPEC §9): /healthz 200, since the
+// process is up, and every other path — /readyz, the API, login, the /ws
+// upgrade — 503 UNAVAILABLE with Retry-After, so a client keeps its
+// requests and retries them. The server swaps in NewHandler once the store
+// is open.
+func NewStarting() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", handleHealthz())
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wire.WriteProblem(w, parley.CodeUnavailable, "the server is starting and cannot reach its store yet; retry after Retry-After", "")
+	}))
 	return mux
 }
 

@@ -104,7 +104,7 @@ func New(opts Options) *Metrics {
 		}, []string{"bucket", "transport"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameRefused,
-			Help: "HTTP requests refused by authentication (401) or authorization (403) before their handler, by route pattern and status code.",
+			Help: "HTTP requests refused by authentication (401), authorization (403) or an outage of either (503) before their handler, by route pattern and status code.",
 		}, []string{"route", "code"}),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameSends,
@@ -232,7 +232,8 @@ func (m *Metrics) RateLimited(bucket, transport string) {
 }
 
 // Refused records one request the chain refused before its handler: 401
-// (no identity) or 403 (not allowed), on route (a route pattern). Other
+// (no identity), 403 (not allowed) or 503 (an outage: the identity or the
+// permission could not be checked), on route (a route pattern). Other
 // statuses skip the observation.
 func (m *Metrics) Refused(route string, status int) {
 	if m == nil {
@@ -244,7 +245,7 @@ func (m *Metrics) Refused(route string, status int) {
 	switch {
 	case route == "":
 		m.skip(NameRefused, "route", route)
-	case status != http.StatusUnauthorized && status != http.StatusForbidden:
+	case status != http.StatusUnauthorized && status != http.StatusForbidden && status != http.StatusServiceUnavailable:
 		m.skip(NameRefused, "code", strconv.Itoa(status))
 	default:
 		m.refused.WithLabelValues(route, strconv.Itoa(status)).Inc()

@@ -164,6 +164,8 @@ func TestObservations(t *testing.T) {
 			metrics.NameRefused, map[string]string{"route": "GET /api/convs", "code": "401"}, 1},
 		{"refused 403", func(m *metrics.Metrics) { m.Refused("GET /api/admin/config", 403) },
 			metrics.NameRefused, map[string]string{"route": "GET /api/admin/config", "code": "403"}, 1},
+		{"refused 503 (outage)", func(m *metrics.Metrics) { m.Refused("GET /api/convs", 503) },
+			metrics.NameRefused, map[string]string{"route": "GET /api/convs", "code": "503"}, 1},
 		{"send new", func(m *metrics.Metrics) { m.Send("http", "new") },
 			metrics.NameSends, map[string]string{"transport": "http", "outcome": "new"}, 1},
 		{"send dup", func(m *metrics.Metrics) { m.Send("ws", "dup") },

@@ -22,16 +22,19 @@ type IdentifierOptions struct {
 	// MaxEntries bounds the cache (default 100,000 tokens).
 	MaxEntries int
 	// Timeout bounds one store lookup when the caller's context has no
-	// deadline (default 2s): a slow store makes the caller anonymous, not
-	// the request hang.
+	// deadline (default 2s): a slow store answers UNAVAILABLE, it does not
+	// hang the request.
 	Timeout time.Duration
 	Now     func() time.Time
 }
 
 // Identifier resolves tokens to principals through a bounded, short-lived
 // cache in front of the store's Authenticate. Valid principals and the
-// definite refusals (UNAUTHENTICATED, STALE_INSTALL) are cached; a failing
-// store is not, so the next request asks again.
+// definite refusals (UNAUTHENTICATED, STALE_INSTALL) are cached. A lookup
+// that could not be made (the store failed or timed out) is UNAVAILABLE,
+// never a refusal: 401 is terminal, and a client that obeys it drops a
+// request that was never judged (SPEC §6). It is not cached, so the next
+// request asks again.
 type Identifier struct {
 	auth func(context.Context, string) (parley.Principal, error)
 	o    IdentifierOptions
@@ -70,8 +73,9 @@ func NewIdentifier(auth func(context.Context, string) (parley.Principal, error),
 }
 
 // Identify returns the principal of token, or the code that refuses it:
-// UNAUTHENTICATED (also when the store fails: the caller is then anonymous)
-// or STALE_INSTALL.
+// UNAUTHENTICATED (no token, or one the store does not know, revoked or
+// disabled) or STALE_INSTALL; or UNAVAILABLE when the store could not
+// answer (the identity is then unknown, not refused).
 func (i *Identifier) Identify(ctx context.Context, token string) (parley.Principal, parley.Code) {
 	p, code, _ := i.Lookup(ctx, token)
 	return p, code
@@ -105,8 +109,8 @@ func (i *Identifier) Lookup(ctx context.Context, token string) (parley.Principal
 	case "", parley.CodeUnauthenticated, parley.CodeStaleInstall:
 		i.put(key, identity{p: p, code: code, expires: now.Add(i.o.TTL), looked: looked}, forgets)
 		return p, code, looked
-	default: // the identity layer failed: anonymous, not cached
-		return parley.Principal{}, parley.CodeUnauthenticated, looked
+	default: // the lookup could not be made: an outage, not a verdict; not cached
+		return parley.Principal{}, parley.CodeUnavailable, looked
 	}
 }
 
@@ -184,7 +188,9 @@ func (i *Identifier) Len() int {
 	return len(i.m)
 }
 
-// identify resolves the caller without reading the body; it never rejects.
+// identify resolves the caller without reading the body; it never rejects
+// (authorize does: 401 for a refused identity, 503 for one the store could
+// not establish).
 func (c *Chain) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller := Caller{Token: wire.BearerToken(r)}

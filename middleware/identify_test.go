@@ -308,7 +308,8 @@ func TestIdentifierStaleInstall(t *testing.T) {
 }
 
 // A store that fails (here a real, closed SQLite handle) leaves the caller
-// anonymous, and the failure is not cached: the next request asks again.
+// unknown — UNAVAILABLE, not the terminal UNAUTHENTICATED of a refused
+// token — and the failure is not cached: the next request asks again.
 func TestIdentifierStoreFailureNotCached(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.db")
 	live := openStoreAt(t, path)
@@ -330,8 +331,8 @@ func TestIdentifierStoreFailureNotCached(t *testing.T) {
 		return live.Authenticate(ctx, tok)
 	}, middleware.IdentifierOptions{TTL: time.Hour})
 
-	if p, code := identify(t, id, token); code != parley.CodeUnauthenticated || p != (parley.Principal{}) {
-		t.Fatalf("failing store: %+v, %q; want anonymous UNAUTHENTICATED", p, code)
+	if p, code := identify(t, id, token); code != parley.CodeUnavailable || p != (parley.Principal{}) {
+		t.Fatalf("failing store: %+v, %q; want no principal and UNAVAILABLE", p, code)
 	}
 	if got := id.Len(); got != 0 {
 		t.Errorf("Len after a store failure = %d, want 0", got)
@@ -356,8 +357,8 @@ func TestIdentifierTimeout(t *testing.T) {
 	id := middleware.NewIdentifier(slow, middleware.IdentifierOptions{Timeout: 20 * time.Millisecond})
 	start := time.Now()
 	p, code := identify(t, id, token)
-	if code != parley.CodeUnauthenticated || p != (parley.Principal{}) {
-		t.Errorf("slow store: %+v, %q; want anonymous UNAUTHENTICATED", p, code)
+	if code != parley.CodeUnavailable || p != (parley.Principal{}) {
+		t.Errorf("slow store: %+v, %q; want no principal and UNAVAILABLE", p, code)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Identify took %v with a 20ms timeout", d)

@@ -3,13 +3,19 @@
 // binds the request body:
 //
 //  1. identify: the caller's token (bearer or cookie) is looked up through a
-//     short cache; a failure of any kind leaves the caller anonymous.
+//     short cache; no token, or one the store refuses, leaves the caller
+//     anonymous; a lookup the store or cache could not answer leaves the
+//     identity unknown (UNAVAILABLE), never anonymous.
 //  2. rate limit: per route bucket and subject (user id, else "ip:" and the
 //     address the trusted proxy saw); a rejected request stops here and is
 //     counted only by parley_rate_limited_total.
 //  3. authenticate/authorize: 401 when the route needs an identity and there
 //     is none; 403 "Access denied" when the identity lacks the permission
-//     rule or the feature's access mode is closed. A failing check denies.
+//     rule or the feature's access mode is closed; a check that panics
+//     denies. An outage is 503 UNAVAILABLE with Retry-After, never 401 or
+//     403: the identity could not be looked up, or the route's own check
+//     (Policy.Check) could not reach the store. Both are terminal codes, and
+//     a client that obeys them drops a request nobody judged.
 //  4. API metrics: route template, method, status and latency.
 //  5. activity metrics: only routes on the explicit allow-list, and only the
 //     statuses they name (a replayed send answering 200 is not an action).
@@ -58,6 +64,13 @@ type Policy struct {
 	Rule     string // permission rule, for Permitted
 	Feature  string // access-mode gated feature (config access key): "exports", "webhooks"
 	Activity []int  // statuses counted as a business action (the activity allow-list); none = not counted
+	// Check is a route's own permission check beyond Rule and Feature, run
+	// after them, under timeouts.store (nil: none). An error with a
+	// terminal code (PERMISSION_DENIED, NOT_FOUND, …), like a panic, is a
+	// decision: 403 "Access denied". Any other error — no code, UNAVAILABLE,
+	// a timeout — is an outage (what it asked could not answer): 503
+	// UNAVAILABLE with Retry-After, never a grant.
+	Check func(ctx context.Context, c Caller) error
 }
 
 // Recorder is the metrics the chain emits; *metrics.Metrics implements it.
@@ -102,8 +115,9 @@ type Caller struct {
 	Principal parley.Principal
 	// Known is true when the token resolved to a principal.
 	Known bool
-	// Code says why the caller is not Known: UNAUTHENTICATED (no token, a
-	// bad one, or the identity layer failed) or STALE_INSTALL.
+	// Code says why the caller is not Known: UNAUTHENTICATED (no token or a
+	// refused one), STALE_INSTALL, or UNAVAILABLE (the store or cache could
+	// not answer: who the caller is, is unknown).
 	Code  parley.Code
 	Token string
 	// Looked is when the principal was read from the store (a cached

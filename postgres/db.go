@@ -42,7 +42,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"path"
 	"sort"
 	"strconv"
@@ -111,6 +113,43 @@ func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 }
 
+// DefaultConnectTimeout bounds one connection attempt when the DSN sets no
+// connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// Unreachable reports whether err (from Open, or any call) means the
+// database could not be reached or is not accepting work right now — a
+// refused or dropped connection, a timeout, a server starting up or
+// shutting down, too many connections — so the same call may succeed
+// later. Errors of configuration (a bad DSN, a wrong password, a missing
+// database) and of SQL are not: retrying cannot mend them.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pge *pgconn.PgError
+	if errors.As(err, &pge) {
+		switch {
+		case strings.HasPrefix(pge.Code, "08"): // connection exception
+			return true
+		case pge.Code == "57P01", pge.Code == "57P02", pge.Code == "57P03": // admin/crash shutdown, cannot connect now
+			return true
+		case pge.Code == "53300": // too many connections
+			return true
+		}
+		return false // the server answered: a decision, not an outage
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true // no server answered (a refusal by one is a PgError above)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // DB is a parley.Store on a PostgreSQL database.
 type DB struct {
 	pool *pgxpool.Pool
@@ -139,6 +178,12 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 	}
 	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
 		params["idle_in_transaction_session_timeout"] = DefaultIdleInTransactionTimeout
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that does not answer (a dropped route, a stopped
+		// host) must fail a connection attempt, not hang it: callers
+		// retry (serve at start) or answer UNAVAILABLE.
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -82,6 +82,7 @@ var behaviours = []behaviour{
 	{name: "identity_resolver", run: testIdentityResolver},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
+	{name: "identity_outage_is_unavailable", run: testIdentityOutageIsUnavailable},
 
 	// What the gateways read (feed.go).
 	{name: "feed_events_and_audience", run: testFeedEventsAndAudience},

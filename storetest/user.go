@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/parleychat/parley"
@@ -199,5 +200,42 @@ func testLogout(t *testing.T, e *env) {
 	for _, tok := range []string{"", "garbage", s1.Token + "x"} {
 		_, err := e.st.Authenticate(ctx(t), tok)
 		wantCode(t, err, parley.CodeUnauthenticated)
+	}
+}
+
+// testIdentityOutageIsUnavailable: a store that cannot answer — its handle
+// closed, as when the database went away, or the call's context already
+// over — fails Authenticate, Login and Logout as UNAVAILABLE, never as a
+// refusal (UNAUTHENTICATED, STALE_INSTALL): the identify step turns a
+// refusal into a terminal 401, and a client would drop a request that was
+// never judged (SPEC §6, §9).
+func testIdentityOutageIsUnavailable(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	s := e.login(t, "ana", "d1", "i1")
+	gone := e.db.Open(t)
+	if err := gone.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	dead, cancel := context.WithCancel(ctx(t))
+	cancel()
+	for _, st := range []struct {
+		name  string
+		store parley.Store
+		ctx   context.Context
+	}{
+		{"closed store", gone, ctx(t)},
+		{"cancelled context", e.st, dead},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			_, err := st.store.Authenticate(st.ctx, s.Token)
+			wantCode(t, err, parley.CodeUnavailable)
+			_, err = st.store.Login(st.ctx, parley.LoginRequest{Login: "ana", Password: password, DeviceID: "d2", InstallID: "i1"})
+			wantCode(t, err, parley.CodeUnavailable)
+			wantCode(t, st.store.Logout(st.ctx, s.Token), parley.CodeUnavailable)
+		})
+	}
+	// The live store still knows the token.
+	if _, err := e.st.Authenticate(ctx(t), s.Token); err != nil {
+		t.Errorf("after the failures: %v", err)
 	}
 }

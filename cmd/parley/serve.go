@@ -121,15 +121,77 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	warnUnusedBuckets(log, cfg.Current())
 
-	store, kind, err := f.open(ctx, parley.Options{})
+	kind, err := storeKind(f.dsn())
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if f.demo {
-		if err := seedDemo(ctx, store); err != nil {
-			return fmt.Errorf("demo data: %w", err)
+	// SQLite is a file of this host: a store that does not open is a
+	// fault to report at once. PostgreSQL may be down while the gateway
+	// starts: then the server listens at once and waits for it below.
+	var store parley.Store
+	if kind == "sqlite" {
+		store, err = f.openSeeded(ctx)
+	} else {
+		store, err = f.firstAttempt(ctx)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil: // SIGTERM before it listened
+			return nil
+		case postgres.Unreachable(err):
+			log.Warn("store unreachable; listening while it is retried", "err", err)
+			store, err = nil, nil
 		}
+	}
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		defer store.Close()
+	}
+
+	// Bind before serving, so a taken port fails here, synchronously.
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	front := &swapHandler{}
+	// Headers must arrive within ReadHeaderTimeout, bodies within
+	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
+	// also cut hijacked WebSockets). No WriteTimeout: a large export
+	// download takes as long as the client needs; sockets have their own
+	// write deadlines.
+	srv := &http.Server{
+		Handler:           middleware.BodyDeadline(func() time.Duration { return f.bodyTimeout })(front),
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	defer srv.Close() // on the error paths below; after a drain it is a no-op
+	serveErr := make(chan error, 1)
+	serving := false
+	startServing := func() {
+		serving = true
+		go func() { serveErr <- srv.Serve(ln) }()
+		fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	}
+	if store == nil {
+		// Until the store opens: /healthz 200, everything else 503
+		// UNAVAILABLE (readiness included).
+		front.set(httpapi.NewStarting())
+		startServing()
+		log.Info("parley listening; waiting for the store", "addr", ln.Addr().String(), "store", kind)
+		store, err = openWhenReachable(ctx, log, f.openSeeded)
+		if err != nil {
+			if ctx.Err() != nil { // SIGTERM while the database was down
+				sctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+				defer cancel()
+				srv.Shutdown(sctx)
+				log.Info("stopped before the store opened")
+				return nil
+			}
+			return err
+		}
+		defer store.Close()
 	}
 
 	var bus parley.Bus = inmem.NewBus()
@@ -189,22 +251,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
 	})
 
-	// Bind before serving, so a taken port fails here, synchronously.
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return err
-	}
-	// Headers must arrive within ReadHeaderTimeout, bodies within
-	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
-	// also cut hijacked WebSockets). No WriteTimeout: a large export
-	// download takes as long as the client needs; sockets have their own
-	// write deadlines.
-	srv := &http.Server{
-		Handler:           middleware.BodyDeadline(func() time.Duration { return f.bodyTimeout })(api),
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	defer stopHub()
 	var wg sync.WaitGroup
@@ -225,9 +271,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 		})
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	front.set(api)
+	if !serving {
+		startServing()
+	}
 	log.Info("parley serving", "addr", ln.Addr().String(), "store", kind)
 
 	select {
@@ -275,6 +322,16 @@ func requireSharedExportDir(fs *flag.FlagSet, dsn string) error {
 		return nil
 	}
 	return usagef("serve: a PostgreSQL store needs --export-dir (or PARLEY_EXPORT_DIR): a directory every gateway of the deployment shares (NFS or another shared volume; with one gateway, any local directory), because export files are written by the gateway that runs the job and downloaded from any gateway")
+}
+
+// swapHandler serves the handler set last: the starting answers until the
+// store is open, then the API.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // ReadHeaderTimeout is how long a client may take to send a request's

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/postgres"
@@ -65,6 +67,74 @@ func (f *storeFlags) open(ctx context.Context, opts parley.Options) (parley.Stor
 	default:
 		db, err := postgres.Open(ctx, dsn, opts)
 		return db, kind, err
+	}
+}
+
+// openSeeded opens the store for serve and, with --demo, creates the demo
+// data.
+func (f *serveFlags) openSeeded(ctx context.Context) (parley.Store, error) {
+	store, _, err := f.open(ctx, parley.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if f.demo {
+		if err := seedDemo(ctx, store); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("demo data: %w", err)
+		}
+	}
+	return store, nil
+}
+
+// firstAttemptTimeout bounds serve's first PostgreSQL attempt, made before
+// it listens: a database that does not answer by then is waited for while
+// the server already answers /healthz.
+const firstAttemptTimeout = 3 * time.Second
+
+// firstAttempt is serve's first try at the PostgreSQL store.
+func (f *serveFlags) firstAttempt(ctx context.Context) (parley.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, firstAttemptTimeout)
+	defer cancel()
+	return f.openSeeded(ctx)
+}
+
+// The backoff of serve's store attempts while PostgreSQL is unreachable:
+// it doubles from storeRetryMin up to storeRetryMax.
+const (
+	storeRetryMin = 250 * time.Millisecond
+	storeRetryMax = 5 * time.Second
+)
+
+// openWhenReachable calls open until it succeeds, retrying with capped
+// exponential backoff while the error says the database is unreachable
+// (postgres.Unreachable) and logging each failed attempt at warn. Any other
+// error (a wrong password, a missing database, a failing migration) is
+// returned at once, as is ctx's error when ctx ends.
+func openWhenReachable(ctx context.Context, log *slog.Logger, open func(context.Context) (parley.Store, error)) (parley.Store, error) {
+	wait := storeRetryMin
+	for attempt := 1; ; attempt++ {
+		store, err := open(ctx)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("store reachable; serving", "attempts", attempt)
+			}
+			return store, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !postgres.Unreachable(err) {
+			return nil, err
+		}
+		log.Warn("store unreachable; retrying", "attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, storeRetryMax)
 	}
 }
 
