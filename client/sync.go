@@ -47,15 +47,15 @@ func (s *session) follow(ctx context.Context) error {
 // resyncAll learns the conversation list and syncs every conversation
 // whose head or epoch differs from its cursor.
 func (s *session) resyncAll(ctx context.Context) error {
-	f, err := s.doOwn(ctx, wire.Request{T: wire.TConvs})
+	convs, err := walkConvs(func(r wire.Request) (wire.Frame, error) { return s.doOwn(ctx, r) })
 	if err != nil {
 		return err
 	}
-	s.c.opts.Handler.Convs(f.Convs)
-	for _, e := range f.Convs {
+	s.c.opts.Handler.Convs(convs)
+	for _, e := range convs {
 		s.c.learn(e.Conv)
 	}
-	for _, e := range f.Convs {
+	for _, e := range convs {
 		cur, _ := s.c.Cursor(e.Conv)
 		if cur.After == e.Head && cur.Epoch == e.Epoch {
 			continue
@@ -65,6 +65,27 @@ func (s *session) resyncAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// walkConvs reads every page of the conversation list through do, latest
+// activity first.
+func walkConvs(do func(wire.Request) (wire.Frame, error)) ([]wire.Conv, error) {
+	var all []wire.Conv
+	r := wire.Request{T: wire.TConvs}
+	for {
+		f, err := do(r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, f.Convs...)
+		if f.HasMore == nil || !*f.HasMore {
+			return all, nil
+		}
+		if f.Next == "" || f.Next == r.Before {
+			return nil, fmt.Errorf("client: convs: has_more without a new next")
+		}
+		r.Before = f.Next
+	}
 }
 
 // apply handles a run of pushes in order. Consecutive events that continue

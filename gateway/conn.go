@@ -337,9 +337,9 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		}
 		f = wire.ReadOK(req.Conv, r)
 	case wire.TConvs:
-		var cs []parley.ConvSummary
-		cs, err = s.Convs(ctx, p)
-		f = wire.Convs(cs)
+		var page parley.ConvsPage
+		page, err = s.Convs(ctx, p, req.ConvsRequest())
+		f = wire.Convs(page)
 	case wire.TFetch:
 		var ev parley.Event
 		ev, err = s.Fetch(ctx, p, req.Conv, *req.Seq)
