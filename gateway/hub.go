@@ -216,10 +216,10 @@ type Hub struct {
 
 // Stats are counters a test or the metrics layer can read.
 type Stats struct {
-	Conns     atomic.Int64 // open sockets
-	Pushed    atomic.Int64 // event frames queued to sockets
-	Hinted    atomic.Int64 // hint frames queued
-	Kicked    atomic.Int64 // sockets closed because a push did not fit in their budget
+	Conns  atomic.Int64 // open sockets
+	Pushed atomic.Int64 // event frames queued to sockets
+	Hinted atomic.Int64 // hint frames queued
+	Kicked atomic.Int64 // sockets closed because a push did not fit in their budget
 	// QueuedBytes is what the queues of all sockets hold now, and
 	// PeakQueuedBytes the most one socket's queue ever held (both counted
 	// as SendBudget counts them).
@@ -227,9 +227,9 @@ type Stats struct {
 	PeakQueuedBytes atomic.Int64
 	Backpressured   atomic.Int64 // times a socket's reading paused for its queue to drain
 	Refused         atomic.Int64 // upgrades refused by the per-user socket cap
-	Resyncs   atomic.Int64 // resync frames sent after a bus loss
-	Backstops atomic.Int64 // conversations the backstop found behind
-	Revoked   atomic.Int64 // sockets closed because their token stopped working
+	Resyncs         atomic.Int64 // resync frames sent after a bus loss
+	Backstops       atomic.Int64 // conversations the backstop found behind
+	Revoked         atomic.Int64 // sockets closed because their token stopped working
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
