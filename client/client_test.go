@@ -356,6 +356,33 @@ func TestSendAndOutcomeWithFake(t *testing.T) {
 	}
 }
 
+// TestConvsPages: the conversation list comes in pages; the client walks
+// them all, both to sync every conversation on connect and in Convs.
+func TestConvsPages(t *testing.T) {
+	f := newFake(t)
+	ids := []string{"c1", "c2", "c3", "c4", "c5"}
+	for _, id := range ids {
+		f.add(id, 2)
+	}
+	url := f.listen()
+	r := start(t, client.Options{URLs: []string{url}, Token: "tok", Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r.waitConnected(t)
+	for _, id := range ids {
+		eventually(t, "sync of "+id, func() bool { return slices.Equal(r.rec.seqsOf(id), upTo(2)) })
+	}
+	cs, err := r.Convs(context.Background())
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Conv)
+	}
+	if err != nil || !slices.Equal(got, ids) {
+		t.Errorf("Convs = %v, %v; want %v", got, err, ids)
+	}
+	if n := len(f.requests(wire.TConvs)); n < 2*3 {
+		t.Errorf("%d convs requests, want the 3 pages walked twice", n)
+	}
+}
+
 func TestDuplicateAndOutOfOrderPushes(t *testing.T) {
 	f := newFake(t)
 	evs := f.add("c1", 2)
@@ -510,7 +537,10 @@ func TestRateLimitedWaitsAndKeepsTheKey(t *testing.T) {
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	var refused atomic.Int32
 	g := newGatewayWith(t, s, gateway.Options{
-		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			if bucket != "send" {
+				return true, 0
+			}
 			d, _ := limits.Allow(ctx, "send:"+user, 1, 300*time.Millisecond)
 			if !d.Allowed {
 				refused.Add(1)

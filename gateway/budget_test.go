@@ -287,3 +287,31 @@ func TestUserSocketCap(t *testing.T) {
 		}
 	})
 }
+
+// TestConvsFramePages: the convs frame takes limit and before and answers
+// has_more and next; a frame without them (an old client's) gets the
+// first page; bad ones are INVALID_ARGUMENT.
+func TestConvsFramePages(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{})
+		user(t, s, "ana")
+		for _, id := range []string{"g1", "g2", "g3"} {
+			group(t, s, id, "ana")
+		}
+		ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+		all := ana.do(map[string]any{"t": "convs"})
+		if len(all.Convs) != 3 || all.HasMore == nil || *all.HasMore || all.Next != "" {
+			t.Fatalf("convs without parameters: %+v", all)
+		}
+		first := ana.do(map[string]any{"t": "convs", "limit": 2})
+		if len(first.Convs) != 2 || !*first.HasMore || first.Next == "" {
+			t.Fatalf("first page of 2: %+v", first)
+		}
+		rest := ana.do(map[string]any{"t": "convs", "limit": 2, "before": first.Next})
+		if len(rest.Convs) != 1 || *rest.HasMore || rest.Convs[0].Conv != all.Convs[2].Conv {
+			t.Fatalf("second page: %+v, want %s", rest, all.Convs[2].Conv)
+		}
+		wantCode(t, ana.do(map[string]any{"t": "convs", "limit": 0}), parley.CodeInvalidArgument)
+		wantCode(t, ana.do(map[string]any{"t": "convs", "before": "MTI"}), parley.CodeInvalidArgument)
+	})
+}
