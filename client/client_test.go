@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
@@ -574,6 +575,49 @@ func TestRateLimitedWaitsAndKeepsTheKey(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%q landed %d times", body, n)
 		}
+	}
+}
+
+// Every frame counts in a rate-limit bucket (sub, convs and sync in read):
+// a client whose read budget is spent while it connects waits
+// retry_after_ms and asks again on the same connection, instead of
+// dropping it and reconnecting.
+func TestReadLimitedConnect(t *testing.T) {
+	s := newStore(t)
+	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
+	var refused atomic.Int32
+	hub := gateway.New(gateway.Options{
+		Store: s, Bus: inmem.NewBus(), Log: slog.New(slog.DiscardHandler),
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			d, _ := limits.Allow(ctx, bucket+":"+user, 1, 200*time.Millisecond)
+			if !d.Allowed {
+				refused.Add(1)
+			}
+			return d.Allowed, d.RetryAfter
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(ctx); close(done) }()
+	var upgrades atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgrades.Add(1)
+		hub.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	})
+	r := start(t, client.Options{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"}, Token: token(t, s, "ben", "d1", "i1"), Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r.waitConnected(t)
+	eventually(t, "g1 synced", func() bool { return len(r.rec.seqsOf("g1")) == 2 })
+	if refused.Load() == 0 {
+		t.Fatal("the limiter never refused: the test proves nothing")
+	}
+	if n := upgrades.Load(); n != 1 {
+		t.Errorf("%d upgrades, want 1: a spent read budget is waited out on the connection", n)
 	}
 }
 
