@@ -153,8 +153,20 @@ func (c *conn) waitRoom(ctx context.Context) bool {
 
 // add queues q, counting its bytes.
 func (c *conn) add(q queued) {
+	c.addIf(q, nil)
+}
+
+// addIf queues q when fits, asked under the queue's lock with what is
+// queued (all bytes, push bytes) and q's size, says yes (nil: always), so
+// concurrent pushes cannot both squeeze past a bound; it reports whether
+// q was queued.
+func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
 	n := q.f.size()
 	c.qmu.Lock()
+	if fits != nil && !fits(c.bytes, c.pushBytes, n) {
+		c.qmu.Unlock()
+		return false
+	}
 	c.queue = append(c.queue, q)
 	c.bytes += n
 	if q.push {
@@ -172,6 +184,7 @@ func (c *conn) add(q queued) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // next returns the oldest queued frame, still counted, or false.
@@ -210,12 +223,15 @@ func (c *conn) done(q queued) {
 	}
 }
 
-// fits reports whether n more bytes of pushes stay within the budget, and
-// whether the queue is under the high-water mark with them.
-func (c *conn) fits(n int64) (inBudget, underHighWater bool) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	return c.pushBytes+n <= int64(c.h.o.SendBudget), c.bytes+n <= int64(c.h.o.HighWater)
+// inBudget: the pushes queued, n more included, stay within the budget.
+func (c *conn) inBudget(_, pushBytes, n int64) bool {
+	return pushBytes+n <= int64(c.h.o.SendBudget)
+}
+
+// underHighWater: the queue, n more included, stays under the high-water
+// mark.
+func (c *conn) underHighWater(bytes, _, n int64) bool {
+	return bytes+n <= int64(c.h.o.HighWater)
 }
 
 func (c *conn) writeLoop(ctx context.Context) {
@@ -303,20 +319,17 @@ func (c *conn) enqueue(f *frame) {
 // hints, hints): one that does not fit in the budget means the client is
 // not reading, and it is closed with 1008.
 func (c *conn) control(f *frame) {
-	if in, _ := c.fits(f.size()); !in {
+	if !c.addIf(queued{f: f, push: true}, c.inBudget) {
 		c.kick()
-		return
 	}
-	c.add(queued{f: f, push: true})
 }
 
 // push queues an event; above the high-water mark it becomes a hint.
 func (c *conn) push(f *frame, conv string, head int64) {
-	if _, under := c.fits(f.size()); !under {
+	if !c.addIf(queued{f: f, push: true}, c.underHighWater) {
 		c.hint(conv, head)
 		return
 	}
-	c.add(queued{f: f, push: true})
 	c.h.stats.Pushed.Add(1)
 }
 
