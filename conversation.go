@@ -1,7 +1,10 @@
 package parley
 
 import (
+	"encoding/base64"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -274,4 +277,67 @@ func (r Retention) Cut(minSeq, head, keepFrom int64) int64 {
 		}
 	}
 	return min(cut, head)
+}
+
+// ConvsRequest is the input of Store.Convs. Limit must be at least 1 and is
+// capped at MaxConvsPage (the wire layers put DefaultConvs in for an omitted
+// one); Before is empty for the first page, else the Next of the previous
+// page.
+type ConvsRequest struct {
+	Limit  int
+	Before string
+}
+
+// ConvsPage is one page of Store.Convs. Next is set when HasMore is: the
+// Before of the following page.
+type ConvsPage struct {
+	Convs   []ConvSummary
+	Next    string
+	HasMore bool
+}
+
+// ConvsCursor is the position of one entry in the convs order: its
+// activity (in the store's own clock units: opaque to clients) and its
+// conversation id. On the wire it is the opaque string String returns.
+type ConvsCursor struct {
+	Activity int64
+	Conv     string
+}
+
+// String encodes the cursor for a client (base64url, no padding).
+func (c ConvsCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.Activity, 10) + "." + c.Conv))
+}
+
+// maxCursorChars bounds an encoded cursor: a 19-digit activity, a dot and
+// a conversation id, in base64.
+const maxCursorChars = 128
+
+// ValidateConvs checks a convs request and returns it with Limit capped at
+// MaxConvsPage and its cursor decoded (nil for the first page).
+func ValidateConvs(r ConvsRequest) (ConvsRequest, *ConvsCursor, error) {
+	if r.Limit < 1 {
+		return r, nil, Errorf(CodeInvalidArgument, "limit must be at least 1")
+	}
+	r.Limit = min(r.Limit, MaxConvsPage)
+	if r.Before == "" {
+		return r, nil, nil
+	}
+	bad := Errorf(CodeInvalidArgument, "before must be the next of an earlier convs reply")
+	if len(r.Before) > maxCursorChars {
+		return r, nil, bad
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(r.Before)
+	if err != nil {
+		return r, nil, bad
+	}
+	at, conv, found := strings.Cut(string(raw), ".")
+	if !found {
+		return r, nil, bad
+	}
+	n, err := strconv.ParseInt(at, 10, 64)
+	if err != nil || n < 0 || CheckConvID(conv) != nil {
+		return r, nil, bad
+	}
+	return r, &ConvsCursor{Activity: n, Conv: conv}, nil
 }

@@ -28,6 +28,8 @@ const (
 	MaxBodyChars   = 4000  // message body length, in Unicode code points
 	MaxPage        = 200   // sync page size cap
 	DefaultPage    = 50    // sync page size when the request names none
+	MaxConvsPage   = 200   // convs page size cap
+	DefaultConvs   = 100   // convs page size when the request names none
 	MaxConvIDChars = 64    // conversation id length
 	MaxTitleChars  = 200   // conversation title length
 	UnreadCap      = 1000  // unread is exact up to this, then capped

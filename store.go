@@ -129,14 +129,23 @@ type Store interface {
 	// window of the target's time (RECALL_WINDOW_EXPIRED).
 	Recall(ctx context.Context, p Principal, r RecallRequest) (Recalled, error)
 
-	// Convs lists every conversation the caller has a period in, latest
-	// activity first (SPEC §3.0): a member's activity is the time of the
-	// conversation's latest event, a former member's the time of their last
-	// visible event; ties go by conversation id. Cost grows with the number
-	// of conversations, not with history: unread stops counting at
-	// UnreadCap (then Unread is UnreadCap and UnreadCapped is set). Head
-	// and MinSeq are capped as in Sync.
-	Convs(ctx context.Context, p Principal) ([]ConvSummary, error)
+	// Convs returns one page of the conversations the caller has a period
+	// in, latest activity first (SPEC §3.0): a member's activity is the
+	// time of the conversation's latest event, a former member's the time
+	// of their last visible event; ties go by conversation id. A page holds
+	// at most r.Limit entries (capped at MaxConvsPage) and starts after the
+	// entry r.Before names (a ConvsPage.Next; empty: the first page).
+	// HasMore is set, and Next names the page's last entry, when entries
+	// follow it. Paging is by position (activity, id), not by offset: a
+	// walk with no change in between returns every conversation exactly
+	// once; one whose activity moves while a walk is under way may be seen
+	// twice or not at all by that walk (its pushes tell the client).
+	// The costly parts (unread, the latest message, cursors) are computed
+	// for the page's entries only; unread stops counting at UnreadCap (then
+	// Unread is UnreadCap and UnreadCapped is set). Head and MinSeq
+	// are capped as in Sync. Errors:
+	// INVALID_ARGUMENT (Limit < 1, a Before that is no cursor).
+	Convs(ctx context.Context, p Principal, r ConvsRequest) (ConvsPage, error)
 
 	// Fetch returns one event (a recalled message with an empty body and
 	// Recalled set). Check order: INVALID_ARGUMENT (seq < 1) → NOT_MEMBER

@@ -595,8 +595,8 @@ func (c *Client) Read(ctx context.Context, conv string, seq int64) (int64, error
 	return deref(f.Read), err
 }
 
-// Convs lists the caller's conversations, latest activity first.
+// Convs lists all the caller's conversations, latest activity first,
+// walking the server's pages.
 func (c *Client) Convs(ctx context.Context) ([]wire.Conv, error) {
-	f, err := c.Do(ctx, wire.Request{T: wire.TConvs})
-	return f.Convs, err
+	return walkConvs(func(r wire.Request) (wire.Frame, error) { return c.Do(ctx, r) })
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
@@ -356,6 +357,33 @@ func TestSendAndOutcomeWithFake(t *testing.T) {
 	}
 }
 
+// TestConvsPages: the conversation list comes in pages; the client walks
+// them all, both to sync every conversation on connect and in Convs.
+func TestConvsPages(t *testing.T) {
+	f := newFake(t)
+	ids := []string{"c1", "c2", "c3", "c4", "c5"}
+	for _, id := range ids {
+		f.add(id, 2)
+	}
+	url := f.listen()
+	r := start(t, client.Options{URLs: []string{url}, Token: "tok", Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r.waitConnected(t)
+	for _, id := range ids {
+		eventually(t, "sync of "+id, func() bool { return slices.Equal(r.rec.seqsOf(id), upTo(2)) })
+	}
+	cs, err := r.Convs(context.Background())
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Conv)
+	}
+	if err != nil || !slices.Equal(got, ids) {
+		t.Errorf("Convs = %v, %v; want %v", got, err, ids)
+	}
+	if n := len(f.requests(wire.TConvs)); n < 2*3 {
+		t.Errorf("%d convs requests, want the 3 pages walked twice", n)
+	}
+}
+
 func TestDuplicateAndOutOfOrderPushes(t *testing.T) {
 	f := newFake(t)
 	evs := f.add("c1", 2)
@@ -510,7 +538,10 @@ func TestRateLimitedWaitsAndKeepsTheKey(t *testing.T) {
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	var refused atomic.Int32
 	g := newGatewayWith(t, s, gateway.Options{
-		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			if bucket != "send" {
+				return true, 0
+			}
 			d, _ := limits.Allow(ctx, "send:"+user, 1, 300*time.Millisecond)
 			if !d.Allowed {
 				refused.Add(1)
@@ -544,6 +575,49 @@ func TestRateLimitedWaitsAndKeepsTheKey(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%q landed %d times", body, n)
 		}
+	}
+}
+
+// Every frame counts in a rate-limit bucket (sub, convs and sync in read):
+// a client whose read budget is spent while it connects waits
+// retry_after_ms and asks again on the same connection, instead of
+// dropping it and reconnecting.
+func TestReadLimitedConnect(t *testing.T) {
+	s := newStore(t)
+	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
+	var refused atomic.Int32
+	hub := gateway.New(gateway.Options{
+		Store: s, Bus: inmem.NewBus(), Log: slog.New(slog.DiscardHandler),
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			d, _ := limits.Allow(ctx, bucket+":"+user, 1, 200*time.Millisecond)
+			if !d.Allowed {
+				refused.Add(1)
+			}
+			return d.Allowed, d.RetryAfter
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(ctx); close(done) }()
+	var upgrades atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgrades.Add(1)
+		hub.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	})
+	r := start(t, client.Options{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"}, Token: token(t, s, "ben", "d1", "i1"), Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r.waitConnected(t)
+	eventually(t, "g1 synced", func() bool { return len(r.rec.seqsOf("g1")) == 2 })
+	if refused.Load() == 0 {
+		t.Fatal("the limiter never refused: the test proves nothing")
+	}
+	if n := upgrades.Load(); n != 1 {
+		t.Errorf("%d upgrades, want 1: a spent read budget is waited out on the connection", n)
 	}
 }
 

@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,10 @@ import (
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/wire"
 )
+
+// fakeConvsPage is the fake's convs page size: small, so a client has to
+// walk pages.
+const fakeConvsPage = 2
 
 // fake is a scripted server for what the real gateway cannot be made to do
 // on demand: duplicate and out-of-order pushes, a reply that never comes, a
@@ -126,11 +132,26 @@ func (f *fake) answer(ws *websocket.Conn, req wire.Request) (reply wire.Frame, p
 		f.subs[ws] = true
 		return wire.Subscribed(), nil
 	case wire.TConvs:
+		// Pages of at most fakeConvsPage, by id; next is the last id.
+		ids := slices.Sorted(maps.Keys(f.convs))
+		if req.Before != "" {
+			i, _ := slices.BinarySearch(ids, req.Before)
+			for i < len(ids) && ids[i] <= req.Before {
+				i++
+			}
+			ids = ids[i:]
+		}
 		out := []wire.Conv{}
-		for id, c := range f.convs {
+		for _, id := range ids[:min(len(ids), fakeConvsPage)] {
+			c := f.convs[id]
 			out = append(out, wire.Conv{Conv: id, Head: int64(len(c.events)), Epoch: c.epoch, MinSeq: 1, Member: true})
 		}
-		return wire.Frame{T: wire.TConvsReply, Convs: out}, nil
+		more := len(ids) > fakeConvsPage
+		fr := wire.Frame{T: wire.TConvsReply, Convs: out, HasMore: &more}
+		if more {
+			fr.Next = out[len(out)-1].Conv
+		}
+		return fr, nil
 	}
 	if c == nil {
 		return wire.Error(parley.CodeNotMember, "no such conversation"), nil

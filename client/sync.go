@@ -13,7 +13,7 @@ import (
 // the Handler or moves cursors: sub, convs, sync of every conversation that
 // changed, then the pushes as they come.
 func (s *session) follow(ctx context.Context) error {
-	if _, err := s.doOwn(ctx, wire.Request{T: wire.TSub}); err != nil {
+	if _, err := s.doPatient(ctx, wire.Request{T: wire.TSub}); err != nil {
 		return err
 	}
 	if err := s.resyncAll(ctx); err != nil {
@@ -47,15 +47,15 @@ func (s *session) follow(ctx context.Context) error {
 // resyncAll learns the conversation list and syncs every conversation
 // whose head or epoch differs from its cursor.
 func (s *session) resyncAll(ctx context.Context) error {
-	f, err := s.doOwn(ctx, wire.Request{T: wire.TConvs})
+	convs, err := walkConvs(func(r wire.Request) (wire.Frame, error) { return s.doPatient(ctx, r) })
 	if err != nil {
 		return err
 	}
-	s.c.opts.Handler.Convs(f.Convs)
-	for _, e := range f.Convs {
+	s.c.opts.Handler.Convs(convs)
+	for _, e := range convs {
 		s.c.learn(e.Conv)
 	}
-	for _, e := range f.Convs {
+	for _, e := range convs {
 		cur, _ := s.c.Cursor(e.Conv)
 		if cur.After == e.Head && cur.Epoch == e.Epoch {
 			continue
@@ -65,6 +65,47 @@ func (s *session) resyncAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// doPatient is doOwn that waits out RATE_LIMITED (retry_after_ms) and
+// UNAVAILABLE (backoff) on this connection and asks again: every frame
+// counts in a rate-limit bucket, and a spent one is no reason to reconnect.
+func (s *session) doPatient(ctx context.Context, req wire.Request) (wire.Frame, error) {
+	for retries := 0; ; retries++ {
+		f, err := s.doOwn(ctx, req)
+		var pe *parley.Error
+		if err == nil || !errors.As(err, &pe) || pe.Code.IsTerminal() {
+			return f, err
+		}
+		wait := backoff(retries, s.c.opts.BackoffBase, s.c.opts.BackoffMax, s.c.jitter())
+		if pe.Code == parley.CodeRateLimited && f.RetryAfterMS > 0 {
+			wait = msDuration(f.RetryAfterMS)
+		}
+		if !s.sleep(ctx, wait) {
+			return f, ErrConnLost
+		}
+	}
+}
+
+// walkConvs reads every page of the conversation list through do, latest
+// activity first.
+func walkConvs(do func(wire.Request) (wire.Frame, error)) ([]wire.Conv, error) {
+	var all []wire.Conv
+	r := wire.Request{T: wire.TConvs}
+	for {
+		f, err := do(r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, f.Convs...)
+		if f.HasMore == nil || !*f.HasMore {
+			return all, nil
+		}
+		if f.Next == "" || f.Next == r.Before {
+			return nil, fmt.Errorf("client: convs: has_more without a new next")
+		}
+		r.Before = f.Next
+	}
 }
 
 // apply handles a run of pushes in order. Consecutive events that continue

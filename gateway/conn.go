@@ -10,15 +10,25 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
-	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
 // frame is one queued server frame; hint names the conversation of a
-// coalesced hint, cleared when the hint is written.
+// coalesced hint, cleared when the hint is written. One frame may be queued
+// to many sockets (an event push): it is never changed once made.
 type frame struct {
 	b    []byte
 	hint string
+}
+
+// size is what a queued frame counts against its socket's budget.
+func (f *frame) size() int64 { return int64(len(f.b)) + FrameOverhead }
+
+// queued is one entry of a socket's queue: the frame and whether it is a
+// push (counted in pushBytes) or a reply.
+type queued struct {
+	f    *frame
+	push bool
 }
 
 // conn is one socket. The reader goroutine answers requests in order; the
@@ -28,7 +38,15 @@ type conn struct {
 	ws    *websocket.Conn
 	p     parley.Principal
 	token string // re-checked now and then: a revoked token ends the socket
-	out   chan *frame
+
+	// The send queue. Bytes are counted from enqueue until the frame is
+	// written, so a write blocked on a peer that does not read still counts.
+	qmu       sync.Mutex
+	queue     []queued
+	bytes     int64         // everything queued
+	pushBytes int64         // the pushes among it
+	wake      chan struct{} // the writer has something to write
+	room      chan struct{} // the queue went back under its budget
 
 	// Guarded by h.mu.
 	subscribed bool
@@ -55,7 +73,8 @@ func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Princi
 	ctx, cancel := context.WithCancel(parent)
 	return &conn{
 		h: h, ws: ws, p: p, token: token, ctx: ctx, cancel: cancel,
-		out:     make(chan *frame, h.o.QueueSize),
+		wake:    make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
 		watched: map[string]struct{}{},
 		hinted:  map[string]bool{},
 		flush:   make(chan closeReq, 1),
@@ -75,6 +94,9 @@ func (c *conn) serve() {
 
 func (c *conn) readLoop(ctx context.Context) {
 	for {
+		if !c.waitRoom(ctx) {
+			return
+		}
 		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
 			return // closed, or over the read limit (the library closed it with 1009)
@@ -105,29 +127,138 @@ func (c *conn) refuse(data []byte, code parley.Code, msg string) {
 	c.reply(wire.Error(code, msg), req.RID)
 }
 
+// waitRoom holds the reader while the socket's queue is over its budget
+// (backpressure: a client that does not read its replies stops being
+// read); false when the socket ended meanwhile.
+func (c *conn) waitRoom(ctx context.Context) bool {
+	counted := false
+	for {
+		c.qmu.Lock()
+		over := c.bytes > int64(c.h.o.SendBudget)
+		c.qmu.Unlock()
+		if !over {
+			return true
+		}
+		if !counted {
+			counted = true
+			c.h.stats.Backpressured.Add(1)
+		}
+		select {
+		case <-c.room:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// add queues q, counting its bytes.
+func (c *conn) add(q queued) {
+	c.addIf(q, nil)
+}
+
+// addIf queues q when fits, asked under the queue's lock with what is
+// queued (all bytes, push bytes) and q's size, says yes (nil: always), so
+// concurrent pushes cannot both squeeze past a bound; it reports whether
+// q was queued.
+func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
+	n := q.f.size()
+	c.qmu.Lock()
+	if fits != nil && !fits(c.bytes, c.pushBytes, n) {
+		c.qmu.Unlock()
+		return false
+	}
+	c.queue = append(c.queue, q)
+	c.bytes += n
+	if q.push {
+		c.pushBytes += n
+	}
+	total := c.bytes
+	c.qmu.Unlock()
+	c.h.stats.QueuedBytes.Add(n)
+	for peak := c.h.stats.PeakQueuedBytes.Load(); total > peak; peak = c.h.stats.PeakQueuedBytes.Load() {
+		if c.h.stats.PeakQueuedBytes.CompareAndSwap(peak, total) {
+			break
+		}
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// next returns the oldest queued frame, still counted, or false.
+func (c *conn) next() (queued, bool) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if len(c.queue) == 0 {
+		return queued{}, false
+	}
+	q := c.queue[0]
+	c.queue[0] = queued{}
+	c.queue = c.queue[1:]
+	if len(c.queue) == 0 {
+		c.queue = nil // let the backing array go
+	}
+	return q, true
+}
+
+// done uncounts a written (or abandoned) frame and lets the reader go on
+// once the queue is back under its budget.
+func (c *conn) done(q queued) {
+	n := q.f.size()
+	c.qmu.Lock()
+	c.bytes -= n
+	if q.push {
+		c.pushBytes -= n
+	}
+	under := c.bytes <= int64(c.h.o.SendBudget)
+	c.qmu.Unlock()
+	c.h.stats.QueuedBytes.Add(-n)
+	if under {
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// inBudget: the pushes queued, n more included, stay within the budget.
+func (c *conn) inBudget(_, pushBytes, n int64) bool {
+	return pushBytes+n <= int64(c.h.o.SendBudget)
+}
+
+// underHighWater: the queue, n more included, stays under the high-water
+// mark.
+func (c *conn) underHighWater(bytes, _, n int64) bool {
+	return bytes+n <= int64(c.h.o.HighWater)
+}
+
 func (c *conn) writeLoop(ctx context.Context) {
+	// Whatever is still queued when the socket ends is uncounted.
+	defer func() {
+		for q, ok := c.next(); ok; q, ok = c.next() {
+			c.done(q)
+		}
+	}()
 	for {
 		select {
-		case f := <-c.out:
-			if !c.write(ctx, f) {
+		case req := <-c.flush:
+			c.flushAndClose(ctx, req)
+			return
+		default:
+		}
+		if q, ok := c.next(); ok {
+			if !c.write(ctx, q) {
 				c.cancel()
 				return
 			}
+			continue
+		}
+		select {
+		case <-c.wake:
 		case req := <-c.flush:
-			for {
-				select {
-				case f := <-c.out:
-					if !c.write(ctx, f) {
-						c.cancel()
-						return
-					}
-					continue
-				default:
-				}
-				break
-			}
-			c.ws.Close(req.code, req.reason)
-			c.cancel()
+			c.flushAndClose(ctx, req)
 			return
 		case <-ctx.Done():
 			return
@@ -135,7 +266,24 @@ func (c *conn) writeLoop(ctx context.Context) {
 	}
 }
 
-func (c *conn) write(ctx context.Context, f *frame) bool {
+// flushAndClose writes what is queued now, then closes the socket.
+func (c *conn) flushAndClose(ctx context.Context, req closeReq) {
+	c.qmu.Lock()
+	n := len(c.queue)
+	c.qmu.Unlock()
+	for range n {
+		q, ok := c.next()
+		if !ok || !c.write(ctx, q) {
+			break
+		}
+	}
+	c.ws.Close(req.code, req.reason)
+	c.cancel()
+}
+
+func (c *conn) write(ctx context.Context, q queued) bool {
+	defer c.done(q)
+	f := q.f
 	if f.hint != "" {
 		c.hmu.Lock()
 		delete(c.hinted, f.hint)
@@ -161,28 +309,28 @@ func (c *conn) ping() {
 	}
 }
 
-// enqueue queues a frame that must not be dropped (replies, control
-// frames). A full queue means the client is not reading: it is closed.
+// enqueue queues a reply: it is never dropped. The reader pauses before
+// its next request while the queue is over budget (waitRoom).
 func (c *conn) enqueue(f *frame) {
-	select {
-	case c.out <- f:
-	default:
+	c.add(queued{f: f})
+}
+
+// control queues a push that must not be dropped (resync, goaway, read
+// hints, hints): one that does not fit in the budget means the client is
+// not reading, and it is closed with 1008.
+func (c *conn) control(f *frame) {
+	if !c.addIf(queued{f: f, push: true}, c.inBudget) {
 		c.kick()
 	}
 }
 
 // push queues an event; above the high-water mark it becomes a hint.
 func (c *conn) push(f *frame, conv string, head int64) {
-	if len(c.out) >= c.h.o.HighWater {
+	if !c.addIf(queued{f: f, push: true}, c.underHighWater) {
 		c.hint(conv, head)
 		return
 	}
-	select {
-	case c.out <- f:
-		c.h.stats.Pushed.Add(1)
-	default:
-		c.kick()
-	}
+	c.h.stats.Pushed.Add(1)
 }
 
 // hint queues one hint for conv unless one is already waiting.
@@ -195,11 +343,11 @@ func (c *conn) hint(conv string, head int64) {
 	c.hinted[conv] = true
 	c.hmu.Unlock()
 	c.h.stats.Hinted.Add(1)
-	c.enqueue(&frame{b: wire.MarshalFrame(wire.Hint(conv, head, nil)), hint: conv})
+	c.control(&frame{b: wire.MarshalFrame(wire.Hint(conv, head, nil)), hint: conv})
 }
 
-// kick disconnects a client whose queue is full; it resyncs when it
-// reconnects. Nobody waits for it: the close runs on its own goroutine.
+// kick disconnects a client whose pushes do not fit in its budget; it
+// resyncs when it reconnects. Nobody waits for it: the close runs on its own goroutine.
 func (c *conn) kick() {
 	if c.kicked.Swap(true) {
 		return
@@ -207,7 +355,7 @@ func (c *conn) kick() {
 	c.h.stats.Kicked.Add(1)
 	c.h.log.Info("closing slow client", "user", c.p.User, "device", c.p.DeviceID)
 	go func() {
-		c.ws.Close(websocket.StatusPolicyViolation, "send queue full: the client reads too slowly")
+		c.ws.Close(websocket.StatusPolicyViolation, "send budget exceeded: the client reads too slowly")
 		c.cancel()
 	}()
 }
@@ -245,20 +393,21 @@ func (c *conn) replyErr(rid json.RawMessage, err error, op string) {
 	c.reply(f, rid)
 }
 
-// limited answers RATE_LIMITED with retry_after_ms when the user's send
-// budget (HTTP sends and recalls share it) is spent. A refused frame is
-// counted as rate limited only, not as a send.
+// limited answers RATE_LIMITED with retry_after_ms when the user's bucket
+// for this frame (the bucket of its HTTP twin, FrameBuckets) is spent. A
+// refused frame has no effect and is counted as rate limited only (a
+// refused send is not a send).
 func (c *conn) limited(ctx context.Context, req wire.Request) bool {
-	lim := c.h.o.SendLimit
-	if lim == nil {
+	lim, bucket := c.h.o.Limit, FrameBuckets[req.T]
+	if lim == nil || bucket == "" {
 		return false
 	}
-	ok, after := lim(ctx, c.p.User)
+	ok, after := lim(ctx, bucket, c.p.User)
 	if ok {
 		return false
 	}
-	c.h.metric(func(m Metrics) { m.RateLimited(middleware.BucketSend, "ws") })
-	f := wire.Error(parley.CodeRateLimited, "too many sends; retry after retry_after_ms with the same cmid")
+	c.h.metric(func(m Metrics) { m.RateLimited(bucket, "ws") })
+	f := wire.Error(parley.CodeRateLimited, "too many requests; retry after retry_after_ms with the same request key")
 	f.RetryAfterMS = max(1, after.Milliseconds())
 	c.reply(f, req.RID)
 	return true
@@ -288,7 +437,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	defer cancel()
 	s, p := c.h.store, c.p
 	var f wire.Frame
-	if (req.T == wire.TSend || req.T == wire.TRecall) && c.limited(ctx, req) {
+	if c.limited(ctx, req) {
 		return
 	}
 	switch req.T {
@@ -337,9 +486,9 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		}
 		f = wire.ReadOK(req.Conv, r)
 	case wire.TConvs:
-		var cs []parley.ConvSummary
-		cs, err = s.Convs(ctx, p)
-		f = wire.Convs(cs)
+		var page parley.ConvsPage
+		page, err = s.Convs(ctx, p, req.ConvsRequest())
+		f = wire.Convs(page)
 	case wire.TFetch:
 		var ev parley.Event
 		ev, err = s.Fetch(ctx, p, req.Conv, *req.Seq)

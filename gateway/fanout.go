@@ -261,7 +261,7 @@ func (w *worker) epochChanged(conv string, hd parley.Head) {
 	w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
 	f := &frame{b: wire.MarshalFrame(wire.Resync())}
 	for _, c := range w.h.watchers(conv) {
-		c.enqueue(f)
+		c.control(f)
 	}
 }
 
@@ -282,7 +282,7 @@ func (w *worker) readHint(n parley.Notice) {
 		if fr == nil {
 			fr = &frame{b: wire.MarshalFrame(wire.Hint(n.Conv, head, &read))}
 		}
-		c.enqueue(fr)
+		c.control(fr)
 		w.h.stats.Hinted.Add(1)
 	}
 }

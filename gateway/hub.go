@@ -16,20 +16,29 @@
 // an optimisation on top of sync, never the only way an event arrives: a
 // client that sees a gap syncs.
 //
-// Slow clients. Every socket has a bounded send queue written by one
-// goroutine with a write deadline. Above the high-water mark, events become
-// hints (one per conversation until it is written); a full queue
-// disconnects that socket and nobody else waits for it.
+// Slow clients. Every socket has a send queue bounded in bytes (SendBudget)
+// and written by one goroutine with a write deadline; nobody else ever
+// waits for it. Replies are never dropped: while a socket's queue is over
+// its budget the gateway stops reading that socket's requests until the
+// queue drains (backpressure), so a client that sends without reading holds
+// at most the budget plus one reply. Pushes degrade instead: above the
+// high-water mark events become hints (one per conversation until it is
+// written), and a push that does not fit in the budget even as a hint
+// closes the socket with 1008 (the client resyncs when it reconnects).
+// A user holds at most MaxUserSockets sockets per gateway; more upgrades
+// are refused with 429 RATE_LIMITED and Retry-After.
 package gateway
 
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,10 +59,18 @@ type Options struct {
 	// HintMembers: conversations with more members than this get a hint
 	// instead of the event (default 1000).
 	HintMembers int
-	// QueueSize bounds each socket's send queue, in frames (default 256);
-	// HighWater is where events become hints (default QueueSize/2).
-	QueueSize int
-	HighWater int
+	// SendBudget bounds the bytes queued for one socket (default
+	// DefaultSendBudget), each frame counted as its encoded length plus
+	// FrameOverhead. Replies over it pause reading the socket's requests
+	// until the queue is back under it; pushes over it close the socket.
+	// HighWater is the queued bytes above which events become hints
+	// (default SendBudget/2).
+	SendBudget int
+	HighWater  int
+	// MaxUserSockets caps one user's open sockets on this gateway (default
+	// DefaultMaxUserSockets); more upgrades get 429 RATE_LIMITED with
+	// Retry-After.
+	MaxUserSockets int
 	// PingEvery is the keepalive interval (default 30s); a ping not
 	// answered within PongTimeout (default PingEvery) closes the socket.
 	PingEvery   time.Duration
@@ -88,15 +105,49 @@ type Options struct {
 	// Workers is the number of fan-out goroutines (default 8). A
 	// conversation is always handled by the same one, in seq order.
 	Workers int
-	// SendLimit decides whether user may send now (nil: no limit); a
-	// refused send frame is answered RATE_LIMITED with retry_after_ms.
-	SendLimit func(ctx context.Context, user string) (ok bool, retryAfter time.Duration)
+	// Limit decides whether user may make one more request counted in the
+	// rate-limit bucket now (nil: no limit). Every request frame asks it
+	// with the bucket of its HTTP twin (FrameBuckets); a refused frame is
+	// answered RATE_LIMITED with retry_after_ms and has no effect.
+	Limit func(ctx context.Context, bucket, user string) (ok bool, retryAfter time.Duration)
 	// OnAccount is called for every account notice (a user disabled or
 	// logged out anywhere), e.g. to forget cached token lookups.
 	OnAccount func(user string)
 	// Metrics receives sends by outcome, rate-limited frames and bus
 	// gaps (nil: none).
 	Metrics Metrics
+}
+
+// Defaults of the per-socket bounds.
+const (
+	// DefaultSendBudget is 1 MiB: one full sync page of long messages
+	// (200 events of 4,000 characters, about 850 KB of JSON) fits, so a
+	// client that reads normally never waits on it, while a socket that
+	// does not read holds about a megabyte instead of hundreds.
+	DefaultSendBudget = 1 << 20
+	// DefaultMaxUserSockets is 16: a user's phone, laptop and a dozen
+	// tabs, not a thousand sockets from one stolen token.
+	DefaultMaxUserSockets = 16
+	// FrameOverhead is what a queued frame costs besides its bytes.
+	FrameOverhead = 64
+	// socketsRetryAfter is the Retry-After of an upgrade refused by the
+	// per-user cap: time for a closed tab's socket to go.
+	socketsRetryAfter = 5 * time.Second
+)
+
+// FrameBuckets maps every request frame to the rate-limit bucket of its
+// HTTP twin (httpapi/routes.go): send and recall count with HTTP sends and
+// recalls, the reads with the read routes. sub has no twin: it reads the
+// store like GET /api/convs, so it counts in read too.
+var FrameBuckets = map[string]string{
+	wire.TSend:   middleware.BucketSend,
+	wire.TRecall: middleware.BucketSend,
+	wire.TSync:   middleware.BucketRead,
+	wire.TConvs:  middleware.BucketRead,
+	wire.TFetch:  middleware.BucketRead,
+	wire.TAck:    middleware.BucketRead,
+	wire.TRead:   middleware.BucketRead,
+	wire.TSub:    middleware.BucketRead,
 }
 
 // Metrics is what the hub reports; *metrics.Metrics implements it.
@@ -113,11 +164,14 @@ func (o Options) withDefaults() Options {
 	if o.HintMembers <= 0 {
 		o.HintMembers = 1000
 	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = 256
+	if o.SendBudget <= 0 {
+		o.SendBudget = DefaultSendBudget
 	}
-	if o.HighWater <= 0 || o.HighWater > o.QueueSize {
-		o.HighWater = o.QueueSize / 2
+	if o.HighWater <= 0 || o.HighWater > o.SendBudget {
+		o.HighWater = o.SendBudget / 2
+	}
+	if o.MaxUserSockets <= 0 {
+		o.MaxUserSockets = DefaultMaxUserSockets
 	}
 	if o.PingEvery <= 0 {
 		o.PingEvery = 30 * time.Second
@@ -164,6 +218,7 @@ type Hub struct {
 	// again if a revocation came after its token was looked up.
 	revoked map[string]time.Time
 	subs    map[string]map[*conn]struct{} // subscribed sockets by user
+	sockets map[string]int                // open (and upgrading) sockets by user
 	watch   map[string]int                // conv → subscribed sockets watching it
 
 	// drainMu: request handlers hold it shared; Drain takes it exclusively,
@@ -181,14 +236,21 @@ type Hub struct {
 
 // Stats are counters a test or the metrics layer can read.
 type Stats struct {
-	Conns     atomic.Int64 // open sockets
-	Pushed    atomic.Int64 // event frames queued to sockets
-	Hinted    atomic.Int64 // hint frames queued
-	Kicked    atomic.Int64 // sockets closed for a full queue
-	Resyncs   atomic.Int64 // resync frames sent after a bus loss the store poll could not cover
-	Recovered atomic.Int64 // bus losses covered by polling the store (no resync)
-	Backstops atomic.Int64 // conversations the backstop found behind
-	Revoked   atomic.Int64 // sockets closed because their token stopped working
+	Conns  atomic.Int64 // open sockets
+	Pushed atomic.Int64 // event frames queued to sockets
+	Hinted atomic.Int64 // hint frames queued
+	Kicked atomic.Int64 // sockets closed because a push did not fit in their budget
+	// QueuedBytes is what the queues of all sockets hold now, and
+	// PeakQueuedBytes the most one socket's queue ever held (both counted
+	// as SendBudget counts them).
+	QueuedBytes     atomic.Int64
+	PeakQueuedBytes atomic.Int64
+	Backpressured   atomic.Int64 // times a socket's reading paused for its queue to drain
+	Refused         atomic.Int64 // upgrades refused by the per-user socket cap
+	Resyncs         atomic.Int64 // resync frames sent after a bus loss the store poll could not cover
+	Recovered       atomic.Int64 // bus losses covered by polling the store (no resync)
+	Backstops       atomic.Int64 // conversations the backstop found behind
+	Revoked         atomic.Int64 // sockets closed because their token stopped working
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -200,6 +262,7 @@ func New(o Options) *Hub {
 		conns:   map[*conn]struct{}{},
 		revoked: map[string]time.Time{},
 		subs:    map[string]map[*conn]struct{}{},
+		sockets: map[string]int{},
 		watch:   map[string]int{},
 		lost:    make(chan struct{}, 1),
 	}
@@ -271,7 +334,7 @@ func (h *Hub) Drain() {
 	h.drainMu.Unlock()
 	goaway := &frame{b: wire.MarshalFrame(wire.Goaway())}
 	for _, c := range h.snapshot() {
-		c.enqueue(goaway)
+		c.control(goaway)
 	}
 }
 
@@ -343,11 +406,18 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteProblem(w, code, msg, rid)
 		return
 	}
+	if !h.reserve(p.User) {
+		h.stats.Refused.Add(1)
+		w.Header().Set("Retry-After", strconv.Itoa(int(socketsRetryAfter.Seconds())))
+		wire.WriteProblem(w, parley.CodeRateLimited, fmt.Sprintf("too many open sockets for this user (at most %d); close one, or retry after Retry-After", h.o.MaxUserSockets), "")
+		return
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		OriginPatterns:  h.o.OriginPatterns,
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
+		h.release(p.User)
 		return // Accept has answered (403 for a foreign origin)
 	}
 	ws.SetReadLimit(parley.MaxFrameBytes)
@@ -365,10 +435,37 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.remove(c)
 }
 
+// reserve takes one of user's socket slots; false when they hold them all.
+func (h *Hub) reserve(user string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sockets[user] >= h.o.MaxUserSockets {
+		return false
+	}
+	h.sockets[user]++
+	return true
+}
+
+// release gives back a slot of user's.
+func (h *Hub) release(user string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.releaseLocked(user)
+}
+
+func (h *Hub) releaseLocked(user string) {
+	if h.sockets[user] <= 1 {
+		delete(h.sockets, user)
+	} else {
+		h.sockets[user]--
+	}
+}
+
 // remove forgets a closed socket.
 func (h *Hub) remove(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.releaseLocked(c.p.User)
 	delete(h.conns, c)
 	h.unsubscribeLocked(c)
 	h.stats.Conns.Add(-1)
@@ -818,7 +915,7 @@ func (h *Hub) spreadResync(ctx context.Context) {
 			}
 		}
 		if d.c.ctx.Err() == nil {
-			d.c.enqueue(f)
+			d.c.control(f)
 			h.stats.Resyncs.Add(1)
 		}
 	}

@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -241,4 +243,79 @@ func TestWebSocketSendLimit(t *testing.T) {
 func (s *server) scrape() string {
 	s.t.Helper()
 	return string(s.do("GET", "/metrics", "", nil).want(200).body)
+}
+
+// TestWebSocketFrameLimits: every request frame counts in the rate-limit
+// bucket of its HTTP twin (gateway.FrameBuckets), with the real limiter:
+// once the twin has spent the bucket the frame is answered RATE_LIMITED
+// with retry_after_ms and its rid and has no effect, and the frame's
+// refusal leaves the bucket spent for HTTP too. The socket's own sub (on
+// connect) counts in read.
+func TestWebSocketFrameLimits(t *testing.T) {
+	type twin struct {
+		method, path string
+		body         any
+		hdr          []string
+	}
+	tests := []struct {
+		frame  map[string]any
+		bucket string
+		twin   twin
+	}{
+		{map[string]any{"t": "send", "conv": "g", "cmid": "k2", "body": "y"}, "send",
+			twin{"POST", "/api/convs/g/messages", map[string]string{"body": "x"}, []string{"Idempotency-Key", "k1"}}},
+		{map[string]any{"t": "recall", "conv": "g", "cmid": "r1", "target": 1}, "send",
+			twin{"POST", "/api/convs/g/messages", map[string]string{"body": "x"}, []string{"Idempotency-Key", "k1"}}},
+		{map[string]any{"t": "sync", "conv": "g", "after": 0}, "read", twin{"GET", "/api/convs/g/events?after=0", nil, nil}},
+		{map[string]any{"t": "convs"}, "read", twin{"GET", "/api/convs", nil, nil}},
+		{map[string]any{"t": "fetch", "conv": "g", "seq": 1}, "read", twin{"GET", "/api/convs/g/events/1", nil, nil}},
+		{map[string]any{"t": "ack", "conv": "g", "seq": 1}, "read", twin{"POST", "/api/convs/g/ack", map[string]int{"seq": 1}, nil}},
+		{map[string]any{"t": "read", "conv": "g", "seq": 1}, "read", twin{"POST", "/api/convs/g/read", map[string]int{"seq": 1}, nil}},
+		{map[string]any{"t": "sub"}, "read", twin{"GET", "/api/convs", nil, nil}},
+	}
+	for _, tt := range tests {
+		typ := tt.frame["t"].(string)
+		if got := gateway.FrameBuckets[typ]; got != tt.bucket {
+			t.Errorf("%s frames count in %q, want %q", typ, got, tt.bucket)
+		}
+		t.Run(typ, func(t *testing.T) {
+			backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+				// The read bucket holds the socket's sub and the twin;
+				// the send bucket the twin.
+				limit := 1
+				if tt.bucket == "read" && typ != "sub" {
+					limit = 2
+				}
+				s := start(t, open(t, parley.Options{}), serverOptions{
+					config: fmt.Sprintf("rate_limits:\n  %s: {limit: %d, window: 1h}\n", tt.bucket, limit),
+				})
+				ana := s.user("ana", parley.RoleUser)
+				p := parley.Principal{User: "ana", DeviceID: "d0"}
+				if _, err := s.store.CreateConversation(context.Background(), p, parley.NewConversation{ID: "g", Kind: parley.KindGroup, Title: "g"}); err != nil {
+					t.Fatal(err)
+				}
+				ws := dialWS(t, s, ana)
+				if typ != "sub" {
+					r := s.do(tt.twin.method, tt.twin.path, ana, tt.twin.body, tt.twin.hdr...)
+					if r.status >= 300 {
+						t.Fatalf("the HTTP twin %s %s: %s", tt.twin.method, tt.twin.path, r)
+					}
+				}
+				head := s.head("g")
+				tt.frame["rid"] = "x1"
+				ws.send(tt.frame)
+				f := ws.next(wire.TError)
+				if f.Code != parley.CodeRateLimited || f.RetryAfterMS <= 0 || string(f.RID) != `"x1"` {
+					t.Fatalf("%s frame over the %s limit: %+v", typ, tt.bucket, f)
+				}
+				if got := s.head("g"); got != head {
+					t.Errorf("a refused %s frame moved the head from %d to %d", typ, head, got)
+				}
+				s.do(tt.twin.method, tt.twin.path, ana, tt.twin.body, tt.twin.hdr...).want(429, parley.CodeRateLimited)
+				if m := s.scrape(); !strings.Contains(m, fmt.Sprintf(`parley_rate_limited_total{bucket=%q,transport="ws"} 1`, tt.bucket)) {
+					t.Errorf("the refused %s frame was not counted in %s", typ, tt.bucket)
+				}
+			})
+		})
+	}
 }

@@ -7,17 +7,29 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// handleConvs lists the caller's conversations, latest activity first.
+// handleConvs lists one page of the caller's conversations, latest
+// activity first: GET /api/convs?limit=&before= (both optional: the first
+// page of DefaultConvs; before is the next of the previous page).
 func handleConvs(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := d.ctx(r)
-		defer cancel()
-		cs, err := d.Store.Convs(ctx, caller(r))
+		limit, err := queryInt(r, "limit", parley.DefaultConvs)
+		if err == nil && limit < 1 {
+			err = parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
+		}
 		if err != nil {
 			writeError(w, d.Log, err, "convs")
 			return
 		}
-		encode(w, http.StatusOK, frameBody(wire.Convs(cs)))
+		ctx, cancel := d.ctx(r)
+		defer cancel()
+		page, err := d.Store.Convs(ctx, caller(r), parley.ConvsRequest{
+			Limit: int(min(limit, parley.MaxConvsPage)), Before: r.URL.Query().Get("before"),
+		})
+		if err != nil {
+			writeError(w, d.Log, err, "convs")
+			return
+		}
+		encode(w, http.StatusOK, frameBody(wire.Convs(page)))
 	})
 }
 

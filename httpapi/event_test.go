@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +328,57 @@ func TestNewInstallEndsOldSockets(t *testing.T) {
 			t.Fatalf("old install's socket got %+v", f)
 		}
 		s.do("GET", "/api/convs", old, nil).want(401, parley.CodeStaleInstall)
+	})
+}
+
+// TestConvsPages: GET /api/convs answers pages of ?limit= (default 100,
+// capped at 200), latest activity first, with has_more and next; ?before=
+// is the next page; without parameters it is the first page, as old
+// clients ask. A bad limit or cursor is 400 INVALID_ARGUMENT.
+func TestConvsPages(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		s := start(t, open(t, parley.Options{}), serverOptions{})
+		ana := s.user("ana", parley.RoleUser)
+		p := parley.Principal{User: "ana", DeviceID: "d0"}
+		const n = parley.DefaultConvs + 3
+		for i := range n {
+			if _, err := s.store.CreateConversation(context.Background(), p, parley.NewConversation{ID: fmt.Sprintf("c%03d", i), Kind: parley.KindGroup, Title: "t"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := s.do("GET", "/api/convs", ana, nil).want(200).frame()
+		if len(first.Convs) != parley.DefaultConvs || first.HasMore == nil || !*first.HasMore || first.Next == "" {
+			t.Fatalf("first page: %d entries, has_more %v, next %q", len(first.Convs), first.HasMore, first.Next)
+		}
+		seen := map[string]bool{}
+		var walked int
+		before := ""
+		for {
+			q := "/api/convs?limit=7"
+			if before != "" {
+				q += "&before=" + url.QueryEscape(before)
+			}
+			f := s.do("GET", q, ana, nil).want(200).frame()
+			for _, c := range f.Convs {
+				if seen[c.Conv] {
+					t.Fatalf("%s listed twice", c.Conv)
+				}
+				seen[c.Conv] = true
+			}
+			walked++
+			if !*f.HasMore {
+				break
+			}
+			before = f.Next
+		}
+		if len(seen) != n || walked != (n+6)/7 {
+			t.Errorf("walk in pages of 7: %d conversations in %d pages, want %d in %d", len(seen), walked, n, (n+6)/7)
+		}
+		if f := s.do("GET", "/api/convs?limit=100000", ana, nil).want(200).frame(); len(f.Convs) != n {
+			t.Errorf("a limit above the cap: %d entries, want all %d (under 200)", len(f.Convs), n)
+		}
+		for _, q := range []string{"limit=0", "limit=-1", "limit=x", "before=nonsense!", "before=MTI"} {
+			s.do("GET", "/api/convs?"+q, ana, nil).want(400, parley.CodeInvalidArgument)
+		}
 	})
 }

@@ -109,8 +109,8 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	s.hub = gateway.New(gateway.Options{
 		Store: store, Bus: inmem.NewBus(), Log: log, OnAccount: ident.ForgetUser, Metrics: s.metrics,
 		Reauth: o.reauth,
-		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
-			d, _ := middleware.Limit(ctx, limits, cfg.Current(), "send", user)
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			d, _ := middleware.Limit(ctx, limits, cfg.Current(), bucket, user)
 			return d.Allowed, d.RetryAfter
 		},
 	})

@@ -156,12 +156,32 @@ func (a *api) events(ctx context.Context, token, conv string) ([]wire.Event, err
 	}
 }
 
+// convs reads every page of a user's conversation list.
 func (a *api) convs(ctx context.Context, token string) ([]wire.Conv, error) {
-	var r struct {
-		Convs []wire.Conv `json:"convs"`
+	var all []wire.Conv
+	before := ""
+	for {
+		var r struct {
+			Convs   []wire.Conv `json:"convs"`
+			HasMore bool        `json:"has_more"`
+			Next    string      `json:"next"`
+		}
+		q := "/api/convs?limit=" + strconv.Itoa(parley.MaxConvsPage)
+		if before != "" {
+			q += "&before=" + url.QueryEscape(before)
+		}
+		if err := a.call(ctx, http.MethodGet, q, token, nil, &r); err != nil {
+			return nil, err
+		}
+		all = append(all, r.Convs...)
+		if !r.HasMore {
+			return all, nil
+		}
+		if r.Next == "" || r.Next == before {
+			return nil, fmt.Errorf("convs: has_more without a new next")
+		}
+		before = r.Next
 	}
-	err := a.call(ctx, http.MethodGet, "/api/convs", token, nil, &r)
-	return r.Convs, err
 }
 
 // processStats reads the server's CPU seconds and resident bytes from its

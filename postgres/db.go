@@ -16,8 +16,9 @@
 //     inserting statement, and the recall window and retention ages are
 //     judged by clock_timestamp() inside the locked transaction.
 //   - Reads work over indexes: a sync page costs O(page) index lookups per
-//     visible range, Convs one statement whose cost grows with the caller's
-//     conversations and periods, never with history.
+//     visible range, a Convs page one statement that orders the caller's
+//     conversations by activity and counts unread and reads the latest
+//     message for the page's entries only, never with history.
 //   - Open applies the embedded migrations (migrations/*.sql) in one
 //     transaction under a transaction-level advisory lock, so servers that
 //     start together do not race; applied versions are recorded in

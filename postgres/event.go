@@ -509,23 +509,35 @@ func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq i
 	return db.moveCursor(ctx, "read", readSQL, p, convID, seq)
 }
 
-// convsSQL is Convs in one statement, driven by periods_by_user: per
-// conversation of user $1, the header, the head capped as Periods.Head caps
-// it (the end of the last period of a former member), device $2's delivered
-// and the user's read cursor, unread counted over the visible ranges after
-// read and stopped at $3 = UnreadCap+1 rows, and the latest visible message
-// (one backward index probe per period). Ordered by activity: a member's is
-// the conversation's latest event (last_at), a former member's the time of
-// the event at their capped head.
+// convsSQL is one page of Convs in one statement, driven by
+// periods_by_user: per conversation of user $1, the head capped as
+// Periods.Head caps it (the end of the last period of a former member) and
+// the activity that orders the list, in microseconds (a member's is the
+// conversation's latest event, last_at; a former member's the time of the
+// event at their capped head); the page is the $6 rows after the cursor
+// ($4 empty for the first page, else the cursor's conversation id and $5
+// its activity). Only for the page's rows: device $2's delivered and the
+// user's read cursor, unread counted over the visible ranges after read and
+// stopped at $3 = UnreadCap+1 rows, and the latest visible message (one
+// backward index probe per period).
 var convsSQL = `WITH mine AS (
 	SELECT conv_id, bool_or(to_seq IS NULL) AS open, max(to_seq) AS last_to
 	FROM periods WHERE user_id = $1 GROUP BY conv_id
 ), v AS (
 	SELECT c.id, c.title, c.kind, c.min_seq, c.epoch, c.last_at, c.created_at, m.open,
-		CASE WHEN m.open THEN c.next_seq - 1 ELSE LEAST(m.last_to, c.next_seq - 1) END AS head,
-		coalesce((SELECT seq FROM read_cursors WHERE user_id = $1 AND conv_id = c.id), 0) AS read,
-		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = $1 AND device_id = $2 AND conv_id = c.id), 0) AS delivered
+		CASE WHEN m.open THEN c.next_seq - 1 ELSE LEAST(m.last_to, c.next_seq - 1) END AS head
 	FROM mine m JOIN conversations c ON c.id = m.conv_id
+), a AS (
+	SELECT v.*, (extract(epoch FROM CASE WHEN v.open THEN v.last_at
+		ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END) * 1000000)::bigint AS activity
+	FROM v
+), pg AS (
+	SELECT a.*,
+		coalesce((SELECT seq FROM read_cursors WHERE user_id = $1 AND conv_id = a.id), 0) AS read,
+		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = $1 AND device_id = $2 AND conv_id = a.id), 0) AS delivered
+	FROM a
+	WHERE $4 = '' OR a.activity < $5 OR (a.activity = $5 AND a.id COLLATE "C" > $4 COLLATE "C")
+	ORDER BY a.activity DESC, a.id COLLATE "C" LIMIT $6
 )
 SELECT v.id, v.title, v.kind, v.head, v.min_seq, v.epoch, v.open, v.delivered, v.read,
 	(SELECT count(*) FROM (
@@ -538,8 +550,8 @@ SELECT v.id, v.title, v.kind, v.head, v.min_seq, v.epoch, v.open, v.delivered, v
 			LIMIT $3) x
 		WHERE p.conv_id = v.id AND p.user_id = $1
 		LIMIT $3) n),
-	` + eventCols("l") + `
-FROM v
+	` + eventCols("l") + `, v.activity
+FROM pg v
 LEFT JOIN LATERAL (
 	SELECT e.* FROM periods p CROSS JOIN LATERAL (
 		SELECT * FROM events e
@@ -548,37 +560,53 @@ LEFT JOIN LATERAL (
 		ORDER BY e.seq DESC LIMIT 1) e
 	WHERE p.conv_id = v.id AND p.user_id = $1
 	ORDER BY e.seq DESC LIMIT 1) l ON true
-ORDER BY CASE WHEN v.open THEN v.last_at
-		ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END DESC,
-	v.id COLLATE "C"`
+ORDER BY v.activity DESC, v.id COLLATE "C"`
 
 // Convs implements parley.Store.
-func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
-	rows, err := db.pool.Query(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1)
+func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsRequest) (parley.ConvsPage, error) {
+	r, cur, err := parley.ValidateConvs(r)
 	if err != nil {
-		return nil, wrap("convs", err)
+		return parley.ConvsPage{}, err
 	}
-	out := []parley.ConvSummary{}
+	if cur == nil {
+		cur = &parley.ConvsCursor{}
+	}
+	rows, err := db.pool.Query(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1, cur.Conv, cur.Activity, r.Limit+1)
+	if err != nil {
+		return parley.ConvsPage{}, wrap("convs", err)
+	}
+	page := parley.ConvsPage{Convs: []parley.ConvSummary{}}
 	var s parley.ConvSummary
 	var ev parley.Event
+	var activity int64
+	var last parley.ConvsCursor
 	dest := append([]any{&s.Conv, &s.Title, &s.Kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread},
 		eventDest(&ev)...)
+	dest = append(dest, &activity)
 	_, err = pgx.ForEachRow(rows, dest, func() error {
+		if len(page.Convs) == r.Limit {
+			page.HasMore = true
+			return nil
+		}
 		e := s
 		e.MinSeq = min(e.MinSeq, e.Head+1) // as in Sync: nothing above the capped head
 		if e.Unread > parley.UnreadCap {
 			e.Unread, e.UnreadCapped = parley.UnreadCap, true
 		}
 		if ev.Seq != 0 {
-			last := ev
-			finish(&last, e.Conv)
-			e.Last = &last
+			lastEv := ev
+			finish(&lastEv, e.Conv)
+			e.Last = &lastEv
 		}
-		out = append(out, e)
+		page.Convs = append(page.Convs, e)
+		last = parley.ConvsCursor{Activity: activity, Conv: e.Conv}
 		return nil
 	})
 	if err != nil {
-		return nil, wrap("convs", err)
+		return parley.ConvsPage{}, wrap("convs", err)
 	}
-	return out, nil
+	if page.HasMore {
+		page.Next = last.String()
+	}
+	return page, nil
 }

@@ -297,24 +297,35 @@ func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq i
 		p.User, convID)
 }
 
-// convsSQL is Convs in one statement (one prepare, however many
+// convsSQL is one page of Convs in one statement (one prepare, however many
 // conversations), driven by periods_by_user: per conversation of user ?1,
-// the header, the head capped as Periods.Head caps it, device ?2's
-// delivered and the user's read cursor, unread counted over the visible
-// ranges after read (one range scan of events_messages per period) and
-// stopped at ?3 = UnreadCap+1 rows, and the seq of the latest visible
-// message (one backward index probe per period). Ordered by activity: a
-// member's is the conversation's latest event (last_at), a former member's
-// the time of the event at their capped head.
+// the head capped as Periods.Head caps it and the activity that orders the
+// list (a member's is the conversation's latest event, last_at; a former
+// member's the time of the event at their capped head); the page is the ?6
+// rows after the cursor (?4 empty for the first page, else the cursor's
+// conversation id and ?5 its activity). Only for the page's rows: device
+// ?2's delivered and the user's read cursor, unread counted over the
+// visible ranges after read (one range scan of events_messages per period)
+// and stopped at ?3 = UnreadCap+1 rows, and the seq of the latest visible
+// message (one backward index probe per period).
 const convsSQL = `WITH mine AS (
 	SELECT conv_id, max(to_seq IS NULL) AS open, max(to_seq) AS last_to
 	FROM periods WHERE user_id = ?1 GROUP BY conv_id
 ), v AS (
 	SELECT c.id, c.title, c.kind, c.min_seq, c.epoch, c.last_at, c.created_at, m.open,
-		CASE WHEN m.open THEN c.next_seq - 1 ELSE min(m.last_to, c.next_seq - 1) END AS head,
-		coalesce((SELECT seq FROM read_cursors WHERE user_id = ?1 AND conv_id = c.id), 0) AS read,
-		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = ?1 AND device_id = ?2 AND conv_id = c.id), 0) AS delivered
+		CASE WHEN m.open THEN c.next_seq - 1 ELSE min(m.last_to, c.next_seq - 1) END AS head
 	FROM mine m JOIN conversations c ON c.id = m.conv_id
+), a AS (
+	SELECT v.*, CASE WHEN v.open THEN v.last_at
+		ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END AS activity
+	FROM v
+), pg AS (
+	SELECT a.*,
+		coalesce((SELECT seq FROM read_cursors WHERE user_id = ?1 AND conv_id = a.id), 0) AS read,
+		coalesce((SELECT seq FROM delivered_cursors WHERE user_id = ?1 AND device_id = ?2 AND conv_id = a.id), 0) AS delivered
+	FROM a
+	WHERE ?4 = '' OR a.activity < ?5 OR (a.activity = ?5 AND a.id > ?4)
+	ORDER BY a.activity DESC, a.id LIMIT ?6
 ), w AS (
 	SELECT v.*,
 		(SELECT count(*) FROM (
@@ -328,23 +339,30 @@ const convsSQL = `WITH mine AS (
 				WHERE e.conv_id = p.conv_id AND e.kind = 'message'
 				AND e.seq >= p.from_seq AND e.seq <= min(coalesce(p.to_seq, v.head), v.head)
 				ORDER BY e.seq DESC LIMIT 1) AS ls
-			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq,
-		CASE WHEN v.open THEN v.last_at
-			ELSE coalesce((SELECT created_at FROM events WHERE conv_id = v.id AND seq = v.head), v.created_at) END AS activity
-	FROM v
+			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq
+	FROM pg v
 )
 SELECT w.id, w.title, w.kind, w.head, w.min_seq, w.epoch, w.open, w.delivered, w.read, w.unread,
 	l.conv_id IS NOT NULL, coalesce(l.seq, 0), coalesce(l.mid, ''), coalesce(l.kind, ''), coalesce(l.sender_user, ''),
 	coalesce(l.sender_device, ''), coalesce(l.body, ''), coalesce(l.target, 0), coalesce(l.subject_user, ''),
-	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0)
+	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0), w.activity
 FROM w LEFT JOIN events l ON l.conv_id = w.id AND l.seq = w.last_seq
 ORDER BY w.activity DESC, w.id`
 
 // Convs implements parley.Store.
-func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSummary, error) {
-	out := []parley.ConvSummary{}
-	err := db.read(ctx, "convs", func(tx *txn) error {
-		rows, err := tx.QueryContext(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1)
+func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsRequest) (parley.ConvsPage, error) {
+	r, cur, err := parley.ValidateConvs(r)
+	if err != nil {
+		return parley.ConvsPage{}, err
+	}
+	if cur == nil {
+		cur = &parley.ConvsCursor{}
+	}
+	page := parley.ConvsPage{Convs: []parley.ConvSummary{}}
+	var last parley.ConvsCursor
+	err = db.read(ctx, "convs", func(tx *txn) error {
+		page.Convs = page.Convs[:0]
+		rows, err := tx.QueryContext(ctx, convsSQL, p.User, p.DeviceID, parley.UnreadCap+1, cur.Conv, cur.Activity, r.Limit+1)
 		if err != nil {
 			return err
 		}
@@ -354,10 +372,14 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSumma
 			var kind, evKind string
 			var hasLast bool
 			var ev parley.Event
-			var at int64
+			var at, activity int64
 			if err := rows.Scan(&s.Conv, &s.Title, &kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread,
-				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at); err != nil {
+				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at, &activity); err != nil {
 				return err
+			}
+			if len(page.Convs) == r.Limit {
+				page.HasMore = true
+				break
 			}
 			s.Kind = parley.ConvKind(kind)
 			s.MinSeq = min(s.MinSeq, s.Head+1) // as in Sync: nothing above the capped head
@@ -371,9 +393,16 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal) ([]parley.ConvSumma
 				}
 				s.Last = &ev
 			}
-			out = append(out, s)
+			page.Convs = append(page.Convs, s)
+			last = parley.ConvsCursor{Activity: activity, Conv: s.Conv}
 		}
 		return rows.Err()
 	})
-	return out, err
+	if err != nil {
+		return parley.ConvsPage{}, err
+	}
+	if page.HasMore {
+		page.Next = last.String()
+	}
+	return page, nil
 }

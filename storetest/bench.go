@@ -103,8 +103,9 @@ func BenchSync(b *testing.B, be Backend) {
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchConvs measures Convs for a user in 500 conversations of 2,000
-// messages each (by the other member), 502 of them unread in every one.
+// BenchConvs measures one first page of Convs (DefaultConvs entries) for a
+// user in 500 conversations of 2,000 messages each (by the other member),
+// 502 of them unread in every one.
 func BenchConvs(b *testing.B, be Backend) {
 	ctx := context.Background()
 	db := be.New(b, parley.Options{})
@@ -117,13 +118,13 @@ func BenchConvs(b *testing.B, be Backend) {
 		}
 	}
 	for b.Loop() {
-		list, err := db.Store().Convs(ctx, ana)
+		page, err := db.Store().Convs(ctx, ana, parley.ConvsRequest{Limit: parley.DefaultConvs})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(list) != convs || list[0].Unread != 502 {
-			b.Fatalf("got %d conversations, first unread %d", len(list), list[0].Unread)
+		if list := page.Convs; len(list) != parley.DefaultConvs || !page.HasMore || list[0].Unread != 502 {
+			b.Fatalf("got %d conversations (more: %v), first unread %d", len(list), page.HasMore, list[0].Unread)
 		}
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lists/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 }

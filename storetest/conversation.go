@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -388,9 +389,7 @@ func testConvsOrder(t *testing.T, e *env) {
 	e.send(t, ana, "c-c", "k", "c") // c-c 3
 
 	order := func(p parley.Principal) []string {
-		list, err := e.st.Convs(ctx(t), p)
-		ok(t, err, "convs")
-		return convIDs(list)
+		return convIDs(allConvs(t, e.st, p))
 	}
 	if got, want := order(cy), []string{"c-c", "c-a", "c-b"}; !slices.Equal(got, want) {
 		t.Errorf("cy's convs %v, want %v", got, want)
@@ -1045,5 +1044,147 @@ func testRollbackRules(t *testing.T, e *env) {
 	s, err := e.st.Send(ctx(t), ana, parley.SendRequest{Conv: c, CMID: "k5", Body: "mk5"})
 	if wantCode(t, err, "") && (s.Dup || s.Seq != 5 || s.Epoch != 3) {
 		t.Errorf("resend after rollback: %+v, want new at 5 in epoch 3", s)
+	}
+}
+
+// walkConvs walks p's conversation list in pages of limit from before,
+// checking each page's shape, and returns the ids in order.
+func walkConvs(t *testing.T, st parley.Store, p parley.Principal, limit int, before string) []string {
+	t.Helper()
+	var ids []string
+	r := parley.ConvsRequest{Limit: limit, Before: before}
+	for range 1000 {
+		page, err := st.Convs(ctx(t), p, r)
+		ok(t, err, "convs page")
+		if len(page.Convs) > limit {
+			t.Fatalf("page of %d entries, limit %d", len(page.Convs), limit)
+		}
+		ids = append(ids, convIDs(page.Convs)...)
+		if !page.HasMore {
+			if page.Next != "" {
+				t.Errorf("last page has next %q", page.Next)
+			}
+			return ids
+		}
+		if len(page.Convs) != limit || page.Next == "" {
+			t.Fatalf("page with has_more: %d entries (limit %d), next %q", len(page.Convs), limit, page.Next)
+		}
+		r.Before = page.Next
+	}
+	t.Fatal("convs walk does not end")
+	return nil
+}
+
+// testConvsPaging: pages of any size, walked with next, give the whole
+// list exactly once in its order (latest activity first, ties by id), and
+// a first page without a cursor is the head of that list.
+func testConvsPaging(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	for i := range 7 {
+		e.group(t, ana, fmt.Sprintf("c-%d", i))
+	}
+	// Four of them share one activity time: the order among them, and a
+	// page boundary between them, go by id.
+	for _, id := range []string{"c-5", "c-1", "c-3", "c-6"} {
+		e.db.Exec(t, "UPDATE conversations SET last_at = (SELECT last_at FROM conversations WHERE id = ?) WHERE id = ?", "c-0", id)
+	}
+	time.Sleep(20 * time.Millisecond)
+	e.send(t, ana, "c-4", "k", "newest")
+
+	page, err := e.st.Convs(ctx(t), ana, parley.ConvsRequest{Limit: parley.MaxConvsPage})
+	ok(t, err, "convs")
+	full := convIDs(page.Convs)
+	if len(full) != 7 || page.HasMore || page.Next != "" {
+		t.Fatalf("one page of everything: %v (more %v, next %q)", full, page.HasMore, page.Next)
+	}
+	if full[0] != "c-4" {
+		t.Errorf("first entry %s, want c-4 (latest activity)", full[0])
+	}
+	pos := map[string]int{}
+	for i, id := range full {
+		pos[id] = i
+	}
+	tied := []string{"c-0", "c-1", "c-3", "c-5", "c-6"}
+	for i := 1; i < len(tied); i++ {
+		if pos[tied[i-1]] > pos[tied[i]] {
+			t.Errorf("same activity: %s after %s in %v, want by id", tied[i-1], tied[i], full)
+		}
+	}
+	for _, limit := range []int{1, 2, 3, 6, 7, 8} {
+		if got := walkConvs(t, e.st, ana, limit, ""); !slices.Equal(got, full) {
+			t.Errorf("walk in pages of %d: %v, want %v", limit, got, full)
+		}
+	}
+	first, err := e.st.Convs(ctx(t), ana, parley.ConvsRequest{Limit: 2})
+	ok(t, err, "first page")
+	if got := convIDs(first.Convs); !slices.Equal(got, full[:2]) || !first.HasMore {
+		t.Errorf("first page of 2: %v (more %v), want %v", got, first.HasMore, full[:2])
+	}
+}
+
+// testConvsPagingStable: a page's cursor is a position, not an offset: a
+// conversation created, or one already listed moving to the top, while a
+// walk is under way neither repeats nor hides the entries still to come.
+func testConvsPagingStable(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	for i := range 6 {
+		e.group(t, ana, fmt.Sprintf("c-%d", i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	full := convIDs(allConvs(t, e.st, ana))
+	first, err := e.st.Convs(ctx(t), ana, parley.ConvsRequest{Limit: 2})
+	ok(t, err, "first page")
+	if got := convIDs(first.Convs); !slices.Equal(got, full[:2]) || first.Next == "" {
+		t.Fatalf("first page: %v next %q, want %v", got, first.Next, full[:2])
+	}
+	time.Sleep(20 * time.Millisecond)
+	e.group(t, ana, "c-new")
+	e.send(t, ana, first.Convs[1].Conv, "k", "moved up")
+	if got := walkConvs(t, e.st, ana, 2, first.Next); !slices.Equal(got, full[2:]) {
+		t.Errorf("rest of the walk after changes: %v, want %v", got, full[2:])
+	}
+	// The same cursor reads the same rest again.
+	if got := walkConvs(t, e.st, ana, 3, first.Next); !slices.Equal(got, full[2:]) {
+		t.Errorf("rest of the walk again: %v, want %v", got, full[2:])
+	}
+}
+
+// testConvsPageBounds: a limit below 1 or a cursor that no convs reply
+// gave is INVALID_ARGUMENT; a limit above MaxConvsPage is capped.
+func testConvsPageBounds(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	for i := range parley.MaxConvsPage + 1 {
+		e.group(t, ana, fmt.Sprintf("c-%03d", i))
+	}
+	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		name string
+		r    parley.ConvsRequest
+	}{
+		{"limit 0", parley.ConvsRequest{}},
+		{"limit -1", parley.ConvsRequest{Limit: -1}},
+		{"not base64", parley.ConvsRequest{Limit: 1, Before: "!!!"}},
+		{"no separator", parley.ConvsRequest{Limit: 1, Before: b64("12345")}},
+		{"activity not a number", parley.ConvsRequest{Limit: 1, Before: b64("x.c-001")}},
+		{"negative activity", parley.ConvsRequest{Limit: 1, Before: b64("-5.c-001")}},
+		{"bad conversation id", parley.ConvsRequest{Limit: 1, Before: b64("5.c 001")}},
+		{"too long", parley.ConvsRequest{Limit: 1, Before: b64("5." + strings.Repeat("c", 200))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page, err := e.st.Convs(ctx(t), ana, tc.r)
+			if wantCode(t, err, parley.CodeInvalidArgument) && len(page.Convs) != 0 {
+				t.Errorf("refused request returned %d entries", len(page.Convs))
+			}
+		})
+	}
+	page, err := e.st.Convs(ctx(t), ana, parley.ConvsRequest{Limit: 10 * parley.MaxConvsPage})
+	ok(t, err, "convs with a large limit")
+	if len(page.Convs) != parley.MaxConvsPage || !page.HasMore {
+		t.Errorf("limit above the cap: %d entries (more %v), want %d and more", len(page.Convs), page.HasMore, parley.MaxConvsPage)
+	}
+	rest, err := e.st.Convs(ctx(t), ana, parley.ConvsRequest{Limit: 10, Before: page.Next})
+	ok(t, err, "convs after the cap")
+	if len(rest.Convs) != 1 || rest.HasMore {
+		t.Errorf("after a capped page: %v (more %v), want the one left", convIDs(rest.Convs), rest.HasMore)
 	}
 }

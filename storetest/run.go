@@ -71,6 +71,9 @@ var behaviours = []behaviour{
 	{name: "member_rules", run: testMemberRules},
 	{name: "create_conversation", run: testCreateConversation},
 	{name: "convs_order", run: testConvsOrder},
+	{name: "convs_paging", run: testConvsPaging},
+	{name: "convs_paging_stable", run: testConvsPagingStable},
+	{name: "convs_page_bounds", run: testConvsPageBounds},
 
 	// Cursors (conversation.go).
 	{name: "cursor_ahead", run: testCursorAhead},
@@ -294,8 +297,7 @@ func (e *env) conv(t *testing.T, id string) parley.Conversation {
 // summary returns p's Convs entry for conv, failing when it is missing.
 func (e *env) summary(t *testing.T, p parley.Principal, conv string) parley.ConvSummary {
 	t.Helper()
-	list, err := e.st.Convs(ctx(t), p)
-	ok(t, err, "convs of "+p.User)
+	list := allConvs(t, e.st, p)
 	for _, s := range list {
 		if s.Conv == conv {
 			return s
@@ -303,6 +305,25 @@ func (e *env) summary(t *testing.T, p parley.Principal, conv string) parley.Conv
 	}
 	t.Fatalf("convs of %s: %s missing from %v", p.User, conv, convIDs(list))
 	return parley.ConvSummary{}
+}
+
+// allConvs walks every page of p's conversation list.
+func allConvs(t *testing.T, st parley.Store, p parley.Principal) []parley.ConvSummary {
+	t.Helper()
+	var all []parley.ConvSummary
+	r := parley.ConvsRequest{Limit: parley.MaxConvsPage}
+	for {
+		page, err := st.Convs(ctx(t), p, r)
+		ok(t, err, "convs of "+p.User)
+		all = append(all, page.Convs...)
+		if !page.HasMore {
+			return all
+		}
+		if page.Next == "" || page.Next == r.Before {
+			t.Fatalf("convs of %s: has_more with next %q after %q", p.User, page.Next, r.Before)
+		}
+		r.Before = page.Next
+	}
 }
 
 func convIDs(list []parley.ConvSummary) []string {

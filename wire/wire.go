@@ -59,6 +59,7 @@ type Request struct {
 	Epoch  *int64          `json:"epoch,omitempty"`
 	Seq    *int64          `json:"seq,omitempty"`
 	Target *int64          `json:"target,omitempty"`
+	Before string          `json:"before,omitempty"` // convs: the next of the previous page
 }
 
 // DecodeRequest parses one text frame. The error is an INVALID_ARGUMENT
@@ -188,6 +189,18 @@ func (r Request) SyncRequest() parley.SyncRequest {
 	return s
 }
 
+// ConvsRequest turns a convs frame into the store's request: an omitted
+// limit is DefaultConvs (the store caps a larger one at MaxConvsPage), an
+// omitted before is the first page, so a frame without either (an old
+// client's) gets the first page.
+func (r Request) ConvsRequest() parley.ConvsRequest {
+	c := parley.ConvsRequest{Limit: parley.DefaultConvs, Before: r.Before}
+	if r.Limit != nil {
+		c.Limit = min(*r.Limit, parley.MaxConvsPage)
+	}
+	return c
+}
+
 // Event is an event on the wire (SPEC §3.0).
 type Event struct {
 	Conv     string `json:"conv"`
@@ -274,6 +287,7 @@ type Frame struct {
 	Delivered *int64 `json:"delivered,omitempty"`
 	Read      *int64 `json:"read,omitempty"`
 	Convs     []Conv `json:"convs,omitzero"`
+	Next      string `json:"next,omitempty"` // convs: the before of the next page
 	Ev        *Event `json:"ev,omitempty"`
 
 	Code         parley.Code `json:"code,omitempty"`
@@ -314,13 +328,14 @@ func Recalled(r parley.Recalled) Frame {
 	return Frame{T: TRecalled, Conv: r.Conv, Seq: ptr(r.Seq), Dup: ptr(r.Dup)}
 }
 
-// Convs is the reply to convs. Convs is never null on the wire.
-func Convs(cs []parley.ConvSummary) Frame {
-	out := make([]Conv, len(cs))
-	for i, c := range cs {
+// Convs is the reply to convs: one page, with has_more and, when it is
+// true, next. Convs is never null on the wire.
+func Convs(p parley.ConvsPage) Frame {
+	out := make([]Conv, len(p.Convs))
+	for i, c := range p.Convs {
 		out[i] = FromConvSummary(c)
 	}
-	return Frame{T: TConvsReply, Convs: out}
+	return Frame{T: TConvsReply, Convs: out, HasMore: ptr(p.HasMore), Next: p.Next}
 }
 
 // Fetched is the reply to fetch.

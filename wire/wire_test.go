@@ -78,7 +78,8 @@ func TestFrameShapes(t *testing.T) {
 		{Page(parley.Page{Conv: "g", Head: 0, MinSeq: 1, Epoch: 1}), `{"t":"page","conv":"g","epoch":1,"events":[],"next_after":0,"has_more":false,"head":0,"min_seq":1,"trimmed":false}`},
 		{Acked("g", 0), `{"t":"acked","conv":"g","delivered":0}`},
 		{ReadOK("g", 2), `{"t":"read_ok","conv":"g","read":2}`},
-		{Convs(nil), `{"t":"convs","convs":[]}`},
+		{Convs(parley.ConvsPage{}), `{"t":"convs","has_more":false,"convs":[]}`},
+		{Convs(parley.ConvsPage{HasMore: true, Next: "MTIuYw"}), `{"t":"convs","has_more":true,"convs":[],"next":"MTIuYw"}`},
 		{Error(parley.CodeNotMember, "m"), `{"t":"error","code":"NOT_MEMBER","msg":"m"}`},
 		{Hint("g", 5, nil), `{"t":"hint","conv":"g","head":5}`},
 		{Goaway(), `{"t":"goaway"}`},
@@ -136,7 +137,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	for _, fr := range []Frame{
 		Sent(parley.Sent{Conv: "g", Seq: 3, MID: "m", Epoch: 1}),
 		Page(parley.Page{Conv: "g", Events: []parley.Event{{Conv: "g", Seq: 1, Kind: parley.EventMessage, Body: "hi"}}, Head: 1, MinSeq: 1, Epoch: 1}),
-		Convs([]parley.ConvSummary{{Conv: "g", Head: 2}}),
+		Convs(parley.ConvsPage{Convs: []parley.ConvSummary{{Conv: "g", Head: 2}}, HasMore: true, Next: "MTIuZw"}),
 		Error(parley.CodeRateLimited, "slow down"),
 		Hint("g", 5, nil),
 		Resync(),

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +65,8 @@ func TestCommands(t *testing.T) {
 		{"serve", "--no-such-flag"},
 		{"serve", "extra"},
 		{"serve", "--db", "mysql://x"},
+		{"serve", "--send-budget", "100"},
+		{"serve", "--user-sockets", "0"},
 		{"user"},
 		{"user", "rename", "x"},
 		{"user", "add", "eve"},              // no --password-stdin
@@ -228,6 +232,48 @@ func TestServeConfig(t *testing.T) {
 		func(string) string { return "" }, strings.NewReader(""), &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("serve with a broken --config: %v", err)
+	}
+}
+
+// TestServeSocketBounds: serve wires the per-user socket cap (from its
+// environment variable) and the frame rate limits (read bucket from the
+// configuration file) into the gateway.
+func TestServeSocketBounds(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "parley.yaml")
+	if err := os.WriteFile(cfg, []byte("rate_limits:\n  read: {limit: 2, window: 1h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := serveEnv(t, []string{"PARLEY_USER_SOCKETS=1"}, "--demo", "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := http.Header{"Authorization": {"Bearer " + demoToken(t, p.http, "ben")}}
+	sock, _, err := websocket.Dial(ctx, p.ws, &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.CloseNow()
+	_, resp, err := websocket.Dial(ctx, p.ws, &websocket.DialOptions{HTTPHeader: hdr})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a second socket with --user-sockets 1: %v %v", resp, err)
+	}
+	var codes []parley.Code
+	for i := range 3 {
+		if err := sock.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"t":"convs","rid":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+		_, b, err := sock.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := wire.DecodeFrame(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, f.Code)
+	}
+	if want := []parley.Code{"", "", parley.CodeRateLimited}; !slices.Equal(codes, want) {
+		t.Errorf("three convs frames with read limited to 2: %v, want %v", codes, want)
 	}
 }
 

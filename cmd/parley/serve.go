@@ -37,6 +37,8 @@ type serveFlags struct {
 	origins      string
 	hintMembers  int
 	queue        int
+	sendBudget   int
+	userSockets  int
 	backstop     time.Duration
 	ping         time.Duration
 	reauth       time.Duration
@@ -58,7 +60,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.BoolVar(&f.demo, "demo", false, "create demo users ana (admin), ben, cy (password parley-demo) and group c-team when missing")
 	fs.StringVar(&f.origins, "origins", "", "comma-separated browser origins allowed to open /ws besides the server's own host")
 	fs.IntVar(&f.hintMembers, "hint-members", 1000, "conversations with more members get hints instead of event pushes")
-	fs.IntVar(&f.queue, "send-queue", 256, "frames queued per socket before a slow client is disconnected")
+	fs.IntVar(&f.queue, "send-queue", 0, "deprecated and ignored: the send queue is bounded in bytes (--send-budget)")
+	fs.IntVar(&f.sendBudget, "send-budget", gateway.DefaultSendBudget, "bytes queued per socket: over it the socket's requests wait and its pushes become hints, then close it")
+	fs.IntVar(&f.userSockets, "user-sockets", gateway.DefaultMaxUserSockets, "open WebSocket connections per user on this gateway; more are refused with 429 RATE_LIMITED")
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
@@ -88,6 +92,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := requireSharedExportDir(fs, f.dsn()); err != nil {
 		return err
 	}
+	if f.sendBudget < 4096 {
+		return usagef("--send-budget %d: want at least 4096 bytes", f.sendBudget)
+	}
+	if f.userSockets < 1 {
+		return usagef("--user-sockets %d: want at least 1", f.userSockets)
+	}
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
@@ -101,6 +111,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--log-format %q: want text or json", f.logFormat)
 	}
 	log := slog.New(handler)
+	if f.queue != 0 {
+		log.Warn("--send-queue is ignored: the send queue is bounded in bytes by --send-budget")
+	}
 	if spec := getenv("PARLEY_FAULTS"); spec != "" {
 		if err := fault.Arm(spec); err != nil {
 			return usagef("PARLEY_FAULTS: %v", err)
@@ -212,12 +225,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	hub := gateway.New(gateway.Options{
 		Store: store, Bus: bus, Log: log,
-		HintMembers: f.hintMembers, QueueSize: f.queue, Backstop: f.backstop,
+		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop,
 		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
-		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
-			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), middleware.BucketSend, user)
+		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
+			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), bucket, user)
 			if err != nil {
-				log.Warn("rate limit store failed; allowing", "bucket", middleware.BucketSend, "err", err)
+				log.Warn("rate limit store failed; allowing", "bucket", bucket, "err", err)
 			}
 			return d.Allowed, d.RetryAfter
 		},
@@ -433,13 +446,16 @@ func seedDemo(ctx context.Context, store parley.Store) error {
 func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 	st := hub.Stats()
 	m.GaugeFunc("parley_ws_connections", "Open WebSocket connections.", func() float64 { return float64(st.Conns.Load()) })
+	m.GaugeFunc("parley_ws_queued_bytes", "Bytes queued to WebSocket connections, not yet written.", func() float64 { return float64(st.QueuedBytes.Load()) })
 	for _, c := range []struct {
 		name, help string
 		v          interface{ Load() int64 }
 	}{
 		{"parley_ws_pushed_total", "Event frames queued to sockets.", &st.Pushed},
 		{"parley_ws_hinted_total", "Hint frames queued to sockets (large groups, slow readers).", &st.Hinted},
-		{"parley_ws_kicked_total", "Sockets closed because their send queue was full.", &st.Kicked},
+		{"parley_ws_kicked_total", "Sockets closed because a push did not fit in their send budget.", &st.Kicked},
+		{"parley_ws_backpressured_total", "Times a socket's requests stopped being read until its send queue drained.", &st.Backpressured},
+		{"parley_ws_refused_total", "WebSocket upgrades refused by the per-user socket cap.", &st.Refused},
 		{"parley_ws_resyncs_total", "Resync frames sent after a bus loss that polling the store could not cover.", &st.Resyncs},
 		{"parley_ws_bus_recoveries_total", "Bus losses covered by polling the store, without resync.", &st.Recovered},
 		{"parley_ws_backstops_total", "Conversations the backstop poll found behind.", &st.Backstops},
