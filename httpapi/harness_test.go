@@ -171,7 +171,7 @@ func (s *server) writeConfig(text string) {
 // token.
 func (s *server) user(id string, role parley.Role) string {
 	s.t.Helper()
-	if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id, Role: role}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+	if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "password-" + id, Role: role}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
 		s.t.Fatal(err)
 	}
 	return s.login(id, "d1", "i1")
@@ -179,7 +179,7 @@ func (s *server) user(id string, role parley.Role) string {
 
 func (s *server) login(id, device, install string) string {
 	s.t.Helper()
-	r := s.do("POST", "/api/login", "", map[string]string{"login": id, "password": "pw-" + id, "device_id": device, "install_id": install})
+	r := s.do("POST", "/api/login", "", map[string]string{"login": id, "password": "password-" + id, "device_id": device, "install_id": install})
 	r.want(200)
 	var b struct{ Token string }
 	r.decode(&b)

@@ -51,7 +51,7 @@ func openStoreAt(tb testing.TB, path string) *sqlite.DB {
 
 func createUser(tb testing.TB, s *sqlite.DB, id string, role parley.Role) {
 	tb.Helper()
-	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id, Role: role}); err != nil {
+	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "password-" + id, Role: role}); err != nil {
 		tb.Fatalf("CreateUser(%s): %v", id, err)
 	}
 }
@@ -59,7 +59,7 @@ func createUser(tb testing.TB, s *sqlite.DB, id string, role parley.Role) {
 // login returns a real token of user on (device, install).
 func login(tb testing.TB, s *sqlite.DB, user, device, install string) string {
 	tb.Helper()
-	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "pw-" + user, DeviceID: device, InstallID: install})
+	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "password-" + user, DeviceID: device, InstallID: install})
 	if err != nil {
 		tb.Fatalf("Login(%s): %v", user, err)
 	}
