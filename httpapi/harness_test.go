@@ -82,6 +82,14 @@ type serverOptions struct {
 	config string       // configuration file text ("" = none)
 	hook   func(string) // metrics hook (panic injection)
 	now    func() time.Time
+
+	// Login protections (nil, 0: the defaults).
+	hashes       *httpapi.PasswordGate
+	hashWait     time.Duration
+	loginBackoff *ratelimit.Backoff
+	// onAccount sees every account notice the hub gets (its own and the
+	// bus's).
+	onAccount func(user string)
 }
 
 // testSigningKey is the export link key of test servers.
@@ -106,7 +114,13 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	s.hub = gateway.New(gateway.Options{
-		Store: store, Bus: inmem.NewBus(), Log: log, OnAccount: ident.ForgetUser, Metrics: s.metrics,
+		Store: store, Bus: inmem.NewBus(), Log: log, Metrics: s.metrics,
+		OnAccount: func(u string) {
+			ident.ForgetUser(u)
+			if o.onAccount != nil {
+				o.onAccount(u)
+			}
+		},
 		SendLimit: func(ctx context.Context, user string) (bool, time.Duration) {
 			d, _ := middleware.Limit(ctx, limits, cfg.Current(), "send", user)
 			return d.Allowed, d.RetryAfter
@@ -138,6 +152,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
 		ExportLink:  func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
 		KickExports: worker.Kick,
+		Hashes:      o.hashes, HashWait: o.hashWait, LoginBackoff: o.loginBackoff,
 		Download: &export.Download{
 			Store: store, Dir: s.exportDir, Log: log, Metrics: s.metrics,
 			Keys: func() *export.Keyring { return keys }, Now: now,
