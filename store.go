@@ -25,7 +25,9 @@ import (
 //   - "Not a member" and "no such conversation" are the same NOT_MEMBER.
 type Store interface {
 	// CreateUser creates an account. Errors: INVALID_ARGUMENT (bad id,
-	// email or role), ALREADY_EXISTS (id or email taken).
+	// email or role, a password shorter than MinPasswordChars; an empty
+	// password makes an account that cannot log in), ALREADY_EXISTS (id or
+	// email taken).
 	CreateUser(ctx context.Context, u NewUser) (User, error)
 
 	// User returns the account a login names, in any form ResolveLogin
@@ -43,7 +45,10 @@ type Store interface {
 	// install). A device logging in with a new install id starts a new
 	// install: tokens of the old install answer STALE_INSTALL from then on
 	// and the device's delivered cursors restart at 0. The password is
-	// checked outside any transaction. Errors: INVALID_ARGUMENT (malformed
+	// checked outside any transaction. Session.Replaced reports whether
+	// the login replaced an existing install of the device (not for a new
+	// device, nor for the device's current install): callers announce the
+	// change to the gateways only then. Errors: INVALID_ARGUMENT (malformed
 	// login, password, device or install id), UNAUTHENTICATED (unknown
 	// login, wrong password and disabled account alike, one message).
 	Login(ctx context.Context, r LoginRequest) (Session, error)

@@ -52,7 +52,16 @@ type LoginRequest struct {
 type Session struct {
 	Principal
 	Token string
+	// Replaced is true when this login replaced another install of the
+	// device (whose tokens now answer STALE_INSTALL): only then must the
+	// gateways re-check the user's sockets. A device's first login and a
+	// login with the device's current install replace nothing.
+	Replaced bool
 }
+
+// MinPasswordChars is the shortest password an account may be given
+// (Unicode code points); logging in with an older, shorter one still works.
+const MinPasswordChars = 8
 
 // Device ids and install ids are opaque client strings of 1–64 characters.
 const MaxDeviceIDChars = 64
@@ -145,7 +154,24 @@ func ValidateNewUser(u NewUser) (NewUser, error) {
 	if len(u.Password) > 1024 {
 		return u, Errorf(CodeInvalidArgument, "password longer than 1024 bytes")
 	}
+	if err := ValidateNewPassword(u.Password); u.Password != "" && err != nil {
+		return u, err
+	}
 	return u, nil
+}
+
+// ValidateNewPassword checks a password about to be set: at least
+// MinPasswordChars characters of valid UTF-8, at most 1024 bytes. Every
+// path that sets a password calls it (through ValidateNewUser for
+// accounts); violations are INVALID_ARGUMENT.
+func ValidateNewPassword(pw string) error {
+	if len(pw) > 1024 {
+		return Errorf(CodeInvalidArgument, "password longer than 1024 bytes")
+	}
+	if n := charCount(pw); n < MinPasswordChars {
+		return Errorf(CodeInvalidArgument, "password must be at least %d characters of valid UTF-8 without NUL", MinPasswordChars)
+	}
+	return nil
 }
 
 // ValidateLogin checks the shape of a login request before any storage work.

@@ -785,7 +785,7 @@ func newStore(t *testing.T) *sqlite.DB {
 	}
 	t.Cleanup(func() { s.Close() })
 	for _, id := range []string{"ana", "ben"} {
-		if _, err := s.CreateUser(ctx, parley.NewUser{ID: id, Password: "pw-" + id, Role: parley.RoleUser}); err != nil {
+		if _, err := s.CreateUser(ctx, parley.NewUser{ID: id, Password: "password-" + id, Role: parley.RoleUser}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -820,7 +820,7 @@ func newGatewayWith(t *testing.T, s *sqlite.DB, o gateway.Options) *gw {
 
 func token(t *testing.T, s *sqlite.DB, user, device, install string) string {
 	t.Helper()
-	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "pw-" + user, DeviceID: device, InstallID: install})
+	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "password-" + user, DeviceID: device, InstallID: install})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,10 +21,10 @@ func TestLogin(t *testing.T) {
 		r    parley.LoginRequest
 		code parley.Code
 	}{
-		{"ok", parley.LoginRequest{Login: "ana", Password: "pw-ana", DeviceID: "d1", InstallID: "i1"}, ""},
+		{"ok", parley.LoginRequest{Login: "ana", Password: "password-ana", DeviceID: "d1", InstallID: "i1"}, ""},
 		{"wrong password", parley.LoginRequest{Login: "ana", Password: "nope", DeviceID: "d1", InstallID: "i1"}, parley.CodeUnauthenticated},
-		{"unknown user", parley.LoginRequest{Login: "zed", Password: "pw-zed", DeviceID: "d1", InstallID: "i1"}, parley.CodeUnauthenticated},
-		{"no device", parley.LoginRequest{Login: "ana", Password: "pw-ana", InstallID: "i1"}, parley.CodeInvalidArgument},
+		{"unknown user", parley.LoginRequest{Login: "zed", Password: "password-zed", DeviceID: "d1", InstallID: "i1"}, parley.CodeUnauthenticated},
+		{"no device", parley.LoginRequest{Login: "ana", Password: "password-ana", InstallID: "i1"}, parley.CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

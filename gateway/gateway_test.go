@@ -96,14 +96,14 @@ func newServerOn(t *testing.T, s parley.Store, o gateway.Options, wrap func(net.
 // user creates an account and returns a token for one of its devices.
 func user(t *testing.T, s parley.Store, id string) {
 	t.Helper()
-	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "password-" + id}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
 		t.Fatal(err)
 	}
 }
 
 func login(t *testing.T, s parley.Store, id, device, install string) parley.Session {
 	t.Helper()
-	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: id, Password: "pw-" + id, DeviceID: device, InstallID: install})
+	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: id, Password: "password-" + id, DeviceID: device, InstallID: install})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,6 +212,10 @@ type Hub struct {
 
 	mu    sync.RWMutex
 	conns map[*conn]struct{} // every open socket
+	// byUser indexes conns by user, so an account notice (a logout, a
+	// disable, a login that replaced an install, from any gateway) costs
+	// that user's sockets, not every socket.
+	byUser map[string]map[*conn]struct{}
 	// revoked: when a token ("t:"+token) or a user ("u:"+user) was last
 	// revoked, kept for revokeWindow. A socket still being upgraded at
 	// that moment is in no snapshot yet; when it registers it is checked
@@ -260,6 +264,7 @@ func New(o Options) *Hub {
 	h := &Hub{
 		o: o, store: o.Store, bus: o.Bus, log: o.Log,
 		conns:   map[*conn]struct{}{},
+		byUser:  map[string]map[*conn]struct{}{},
 		revoked: map[string]time.Time{},
 		subs:    map[string]map[*conn]struct{}{},
 		sockets: map[string]int{},
@@ -424,6 +429,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := newConn(h.ctx(), h, ws, p, token)
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
+	mine := h.byUser[p.User]
+	if mine == nil {
+		mine = map[*conn]struct{}{}
+		h.byUser[p.User] = mine
+	}
+	mine[c] = struct{}{}
 	late := h.revokedSinceLocked(looked, "t:"+token, "u:"+p.User)
 	h.mu.Unlock()
 	h.stats.Conns.Add(1)
@@ -467,6 +478,12 @@ func (h *Hub) remove(c *conn) {
 	defer h.mu.Unlock()
 	h.releaseLocked(c.p.User)
 	delete(h.conns, c)
+	if mine := h.byUser[c.p.User]; mine != nil {
+		delete(mine, c)
+		if len(mine) == 0 {
+			delete(h.byUser, c.p.User)
+		}
+	}
 	h.unsubscribeLocked(c)
 	h.stats.Conns.Add(-1)
 }
@@ -628,17 +645,23 @@ func (h *Hub) account(user string) {
 		h.o.OnAccount(user)
 	}
 	h.noteRevoked("u:" + user)
-	var mine []*conn
-	for _, c := range h.snapshot() {
-		if c.p.User == user {
-			mine = append(mine, c)
-		}
-	}
+	mine := h.socketsOf(user)
 	if len(mine) == 0 {
 		return
 	}
 	ctx := h.ctx()
 	h.wg.Go(func() { h.recheck(ctx, mine) })
+}
+
+// socketsOf returns user's open sockets here.
+func (h *Hub) socketsOf(user string) []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	cs := make([]*conn, 0, len(h.byUser[user]))
+	for c := range h.byUser[user] {
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 // revokeWindow is how long a revocation is remembered for sockets that

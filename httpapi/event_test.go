@@ -51,7 +51,7 @@ func TestErrorMapping(t *testing.T) {
 			{"UNAUTHENTICATED bad token", func() reply { return send("not-a-token-at-all-0123456789abcdef", "k9", "x") }, 401, parley.CodeUnauthenticated},
 			{"STALE_INSTALL", func() reply { return send(stale, "k-stale", "x") }, 401, parley.CodeStaleInstall},
 			{"PERMISSION_DENIED", func() reply {
-				return s.do("POST", "/api/admin/users", ben, map[string]string{"id": "mallory", "password": "x"})
+				return s.do("POST", "/api/admin/users", ben, map[string]string{"id": "mallory", "password": "password-x"})
 			}, 403, parley.CodePermissionDenied},
 			{"NOT_MEMBER", func() reply { return send(cy, "k-cy", "let me in") }, 404, parley.CodeNotMember},
 			{"NOT_MEMBER unknown conv", func() reply {

@@ -83,6 +83,14 @@ type serverOptions struct {
 	hook   func(string) // metrics hook (panic injection)
 	now    func() time.Time
 	reauth time.Duration // how often open sockets' tokens are checked again (0: the default)
+
+	// Login protections (nil, 0: the defaults).
+	hashes       *httpapi.PasswordGate
+	hashWait     time.Duration
+	loginBackoff *ratelimit.Backoff
+	// onAccount sees every account notice the hub gets (its own and the
+	// bus's).
+	onAccount func(user string)
 }
 
 // testSigningKey is the export link key of test servers.
@@ -107,7 +115,13 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	s.hub = gateway.New(gateway.Options{
-		Store: store, Bus: inmem.NewBus(), Log: log, OnAccount: ident.ForgetUser, Metrics: s.metrics,
+		Store: store, Bus: inmem.NewBus(), Log: log, Metrics: s.metrics,
+		OnAccount: func(u string) {
+			ident.ForgetUser(u)
+			if o.onAccount != nil {
+				o.onAccount(u)
+			}
+		},
 		Reauth: o.reauth,
 		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
 			d, _ := middleware.Limit(ctx, limits, cfg.Current(), bucket, user)
@@ -140,6 +154,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
 		ExportLink:  func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
 		KickExports: worker.Kick,
+		Hashes:      o.hashes, HashWait: o.hashWait, LoginBackoff: o.loginBackoff,
 		Download: &export.Download{
 			Store: store, Dir: s.exportDir, Log: log, Metrics: s.metrics,
 			Keys: func() *export.Keyring { return keys }, Now: now,
@@ -173,7 +188,7 @@ func (s *server) writeConfig(text string) {
 // token.
 func (s *server) user(id string, role parley.Role) string {
 	s.t.Helper()
-	if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id, Role: role}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
+	if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "password-" + id, Role: role}); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
 		s.t.Fatal(err)
 	}
 	return s.login(id, "d1", "i1")
@@ -181,7 +196,7 @@ func (s *server) user(id string, role parley.Role) string {
 
 func (s *server) login(id, device, install string) string {
 	s.t.Helper()
-	r := s.do("POST", "/api/login", "", map[string]string{"login": id, "password": "pw-" + id, "device_id": device, "install_id": install})
+	r := s.do("POST", "/api/login", "", map[string]string{"login": id, "password": "password-" + id, "device_id": device, "install_id": install})
 	r.want(200)
 	var b struct{ Token string }
 	r.decode(&b)

@@ -24,7 +24,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: "ana", Password: "pw"}); err != nil {
+	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: "ana", Password: "password-ana"}); err != nil {
 		t.Fatal(err)
 	}
 	var draining atomic.Bool
@@ -44,14 +44,14 @@ func TestRoutes(t *testing.T) {
 	}{
 		{"healthz", "GET", "/healthz", "", 200, ""},
 		{"readyz", "GET", "/readyz", "", 200, ""},
-		{"login", "POST", "/api/login", `{"login":"ANA","password":"pw","device_id":"d","install_id":"i"}`, 200, ""},
+		{"login", "POST", "/api/login", `{"login":"ANA","password":"password-ana","device_id":"d","install_id":"i"}`, 200, ""},
 		{"login wrong password", "POST", "/api/login", `{"login":"ana","password":"no","device_id":"d","install_id":"i"}`, 401, parley.CodeUnauthenticated},
 		{"login unknown user", "POST", "/api/login", `{"login":"zed","password":"no","device_id":"d","install_id":"i"}`, 401, parley.CodeUnauthenticated},
 		{"login not JSON", "POST", "/api/login", `login=ana`, 400, parley.CodeInvalidArgument},
-		{"login unknown field", "POST", "/api/login", `{"login":"ana","password":"pw","device_id":"d","install_id":"i","x":1}`, 400, parley.CodeInvalidArgument},
+		{"login unknown field", "POST", "/api/login", `{"login":"ana","password":"password-ana","device_id":"d","install_id":"i","x":1}`, 400, parley.CodeInvalidArgument},
 		{"login two objects", "POST", "/api/login", `{"login":"ana"}{}`, 400, parley.CodeInvalidArgument},
 		{"login too big", "POST", "/api/login", `{"login":"` + strings.Repeat("a", 70000) + `"}`, 400, parley.CodeInvalidArgument},
-		{"login no device", "POST", "/api/login", `{"login":"ana","password":"pw"}`, 400, parley.CodeInvalidArgument},
+		{"login no device", "POST", "/api/login", `{"login":"ana","password":"password-ana"}`, 400, parley.CodeInvalidArgument},
 		{"logout without token", "POST", "/api/logout", "", 401, parley.CodeUnauthenticated},
 		{"unknown API route", "GET", "/api/nope", "", 404, parley.CodeNotFound},
 		{"unknown hook route", "GET", "/hooks/", "", 404, parley.CodeNotFound},

@@ -266,7 +266,19 @@ func fromUser(u parley.User) userReply {
 // through webhooks and cannot log in).
 func handleAdminCreateUser(d Deps) http.Handler {
 	return adminCall(d, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (int, any, error) {
-		u, err := d.Store.CreateUser(ctx, parley.NewUser{ID: b.ID, Email: b.Email, Password: b.Password, Role: b.Role})
+		nu := parley.NewUser{ID: b.ID, Email: b.Email, Password: b.Password, Role: b.Role}
+		if nu.Password != "" {
+			// Bad input is refused before it waits for a hash slot.
+			if _, err := parley.ValidateNewUser(nu); err != nil {
+				return 0, nil, err
+			}
+			release, err := d.Hashes.Acquire(ctx, d.hashWait(r))
+			if err != nil {
+				return 0, nil, err
+			}
+			defer release()
+		}
+		u, err := d.Store.CreateUser(ctx, nu)
 		return http.StatusCreated, fromUser(u), err
 	})
 }

@@ -44,12 +44,12 @@ func TestAdminUsers(t *testing.T) {
 			Disabled bool
 		}
 		s.do("POST", "/api/admin/users", ana, map[string]any{
-			"id": "dee", "password": "pw-dee", "role": "user", "__authenticatedOperator": "mallory",
+			"id": "dee", "password": "password-dee", "role": "user", "__authenticatedOperator": "mallory",
 		}).want(201).decode(&u)
 		if u.ID != "dee" || u.Role != "user" || u.Disabled {
 			t.Fatalf("created %+v", u)
 		}
-		s.do("POST", "/api/admin/users", ana, map[string]any{"id": "dee", "password": "x"}).want(409, parley.CodeAlreadyExists)
+		s.do("POST", "/api/admin/users", ana, map[string]any{"id": "dee", "password": "password-x"}).want(409, parley.CodeAlreadyExists)
 		s.do("POST", "/api/admin/users", ana, map[string]any{"id": "Bad Id!"}).want(400, parley.CodeInvalidArgument)
 		s.do("POST", "/api/admin/users", ana, `{"id":"x","nope":1}`).want(400, parley.CodeInvalidArgument)
 		p := s.do("POST", "/api/admin/users", ben, map[string]any{"id": "evil"}).want(403, parley.CodePermissionDenied).problem()
@@ -107,7 +107,7 @@ func TestAdminUsers(t *testing.T) {
 			t.Errorf("params %v: want the operator overwritten and the password redacted", params)
 		}
 		for _, e := range entries {
-			if strings.Contains(e.Params, "pw-dee") || strings.Contains(e.Params, "mallory") {
+			if strings.Contains(e.Params, "password-dee") || strings.Contains(e.Params, "mallory") {
 				t.Errorf("audit entry leaks client input: %+v", e)
 			}
 		}

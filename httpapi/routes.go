@@ -59,6 +59,17 @@ type Deps struct {
 	// Download serves GET /download/{id} (export.Download); nil: 404.
 	Download http.Handler
 	Now      func() time.Time
+
+	// Login protections, built in (no configuration turns them off).
+	// Hashes caps concurrent password hashes (nil: a gate of
+	// DefaultPasswordHashes slots); a request that waits longer than
+	// HashWait for a slot (0: the store timeout) is 503 UNAVAILABLE.
+	Hashes   *PasswordGate
+	HashWait time.Duration
+	// LoginBackoff slows down failed logins per login name, from any
+	// address (nil: ratelimit.NewBackoff's defaults: 5 free failures, then
+	// 1s doubling up to 15 minutes).
+	LoginBackoff *ratelimit.Backoff
 }
 
 // NewHandler returns the HTTP API. Every route is listed here with its
@@ -182,5 +193,19 @@ func (d Deps) withDefaults() Deps {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.Hashes == nil {
+		d.Hashes = NewPasswordGate(0)
+	}
+	if d.LoginBackoff == nil {
+		d.LoginBackoff = ratelimit.NewBackoff(ratelimit.BackoffOptions{})
+	}
 	return d
+}
+
+// hashWait is how long a request may wait for a password hash slot.
+func (d Deps) hashWait(r *http.Request) time.Duration {
+	if d.HashWait > 0 {
+		return d.HashWait
+	}
+	return d.config(r).StoreTimeout()
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/ratelimit"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -29,6 +32,11 @@ type loginReply struct {
 
 // handleLogin checks a password and issues a device token, also set as an
 // HttpOnly SameSite=Strict cookie for browsers.
+//
+// Before any hash: the login name's failures (LoginBackoff, from any
+// address; an unknown name is treated exactly like a known one) may refuse
+// it with 429 RATE_LIMITED and Retry-After, and the hash waits for a slot
+// of the PasswordGate (503 UNAVAILABLE when it waits too long).
 func handleLogin(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b loginBody
@@ -36,19 +44,59 @@ func handleLogin(d Deps) http.Handler {
 			writeError(w, d.Log, err, "login")
 			return
 		}
-		ctx, cancel := d.ctx(r)
-		defer cancel()
-		s, err := d.Store.Login(ctx, parley.LoginRequest{Login: b.Login, Password: b.Password, DeviceID: b.DeviceID, InstallID: b.InstallID})
+		req := parley.LoginRequest{Login: b.Login, Password: b.Password, DeviceID: b.DeviceID, InstallID: b.InstallID}
+		if err := parley.ValidateLogin(req); err != nil {
+			writeError(w, d.Log, err, "login")
+			return
+		}
+		// The canonical name is the key: "Ana" and "ana" are one name. An
+		// account's id and email are two names, each with its own count
+		// (keying them together would tell who owns an email).
+		_, name, err := parley.ResolveLogin(b.Login)
 		if err != nil {
 			writeError(w, d.Log, err, "login")
 			return
 		}
-		// A login may have replaced the device's install: every gateway
+		if ok, wait := d.LoginBackoff.Begin(name); !ok {
+			if d.Metrics != nil {
+				d.Metrics.RateLimited(bucketLoginFailures, "http")
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+			wire.WriteProblem(w, parley.CodeRateLimited, "too many failed logins for this account; retry after the time in Retry-After", "")
+			return
+		}
+		result := ratelimit.Abandoned
+		defer func() { d.LoginBackoff.End(name, result) }()
+
+		release, err := d.Hashes.Acquire(r.Context(), d.hashWait(r))
+		if err != nil {
+			writeError(w, d.Log, err, "login")
+			return
+		}
+		ctx, cancel := d.ctx(r)
+		s, err := d.Store.Login(ctx, req)
+		cancel()
+		release()
+		switch parley.ErrorCode(err) {
+		case "":
+			result = ratelimit.Succeeded
+		case parley.CodeUnauthenticated:
+			result = ratelimit.Failed
+		}
+		if err != nil {
+			writeError(w, d.Log, err, "login")
+			return
+		}
+		// A login that replaced the device's install: every gateway
 		// re-checks the user's sockets now (the old install's end with
 		// STALE_INSTALL) and forgets cached lookups of the user's tokens.
-		d.Identifier.ForgetUser(s.User)
-		if d.RevokeUser != nil {
-			d.RevokeUser(s.User)
+		// Any other login changed no token's standing: no notice, so a
+		// login costs the gateways nothing.
+		if s.Replaced {
+			d.Identifier.ForgetUser(s.User)
+			if d.RevokeUser != nil {
+				d.RevokeUser(s.User)
+			}
 		}
 		http.SetCookie(w, &http.Cookie{
 			Name: wire.SessionCookie, Value: s.Token, Path: "/",
@@ -57,6 +105,10 @@ func handleLogin(d Deps) http.Handler {
 		encode(w, http.StatusOK, loginReply{User: s.User, DeviceID: s.DeviceID, Token: s.Token})
 	})
 }
+
+// bucketLoginFailures labels logins refused by the per-account backoff in
+// parley_rate_limited_total.
+const bucketLoginFailures = "login_account"
 
 // handleLogout revokes the caller's token and clears the cookie.
 func handleLogout(d Deps) http.Handler {

@@ -6,3 +6,7 @@ var (
 	ParseHop  = parseHop
 	IsTrusted = isTrusted
 )
+
+// IndexConsistent exposes the Identifier's user-index check to the
+// concurrency test.
+func IndexConsistent(i *Identifier) bool { return i.indexConsistent() }

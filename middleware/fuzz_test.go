@@ -143,8 +143,8 @@ func FuzzIdentify(f *testing.F) {
 		if caller.Code != wantCode || caller.Principal != (parley.Principal{}) {
 			t.Errorf("anonymous caller: %+v, want code %s and no principal", caller, wantCode)
 		}
-		if s := caller.Subject(); s != "ip:"+caller.Addr.String() {
-			t.Errorf("subject %q, want ip:%v", s, caller.Addr)
+		if s := caller.Subject(); s != "ip:"+middleware.AddrSubject(caller.Addr) {
+			t.Errorf("subject %q, want ip:%v", s, middleware.AddrSubject(caller.Addr))
 		}
 	})
 }

@@ -41,6 +41,10 @@ type Identifier struct {
 
 	mu sync.Mutex
 	m  map[[32]byte]identity
+	// byUser indexes the valid entries of m by user, so that forgetting a
+	// user (every login that replaces an install, every logout and
+	// disable, on every gateway) costs that user's tokens, not the cache.
+	byUser map[string]map[[32]byte]struct{}
 	// forgets counts ForgetUser and ForgetToken calls. A lookup caches its
 	// answer only if none happened while it asked the store: otherwise a
 	// principal read just before a disable would be cached after the
@@ -69,7 +73,7 @@ func NewIdentifier(auth func(context.Context, string) (parley.Principal, error),
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Identifier{auth: auth, o: o, m: map[[32]byte]identity{}}
+	return &Identifier{auth: auth, o: o, m: map[[32]byte]identity{}, byUser: map[string]map[[32]byte]struct{}{}}
 }
 
 // Identify returns the principal of token, or the code that refuses it:
@@ -121,12 +125,36 @@ func (i *Identifier) put(key [32]byte, e identity, forgets uint64) {
 	if i.forgets != forgets {
 		return
 	}
-	if _, ok := i.m[key]; !ok {
-		for len(i.m) >= i.o.MaxEntries {
-			i.evict(i.o.Now())
-		}
+	if _, ok := i.m[key]; ok {
+		i.deleteLocked(key)
+	}
+	for len(i.m) >= i.o.MaxEntries {
+		i.evict(i.o.Now())
 	}
 	i.m[key] = e
+	if u := e.p.User; u != "" {
+		set := i.byUser[u]
+		if set == nil {
+			set = map[[32]byte]struct{}{}
+			i.byUser[u] = set
+		}
+		set[key] = struct{}{}
+	}
+}
+
+// deleteLocked drops one entry and its index record.
+func (i *Identifier) deleteLocked(key [32]byte) {
+	e, ok := i.m[key]
+	if !ok {
+		return
+	}
+	delete(i.m, key)
+	if set := i.byUser[e.p.User]; set != nil {
+		delete(set, key)
+		if len(set) == 0 {
+			delete(i.byUser, e.p.User)
+		}
+	}
 }
 
 // evictSample is how many entries one eviction looks at.
@@ -147,7 +175,7 @@ func (i *Identifier) evict(now time.Time) {
 			first = k
 		}
 		if !now.Before(e.expires) {
-			delete(i.m, k)
+			i.deleteLocked(k)
 			freed = true
 		}
 		if n++; n == evictSample {
@@ -155,7 +183,7 @@ func (i *Identifier) evict(now time.Time) {
 		}
 	}
 	if !freed {
-		delete(i.m, first)
+		i.deleteLocked(first)
 	}
 }
 
@@ -165,11 +193,10 @@ func (i *Identifier) ForgetUser(user string) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.forgets++
-	for k, e := range i.m {
-		if e.p.User == user {
-			delete(i.m, k)
-		}
+	for k := range i.byUser[user] {
+		delete(i.m, k)
 	}
+	delete(i.byUser, user)
 }
 
 // ForgetToken drops one token's cached lookup.
@@ -177,7 +204,7 @@ func (i *Identifier) ForgetToken(token string) {
 	key := sha256.Sum256([]byte(token))
 	i.mu.Lock()
 	i.forgets++
-	delete(i.m, key)
+	i.deleteLocked(key)
 	i.mu.Unlock()
 }
 
@@ -186,6 +213,31 @@ func (i *Identifier) Len() int {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return len(i.m)
+}
+
+// indexConsistent reports whether the user index lists exactly the
+// cached entries that hold a principal, each under its user (tests).
+func (i *Identifier) indexConsistent() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	n := 0
+	for u, set := range i.byUser {
+		if len(set) == 0 {
+			return false
+		}
+		for k := range set {
+			if e, ok := i.m[k]; !ok || e.p.User != u {
+				return false
+			}
+			n++
+		}
+	}
+	for _, e := range i.m {
+		if e.p.User != "" {
+			n--
+		}
+	}
+	return n == 0
 }
 
 // identify resolves the caller without reading the body; it never rejects

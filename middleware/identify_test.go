@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -489,6 +490,88 @@ func TestIdentifierConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	if !middleware.IndexConsistent(id) {
+		t.Error("the user index does not match the cache")
+	}
+}
+
+// TestIdentifierIndex: the user index follows every way an entry leaves
+// the cache (eviction, ForgetToken, ForgetUser, a refreshed lookup), under
+// concurrent use (run with -race), and ForgetUser drops exactly the
+// user's entries.
+func TestIdentifierIndex(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	// Tokens "u<user>-<n>" belong to user "u<user>"; "bad-…" are unknown.
+	auth := func(_ context.Context, tok string) (parley.Principal, error) {
+		if strings.HasPrefix(tok, "bad-") {
+			return parley.Principal{}, parley.ErrBadToken
+		}
+		u, _, _ := strings.Cut(tok, "-")
+		return parley.Principal{User: u, Role: parley.RoleUser}, nil
+	}
+	id := middleware.NewIdentifier(auth, middleware.IdentifierOptions{
+		MaxEntries: 64, TTL: 50 * time.Millisecond,
+		Now: func() time.Time { return time.Unix(0, now.Load()) },
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 400 {
+				u := fmt.Sprint("u", (g+i)%10)
+				tok := fmt.Sprintf("%s-%d", u, i%13)
+				switch i % 7 {
+				case 5:
+					id.ForgetUser(u)
+				case 6:
+					id.ForgetToken(tok)
+				case 4:
+					id.Identify(context.Background(), fmt.Sprint("bad-", g, "-", i))
+					now.Add(int64(time.Millisecond)) // entries expire and are refreshed
+				default:
+					if p, code := id.Identify(context.Background(), tok); code != "" || p.User != u {
+						t.Errorf("%s: %+v %q", tok, p, code)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if !middleware.IndexConsistent(id) {
+		t.Fatal("the user index does not match the cache")
+	}
+
+	// ForgetUser drops exactly that user's entries.
+	for u := range 3 {
+		for n := range 5 {
+			id.Identify(context.Background(), fmt.Sprintf("v%d-%d", u, n))
+		}
+	}
+	before := id.Len()
+	id.ForgetUser("v1")
+	if got, want := id.Len(), before-5; got != want {
+		t.Errorf("Len after ForgetUser(v1): %d, want %d", got, want)
+	}
+	if !middleware.IndexConsistent(id) {
+		t.Error("the user index does not match the cache after ForgetUser")
+	}
+}
+
+// BenchmarkForgetUser: forgetting one user's token in a full cache costs
+// that user's entries, not the cache's 100,000.
+func BenchmarkForgetUser(b *testing.B) {
+	id := middleware.NewIdentifier(func(_ context.Context, tok string) (parley.Principal, error) {
+		u, _, _ := strings.Cut(tok, "-")
+		return parley.Principal{User: u}, nil
+	}, middleware.IdentifierOptions{TTL: time.Hour})
+	ctx := context.Background()
+	for i := range 100_000 {
+		id.Identify(ctx, fmt.Sprintf("u%d-%d", i, i))
+	}
+	for i := 0; b.Loop(); i++ {
+		id.Identify(ctx, "target-1")
+		id.ForgetUser("target")
 	}
 }
 

@@ -129,12 +129,25 @@ type Caller struct {
 }
 
 // Subject is the rate-limit subject: the user id, else "ip:" and the
-// address.
+// address — for IPv6 its /64 ("ip:2001:db8:1:2::/64"): one host commonly
+// holds a whole /64 and could otherwise take a fresh budget per address.
+// IPv4 addresses (IPv4-mapped IPv6 included) stay whole.
 func (c Caller) Subject() string {
 	if c.Known {
 		return c.Principal.User
 	}
-	return "ip:" + c.Addr.String()
+	return "ip:" + AddrSubject(c.Addr)
+}
+
+// AddrSubject is the rate-limit key of a client address: an IPv4 address
+// as it is, an IPv6 address as its /64 prefix, an invalid one as
+// "invalid IP".
+func AddrSubject(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() {
+		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+	}
+	return a.String()
 }
 
 type callerKey struct{}

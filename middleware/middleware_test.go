@@ -51,7 +51,7 @@ func openStoreAt(tb testing.TB, path string) *sqlite.DB {
 
 func createUser(tb testing.TB, s *sqlite.DB, id string, role parley.Role) {
 	tb.Helper()
-	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "pw-" + id, Role: role}); err != nil {
+	if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: id, Password: "password-" + id, Role: role}); err != nil {
 		tb.Fatalf("CreateUser(%s): %v", id, err)
 	}
 }
@@ -59,7 +59,7 @@ func createUser(tb testing.TB, s *sqlite.DB, id string, role parley.Role) {
 // login returns a real token of user on (device, install).
 func login(tb testing.TB, s *sqlite.DB, user, device, install string) string {
 	tb.Helper()
-	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "pw-" + user, DeviceID: device, InstallID: install})
+	sess, err := s.Login(context.Background(), parley.LoginRequest{Login: user, Password: "password-" + user, DeviceID: device, InstallID: install})
 	if err != nil {
 		tb.Fatalf("Login(%s): %v", user, err)
 	}
@@ -316,6 +316,11 @@ func TestRateLimitSubjects(t *testing.T) {
 		{"a bad token is anonymous", loginPath, "not-a-token", "198.51.100.9", 200, "ip:198.51.100.9"},
 		{"another bad token, same address", loginPath, "another-bad-token", "198.51.100.9", 429, ""},
 		{"ana's budget is per bucket", loginPath, f.ana, "198.51.100.1", 200, "ana"},
+		// IPv6: one /64 is one subject, whatever its interface ids.
+		{"anonymous 2001:db8:1:2::7", loginPath, "", "2001:db8:1:2::7", 200, "ip:2001:db8:1:2::/64"},
+		{"another address of the same /64", loginPath, "", "2001:db8:1:2:ffff:ffff:ffff:fffe", 429, ""},
+		{"the neighbouring /64 has its own budget", loginPath, "", "2001:db8:1:3::7", 200, "ip:2001:db8:1:3::/64"},
+		{"an IPv4-mapped address is IPv4", loginPath, "", "::ffff:198.51.100.77", 200, "ip:198.51.100.77"},
 	}
 	for _, st := range steps {
 		got := srv.do(t, request{path: st.path, token: st.token, xff: st.xff})

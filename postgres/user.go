@@ -95,21 +95,25 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
+	replaced := false
 	err = db.write(ctx, "login", func(tx pgx.Tx) error {
 		// A row comes back when the device is new or its install changed:
 		// the old install's tokens turn stale (Authenticate compares) and
 		// its delivered cursors go, so the new install starts at 0.
+		// xmax is 0 for an inserted row and set for an updated one, so
+		// "inserted" tells a new device from a replaced install.
 		rows, err := tx.Query(ctx, `INSERT INTO devices (user_id, device_id, install_id) VALUES ($1, $2, $3)
 			ON CONFLICT (user_id, device_id) DO UPDATE SET install_id = EXCLUDED.install_id
 			WHERE devices.install_id <> EXCLUDED.install_id
-			RETURNING 1`, u.ID, r.DeviceID, r.InstallID)
+			RETURNING (xmax = 0) AS inserted`, u.ID, r.DeviceID, r.InstallID)
 		if err != nil {
 			return err
 		}
-		changed, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		changed, err := pgx.CollectRows(rows, pgx.RowTo[bool])
 		if err != nil {
 			return err
 		}
+		replaced = len(changed) > 0 && !changed[0]
 		if len(changed) > 0 {
 			if _, err := tx.Exec(ctx, `DELETE FROM delivered_cursors WHERE user_id = $1 AND device_id = $2`, u.ID, r.DeviceID); err != nil {
 				return err
@@ -125,6 +129,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	return parley.Session{
 		Principal: parley.Principal{User: u.ID, Role: u.Role, DeviceID: r.DeviceID, InstallID: r.InstallID},
 		Token:     token,
+		Replaced:  replaced,
 	}, nil
 }
 

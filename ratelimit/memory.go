@@ -12,7 +12,11 @@ const (
 	// DefaultMaxKeys is the MaxKeys of a zero MemoryOptions.
 	DefaultMaxKeys = 100_000
 
-	shardCount = 32
+	// shardCount is how many shards a large store has; one of fewer than
+	// shardCount*minShardKeys keys has a single shard, so that its bound
+	// is exact and its eviction truly least recently used.
+	shardCount   = 32
+	minShardKeys = 256
 	// sweepEvery is how many Allow calls pass between two sweeps of one
 	// shard (round robin), so keys never touched again still go.
 	sweepEvery = 1024
@@ -33,20 +37,22 @@ type MemoryOptions struct {
 //
 // Memory is bounded: a key holds at most limit timestamps, a key whose
 // requests have all left the window is dropped, and at most MaxKeys keys
-// are held. When it is full of keys that are still live, a request for a
-// new key is allowed without being counted (failing open, the safe side:
-// a flood of distinct subjects must not lock out everyone else, nor grow
-// memory without bound) and Overflows goes up; keys already held are still
-// limited.
+// are held. When a new key finds the store full of keys that are still
+// live, the least recently used key (of its shard: the store is split in
+// 32 shards of MaxKeys/32 keys each, one shard when MaxKeys is below 8192)
+// is evicted to make room, and Evictions goes up. Every request is
+// counted: a flood of distinct subjects cannot pass uncounted, and what it
+// costs the others is that keys idle the longest forget their count — a
+// subject that keeps asking stays the most recently used and stays limited.
 type Memory struct {
-	now     func() time.Time
-	maxKeys int64
+	now      func() time.Time
+	perShard int // keys one shard may hold
 
 	keys      atomic.Int64  // keys held, over all shards
 	calls     atomic.Uint64 // drives the round-robin sweep
-	overflows atomic.Int64
+	evictions atomic.Int64
 
-	shards [shardCount]shard
+	shards []shard
 }
 
 var _ Store = (*Memory)(nil)
@@ -54,6 +60,9 @@ var _ Store = (*Memory)(nil)
 type shard struct {
 	mu   sync.Mutex
 	logs map[string]*keyLog
+	// lru is the sentinel of the shard's keys in order of use: lru.next
+	// is the least recently used, lru.prev the most recent.
+	lru keyLog
 	// expiry (unix ns) is a lower bound of when the first key of the
 	// shard expires: a sweep before it cannot free anything, which keeps a
 	// full store from rescanning live keys on every new one.
@@ -62,16 +71,25 @@ type shard struct {
 
 // NewMemory returns an empty in-process store.
 func NewMemory(opts MemoryOptions) *Memory {
-	m := &Memory{now: opts.Now, maxKeys: int64(opts.MaxKeys)}
+	m := &Memory{now: opts.Now}
 	if m.now == nil {
 		m.now = time.Now
 	}
-	if m.maxKeys <= 0 {
-		m.maxKeys = DefaultMaxKeys
+	maxKeys := opts.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
 	}
+	n := shardCount
+	if maxKeys < shardCount*minShardKeys {
+		n = 1
+	}
+	m.perShard = maxKeys / n
+	m.shards = make([]shard, n)
 	for i := range m.shards {
-		m.shards[i].logs = make(map[string]*keyLog)
-		m.shards[i].expiry = math.MaxInt64
+		sh := &m.shards[i]
+		sh.logs = make(map[string]*keyLog)
+		sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+		sh.expiry = math.MaxInt64
 	}
 	return m
 }
@@ -88,10 +106,10 @@ func (m *Memory) Len() int {
 	return int(m.keys.Load())
 }
 
-// Overflows returns how many requests were allowed uncounted because the
-// store was full (see Memory). A rising count means MaxKeys is too small
-// for the traffic, or someone is cycling subjects to evade the limit.
-func (m *Memory) Overflows() int64 { return m.overflows.Load() }
+// Evictions returns how many live keys were dropped to make room for new
+// ones (see Memory). A rising count means MaxKeys is too small for the
+// traffic, or someone is cycling subjects.
+func (m *Memory) Evictions() int64 { return m.evictions.Load() }
 
 func (m *Memory) allow(key string, limit int, window time.Duration, now time.Time) Decision {
 	if off(limit, window) {
@@ -99,45 +117,48 @@ func (m *Memory) allow(key string, limit int, window time.Duration, now time.Tim
 	}
 	t := now.UnixNano()
 	if c := m.calls.Add(1); c%sweepEvery == 0 {
-		m.sweepShard(&m.shards[c/sweepEvery%shardCount], t)
+		m.sweepShard(&m.shards[c/sweepEvery%uint64(len(m.shards))], t)
 	}
 
-	sh := &m.shards[shardIndex(key)]
+	sh := &m.shards[shardIndex(key)%uint32(len(m.shards))]
 	sh.mu.Lock()
 	l := sh.logs[key]
-	if l == nil && !m.reserve() {
-		// Full: free expired keys (without holding our shard, as the sweep
-		// takes every shard lock in turn), then look again.
-		sh.mu.Unlock()
-		m.sweep(t)
-		sh.mu.Lock()
-		if l = sh.logs[key]; l == nil && !m.reserve() {
-			sh.mu.Unlock()
-			m.overflows.Add(1)
-			return allowOpen(limit)
-		}
-	}
 	if l == nil {
-		l = &keyLog{}
+		if len(sh.logs) >= m.perShard {
+			m.sweepLocked(sh, t)
+		}
+		if len(sh.logs) >= m.perShard {
+			m.evictLocked(sh)
+		}
+		l = &keyLog{key: key}
 		sh.logs[key] = l
+		m.keys.Add(1)
+	} else {
+		l.unlink()
 	}
+	sh.pushBack(l)
 	d := l.allow(t, limit, int64(window))
 	sh.expiry = min(sh.expiry, l.expiry())
 	sh.mu.Unlock()
 	return d
 }
 
-// reserve takes a slot for a new key, or reports that the store is full.
-func (m *Memory) reserve() bool {
-	for {
-		n := m.keys.Load()
-		if n >= m.maxKeys {
-			return false
-		}
-		if m.keys.CompareAndSwap(n, n+1) {
-			return true
-		}
+// evictLocked drops the shard's least recently used key.
+func (m *Memory) evictLocked(sh *shard) {
+	victim := sh.lru.next
+	if victim == &sh.lru {
+		return
 	}
+	victim.unlink()
+	delete(sh.logs, victim.key)
+	m.keys.Add(-1)
+	m.evictions.Add(1)
+}
+
+func (sh *shard) pushBack(l *keyLog) {
+	l.prev, l.next = sh.lru.prev, &sh.lru
+	sh.lru.prev.next = l
+	sh.lru.prev = l
 }
 
 // sweep drops the expired keys of every shard that may have some.
@@ -150,12 +171,17 @@ func (m *Memory) sweep(t int64) {
 func (m *Memory) sweepShard(sh *shard, t int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	m.sweepLocked(sh, t)
+}
+
+func (m *Memory) sweepLocked(sh *shard, t int64) {
 	if t < sh.expiry {
 		return
 	}
 	next := int64(math.MaxInt64)
 	for k, l := range sh.logs {
 		if l.expired(t) {
+			l.unlink()
 			delete(sh.logs, k)
 			m.keys.Add(-1)
 			continue
@@ -183,6 +209,14 @@ type keyLog struct {
 	head   int
 	n      int
 	window int64 // of the latest request, for sweeping
+
+	key        string
+	prev, next *keyLog // the shard's use order
+}
+
+func (l *keyLog) unlink() {
+	l.prev.next, l.next.prev = l.next, l.prev
+	l.prev, l.next = nil, nil
 }
 
 func (l *keyLog) allow(t int64, limit int, window int64) Decision {

@@ -151,42 +151,78 @@ func TestAmortisedSweep(t *testing.T) {
 	}
 }
 
-func TestMaxKeysSweepsFirst(t *testing.T) {
+// A full store frees expired keys first; when every key is live it evicts
+// the least recently used one, and the new key is counted (never waved
+// through uncounted).
+func TestFullStoreEvictsLeastRecentlyUsed(t *testing.T) {
 	m := NewMemory(MemoryOptions{MaxKeys: 4})
 	for i := range 4 {
-		m.allow(fmt.Sprint("k", i), 1, time.Second, t0)
+		m.allow(fmt.Sprint("k", i), 1, time.Second, t0.Add(time.Duration(i)*time.Millisecond))
 	}
-
-	// Full of live keys: a new key passes uncounted, old keys stay limited.
 	half := t0.Add(500 * time.Millisecond)
-	for range 3 {
-		if got, want := m.allow("new", 1, time.Second, half), allowOpen(1); got != want {
-			t.Fatalf("new key on a full store: got %+v, want %+v", got, want)
+	m.allow("k0", 1, time.Second, half) // denied, but k0 is now the most recently used
+
+	// Full of live keys: "new" is counted, and k1 (used longest ago) goes.
+	if got, want := m.allow("new", 1, time.Second, half), allowed(1, 0, time.Second); got != want {
+		t.Fatalf("new key on a full store: got %+v, want %+v", got, want)
+	}
+	if got := m.allow("new", 1, time.Second, half); got.Allowed {
+		t.Errorf("second request of the new key: got %+v, want denied (counted)", got)
+	}
+	for _, k := range []string{"k0", "k2", "k3"} {
+		if _, held := m.shards[0].logs[k]; !held {
+			t.Errorf("%s was evicted, want k1 (least recently used) only", k)
 		}
 	}
-	if got := m.allow("k0", 1, time.Second, half); got.Allowed {
-		t.Errorf("held key on a full store: got %+v, want denied", got)
+	if _, held := m.shards[0].logs["k1"]; held {
+		t.Error("k1 is still held")
 	}
-	if got, want := m.Overflows(), int64(3); got != want {
-		t.Errorf("overflows: got %d, want %d", got, want)
+	if got, want := m.Evictions(), int64(1); got != want {
+		t.Errorf("evictions: got %d, want %d", got, want)
 	}
 	if got, want := m.keys.Load(), int64(4); got != want {
 		t.Errorf("keys: got %d, want %d", got, want)
 	}
 
-	// Once the old keys expire, the full store sweeps and counts the new key.
-	later := t0.Add(time.Second)
-	if got, want := m.allow("new", 1, time.Second, later), allowed(1, 0, time.Second); got != want {
-		t.Errorf("new key after expiry: got %+v, want %+v", got, want)
+	// Once keys expire, a full store sweeps them instead of evicting.
+	later := t0.Add(1003 * time.Millisecond) // k0 (its denied request did not count), k2, k3 expired
+	m.allow("fresh", 1, time.Second, later)
+	if got, want := m.Evictions(), int64(1); got != want {
+		t.Errorf("evictions after the sweep: got %d, want %d", got, want)
 	}
-	if got := m.allow("new", 1, time.Second, later); got.Allowed {
-		t.Errorf("second request of the counted key: got %+v, want denied", got)
+	if got, want := m.keys.Load(), int64(2); got != want {
+		t.Errorf("keys after the sweep: got %d, want %d (new, fresh)", got, want)
 	}
-	if got, want := m.keys.Load(), int64(1); got != want {
-		t.Errorf("keys after the sweep: got %d, want %d", got, want)
+}
+
+// The use order stays consistent through sweeps and evictions.
+func TestLRUOrder(t *testing.T) {
+	m := NewMemory(MemoryOptions{MaxKeys: 3})
+	sh := &m.shards[0]
+	order := func() []string {
+		var ks []string
+		for l := sh.lru.next; l != &sh.lru; l = l.next {
+			ks = append(ks, l.key)
+		}
+		return ks
 	}
-	if got, want := m.Overflows(), int64(3); got != want {
-		t.Errorf("overflows after the sweep: got %d, want %d", got, want)
+	m.allow("a", 9, time.Hour, t0)
+	m.allow("b", 9, time.Second, t0)
+	m.allow("c", 9, time.Hour, t0)
+	m.allow("a", 9, time.Hour, t0)
+	if got, want := fmt.Sprint(order()), "[b c a]"; got != want {
+		t.Fatalf("order: got %s, want %s", got, want)
+	}
+	m.allow("d", 9, time.Hour, t0.Add(2*time.Second)) // b expired: swept, not evicted
+	if got, want := fmt.Sprint(order()), "[c a d]"; got != want {
+		t.Errorf("order after a sweep: got %s, want %s", got, want)
+	}
+	m.allow("e", 9, time.Hour, t0.Add(2*time.Second)) // c evicted
+	if got, want := fmt.Sprint(order()), "[a d e]"; got != want {
+		t.Errorf("order after an eviction: got %s, want %s", got, want)
+	}
+	if got, want := len(sh.logs), 3; got != want {
+		t.Errorf("keys: got %d, want %d", got, want)
 	}
 }
 

@@ -23,14 +23,18 @@
 // with a user id. The limit and window travel with every call rather than
 // being fixed per store, so a hot-reloaded configuration applies at once.
 //
+// # Bounded memory
+//
+// A full Memory makes room for a new key by evicting its least recently
+// used one (Memory.Evictions): every request is counted, and a flood of
+// distinct subjects costs only the count of the keys idle the longest.
+//
 // # Failing open
 //
 // A limiter protects the service; it must never become the reason the
 // service refuses everyone. So every doubt falls to allowing:
 //   - a limit or window <= 0 (missing or malformed configuration) turns
 //     limiting off;
-//   - a Memory that is full of live keys lets a new key through untracked
-//     and counts it (Memory.Overflows);
 //   - a Redis error or timeout is returned to the caller together with an
 //     allowing Decision: callers should log it, count it, and let the request
 //     pass.

@@ -196,6 +196,9 @@ func TestMemoryIdleKeysExpire(t *testing.T) {
 	}
 }
 
+// A full store counts a new key and evicts the least recently used one:
+// a flood of new subjects never passes uncounted, and a subject that keeps
+// asking stays limited.
 func TestMemoryMaxKeys(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
@@ -203,41 +206,48 @@ func TestMemoryMaxKeys(t *testing.T) {
 	for i := range 100 {
 		m.Allow(ctx, fmt.Sprint("k", i), 1, time.Minute)
 	}
-	for range 5 {
-		if d, _ := m.Allow(ctx, "late", 1, time.Minute); !d.Allowed {
-			t.Fatalf("new key on a full store: got %+v, want allowed (fail open)", d)
-		}
-	}
 	if d, _ := m.Allow(ctx, "k7", 1, time.Minute); d.Allowed {
 		t.Errorf("held key on a full store: got %+v, want denied", d)
+	}
+	if d, _ := m.Allow(ctx, "late", 1, time.Minute); !d.Allowed {
+		t.Fatalf("new key on a full store: got %+v, want allowed", d)
+	}
+	for range 5 {
+		if d, _ := m.Allow(ctx, "late", 1, time.Minute); d.Allowed {
+			t.Fatalf("new key on a full store again: got %+v, want denied (counted)", d)
+		}
+	}
+	// A flood of new keys evicts the idle ones, not k7, which keeps asking.
+	for i := range 500 {
+		m.Allow(ctx, fmt.Sprint("flood", i), 1, time.Minute)
+		if d, _ := m.Allow(ctx, "k7", 1, time.Minute); d.Allowed {
+			t.Fatalf("k7 after %d flood keys: got %+v, want denied", i+1, d)
+		}
 	}
 	if got, want := m.Len(), 100; got != want {
 		t.Errorf("Len: got %d, want %d", got, want)
 	}
-	if got, want := m.Overflows(), int64(5); got != want {
-		t.Errorf("Overflows: got %d, want %d", got, want)
-	}
-
-	c.Advance(time.Minute)
-	m.Allow(ctx, "late", 1, time.Minute)
-	if d, _ := m.Allow(ctx, "late", 1, time.Minute); d.Allowed {
-		t.Errorf("new key once old ones expired: got %+v, want counted and denied", d)
-	}
-	if got, want := m.Overflows(), int64(5); got != want {
-		t.Errorf("Overflows after expiry: got %d, want %d", got, want)
+	if got, want := m.Evictions(), int64(501); got != want {
+		t.Errorf("Evictions: got %d, want %d", got, want)
 	}
 }
 
-// Distinct keys from many goroutines never take the store past MaxKeys.
+// Distinct keys from many goroutines never take the store past MaxKeys,
+// and each one is counted.
 func TestMemoryMaxKeysConcurrent(t *testing.T) {
-	m := ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: 64})
-	var n atomic.Int64
-	hammer(t, []ratelimit.Store{m}, 32, 50, func(int) string { return fmt.Sprint(n.Add(1)) }, 1)
-	if got, want := m.Len(), 64; got != want {
-		t.Errorf("Len: got %d, want %d", got, want)
-	}
-	if got, want := m.Overflows(), int64(32*50-64); got != want {
-		t.Errorf("Overflows: got %d, want %d", got, want)
+	for _, maxKeys := range []int{64, 10_000} { // one shard; 32 shards
+		m := ratelimit.NewMemory(ratelimit.MemoryOptions{MaxKeys: maxKeys})
+		var n atomic.Int64
+		allowed := hammer(t, []ratelimit.Store{m}, 32, 500, func(int) string { return fmt.Sprint(n.Add(1)) }, 1)
+		if got, want := allowed, int64(32*500); got != want {
+			t.Errorf("MaxKeys %d: allowed %d, want %d (every key new)", maxKeys, got, want)
+		}
+		if got := m.Len(); got > maxKeys {
+			t.Errorf("MaxKeys %d: Len %d", maxKeys, got)
+		}
+		if got, want := int64(m.Len())+m.Evictions(), int64(32*500); got != want {
+			t.Errorf("MaxKeys %d: Len + Evictions = %d, want %d", maxKeys, got, want)
+		}
 	}
 }
 

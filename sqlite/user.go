@@ -107,7 +107,9 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
+	replaced := false
 	err = db.write(ctx, "login", func(tx *txn) error {
+		replaced = false // a retried transaction decides again
 		var current string
 		err := tx.QueryRowContext(ctx, `SELECT install_id FROM devices WHERE user_id = ? AND device_id = ?`, u.ID, r.DeviceID).Scan(&current)
 		switch {
@@ -121,6 +123,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		case current != r.InstallID:
 			// A new install: the old one's tokens turn stale and its
 			// delivered cursors go, so the new install starts at 0.
+			replaced = true
 			if _, err := tx.ExecContext(ctx, `UPDATE devices SET install_id = ? WHERE user_id = ? AND device_id = ?`,
 				r.InstallID, u.ID, r.DeviceID); err != nil {
 				return err
@@ -139,6 +142,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	return parley.Session{
 		Principal: parley.Principal{User: u.ID, Role: u.Role, DeviceID: r.DeviceID, InstallID: r.InstallID},
 		Token:     token,
+		Replaced:  replaced,
 	}, nil
 }
 

@@ -83,6 +83,7 @@ var behaviours = []behaviour{
 	// Users, devices and tokens (user.go).
 	{name: "stale_install", run: testStaleInstall},
 	{name: "identity_resolver", run: testIdentityResolver},
+	{name: "login_replaced", run: testLoginReplaced},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
 	{name: "identity_outage_is_unavailable", run: testIdentityOutageIsUnavailable},

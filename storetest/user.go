@@ -17,6 +17,9 @@ func testStaleInstall(t *testing.T, e *env) {
 	e.user(t, "ben", "", "")
 	e.bystander(t, "ana")
 	s1 := e.login(t, "ben", "d1", "i1")
+	if s1.Replaced {
+		t.Errorf("a device's first login: Replaced, want not")
+	}
 	old := s1.Principal
 	const c = "c-ab"
 	e.group(t, old, c, "ana")
@@ -26,6 +29,9 @@ func testStaleInstall(t *testing.T, e *env) {
 	}
 
 	s2 := e.login(t, "ben", "d1", "i2")
+	if !s2.Replaced {
+		t.Errorf("a login with a new install: not Replaced, want Replaced")
+	}
 	_, err := e.st.Authenticate(ctx(t), s1.Token)
 	wantCode(t, err, parley.CodeStaleInstall)
 	p, err := e.st.Authenticate(ctx(t), s2.Token)
@@ -125,6 +131,9 @@ func testIdentityResolver(t *testing.T, e *env) {
 		{"id_not_canonical", parley.NewUser{ID: "Ana"}, parley.CodeInvalidArgument},
 		{"email_malformed", parley.NewUser{ID: "ana3", Email: "ana@"}, parley.CodeInvalidArgument},
 		{"role_unknown", parley.NewUser{ID: "ana4", Role: "root"}, parley.CodeInvalidArgument},
+		{"password_short", parley.NewUser{ID: "ana5", Password: "pw-ana5"}, parley.CodeInvalidArgument},
+		{"password_7_characters_14_bytes", parley.NewUser{ID: "ana6", Password: "ééééééé"}, parley.CodeInvalidArgument},
+		{"password_invalid_utf8", parley.NewUser{ID: "ana7", Password: "password\xff"}, parley.CodeInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.st.CreateUser(ctx(t), tc.nu)
@@ -136,6 +145,35 @@ func testIdentityResolver(t *testing.T, e *env) {
 	}
 	if got, err := e.st.User(ctx(t), "ana"); err != nil || got.Email != "ana@example.com" {
 		t.Errorf("ana after rejected creations: %+v %v", got, err)
+	}
+	// Eight code points are enough, whatever their bytes.
+	_, err := e.st.CreateUser(ctx(t), parley.NewUser{ID: "ana8", Password: "éééééééé"})
+	ok(t, err, "create user with an 8-character password")
+	_, err = e.st.Login(ctx(t), parley.LoginRequest{Login: "ana8", Password: "éééééééé", DeviceID: "d1", InstallID: "i1"})
+	ok(t, err, "login with an 8-character password")
+}
+
+// testLoginReplaced: Session.Replaced is true only when the login replaced
+// another install of the device; a device's first login, a login with its
+// current install, and another device's login replace nothing.
+func testLoginReplaced(t *testing.T, e *env) {
+	e.user(t, "ben", "", "")
+	for _, step := range []struct {
+		device, install string
+		want            bool
+	}{
+		{"d1", "i1", false}, // a new device
+		{"d1", "i1", false}, // the current install again
+		{"d2", "i1", false}, // another new device
+		{"d1", "i2", true},  // d1's install i1 replaced
+		{"d1", "i2", false},
+		{"d1", "i1", true}, // back to i1 replaces i2
+		{"d2", "i1", false},
+	} {
+		s := e.login(t, "ben", step.device, step.install)
+		if s.Replaced != step.want {
+			t.Errorf("login %s/%s: Replaced %v, want %v", step.device, step.install, s.Replaced, step.want)
+		}
 	}
 }
 

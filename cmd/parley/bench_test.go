@@ -244,10 +244,10 @@ func benchUsers(tb testing.TB, s parley.Store, prefix string, n int) (ids, token
 	ids, tokens = make([]string, n), make([]string, n)
 	err := parallel(n, 2*runtime.GOMAXPROCS(0), func(i int) error {
 		id := fmt.Sprintf("%s%04d", prefix, i)
-		if _, err := s.CreateUser(ctx, parley.NewUser{ID: id, Password: "pw-" + id}); err != nil {
+		if _, err := s.CreateUser(ctx, parley.NewUser{ID: id, Password: "password-" + id}); err != nil {
 			return fmt.Errorf("create %s: %w", id, err)
 		}
-		sess, err := s.Login(ctx, parley.LoginRequest{Login: id, Password: "pw-" + id, DeviceID: "d1", InstallID: "i1"})
+		sess, err := s.Login(ctx, parley.LoginRequest{Login: id, Password: "password-" + id, DeviceID: "d1", InstallID: "i1"})
 		if err != nil {
 			return fmt.Errorf("login %s: %w", id, err)
 		}

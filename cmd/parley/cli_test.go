@@ -42,10 +42,17 @@ func TestCommands(t *testing.T) {
 	}
 	// The DSN from the environment, as PARLEY_DB.
 	env["PARLEY_DB"] = db
-	if _, err := cmd("other\n", "user", "add", "dan", "--password-stdin"); parley.ErrorCode(err) != parley.CodeAlreadyExists {
+	if _, err := cmd("other-password\n", "user", "add", "dan", "--password-stdin"); parley.ErrorCode(err) != parley.CodeAlreadyExists {
 		t.Fatalf("second user add: %v, want ALREADY_EXISTS", err)
 	}
+	// A password under 8 characters is refused, and nobody is created.
+	if _, err := cmd("short7!\n", "user", "add", "eve", "--password-stdin"); parley.ErrorCode(err) != parley.CodeInvalidArgument {
+		t.Fatalf("user add with a 7-character password: %v, want INVALID_ARGUMENT", err)
+	}
 	s := backend{name: "sqlite", db: db}.store(t)
+	if _, err := s.User(context.Background(), "eve"); parley.ErrorCode(err) != parley.CodeNotFound {
+		t.Fatalf("eve after a refused user add: %v, want NOT_FOUND", err)
+	}
 	if _, err := s.Login(context.Background(), parley.LoginRequest{Login: "dan@example.com", Password: "s3cret-pass", DeviceID: "d", InstallID: "i"}); err != nil {
 		t.Fatalf("login as the added user: %v", err)
 	}

@@ -290,7 +290,7 @@ func seed(t *testing.T, s parley.Store, devices ...string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	for _, u := range []string{"ana", "ben"} {
-		if _, err := s.CreateUser(ctx, parley.NewUser{ID: u, Password: "pw-" + u}); err != nil {
+		if _, err := s.CreateUser(ctx, parley.NewUser{ID: u, Password: "password-" + u}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,7 +300,7 @@ func seed(t *testing.T, s parley.Store, devices ...string) map[string]string {
 	tokens := map[string]string{}
 	for _, d := range devices { // "ana/phone"
 		u, dev, _ := strings.Cut(d, "/")
-		sess, err := s.Login(ctx, parley.LoginRequest{Login: u, Password: "pw-" + u, DeviceID: dev, InstallID: "i1"})
+		sess, err := s.Login(ctx, parley.LoginRequest{Login: u, Password: "password-" + u, DeviceID: dev, InstallID: "i1"})
 		if err != nil {
 			t.Fatal(err)
 		}

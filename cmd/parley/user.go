@@ -78,6 +78,9 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 		if password == "" {
 			return usagef("user add: the password read from stdin is empty")
 		}
+		if err := parley.ValidateNewPassword(password); err != nil {
+			return err // before opening the store: nothing is created
+		}
 	}
 	store, _, err := sf.open(ctx, parley.Options{})
 	if err != nil {
