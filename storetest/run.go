@@ -81,6 +81,9 @@ var behaviours = []behaviour{
 	{name: "identity_resolver", run: testIdentityResolver},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
+	{name: "token_idle_lifetime", opts: parley.Options{TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenIdleLifetime},
+	{name: "token_sweep_bounded", opts: parley.Options{TokenIdle: 3 * time.Hour, StaleInstallGrace: time.Hour}, run: testTokenSweepBounded},
+	{name: "stale_install_grace", opts: parley.Options{TokenIdle: 10 * time.Hour, StaleInstallGrace: 2 * time.Hour}, run: testStaleInstallGrace},
 
 	// What the gateways read (feed.go).
 	{name: "feed_events_and_audience", run: testFeedEventsAndAudience},
