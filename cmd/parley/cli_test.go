@@ -63,6 +63,9 @@ func TestCommands(t *testing.T) {
 		{"serve", "--no-such-flag"},
 		{"serve", "extra"},
 		{"serve", "--db", "mysql://x"},
+		{"serve", "--token-idle", "1m"},
+		{"serve", "--stale-install-grace", "0s"},
+		{"serve", "--token-sweep", "10ms"},
 		{"user"},
 		{"user", "rename", "x"},
 		{"user", "add", "eve"},              // no --password-stdin
