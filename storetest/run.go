@@ -83,6 +83,7 @@ var behaviours = []behaviour{
 	{name: "logout", run: testLogout},
 	{name: "token_idle_lifetime", opts: parley.Options{TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenIdleLifetime},
 	{name: "token_sweep_bounded", opts: parley.Options{TokenIdle: 3 * time.Hour, StaleInstallGrace: time.Hour}, run: testTokenSweepBounded},
+	{name: "token_lifetime_upgrade", run: testTokenLifetimeUpgrade},
 	{name: "stale_install_grace", opts: parley.Options{TokenIdle: 10 * time.Hour, StaleInstallGrace: 2 * time.Hour}, run: testStaleInstallGrace},
 
 	// What the gateways read (feed.go).

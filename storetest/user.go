@@ -345,3 +345,44 @@ func testStaleInstallGrace(t *testing.T, e *env) {
 		t.Errorf("the current install after the others expired: %v", err)
 	}
 }
+
+// testTokenLifetimeUpgrade: migration 0004 on a database that holds tokens
+// from before it. Every token starts its idle lifetime at the upgrade, and
+// the tokens of installs replaced before it (not marked then) start their
+// grace: they answer STALE_INSTALL, then UNAUTHENTICATED once the default
+// grace (7 days) is over, while a current token lives on.
+func testTokenLifetimeUpgrade(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	old := e.login(t, "ana", "d1", "i1")
+	cur := e.login(t, "ana", "d2", "i1")
+	// Back to the schema of migration 0003, where a login that replaced
+	// an install changed only the device row.
+	for _, q := range []string{
+		"UPDATE devices SET install_id = 'i2' WHERE user_id = 'ana' AND device_id = 'd1'",
+		"DROP INDEX tokens_by_user",
+		"DROP INDEX tokens_idle",
+		"DROP INDEX tokens_replaced",
+		"DROP INDEX delivered_cursors_by_conv",
+		"DROP INDEX read_cursors_by_conv",
+		"ALTER TABLE tokens DROP COLUMN last_used_at",
+		"ALTER TABLE tokens DROP COLUMN replaced_at",
+		"DELETE FROM schema_migrations WHERE version = 4",
+	} {
+		e.db.Exec(t, q)
+	}
+	st := e.db.Open(t) // migrates again
+	if n := e.db.Int(t, "SELECT count(*) FROM tokens WHERE replaced_at IS NOT NULL"); n != 1 {
+		t.Errorf("%d tokens marked replaced by the upgrade, want 1", n)
+	}
+	_, err := st.Authenticate(ctx(t), old.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	if _, err := st.Authenticate(ctx(t), cur.Token); err != nil {
+		t.Errorf("a current token after the upgrade: %v", err)
+	}
+	e.db.BackdateTokens(t, parley.DefaultStaleInstallGrace+time.Minute)
+	_, err = st.Authenticate(ctx(t), old.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if _, err := st.Authenticate(ctx(t), cur.Token); err != nil {
+		t.Errorf("a current token 7 days after the upgrade: %v", err)
+	}
+}
