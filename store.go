@@ -58,7 +58,9 @@ type Store interface {
 	// refreshes the token's last use, but writes only when the last refresh
 	// is at least Options.TokenRefresh old, so a busy token costs one write
 	// per TokenRefresh, not one per request; a stale install's token is
-	// never refreshed. Errors: UNAUTHENTICATED (unknown, logged-out, idle
+	// never refreshed. The refresh and the deletion are housekeeping: when
+	// that write fails, the answer read stands, and the next lookup or
+	// SweepTokens does it again. Errors: UNAUTHENTICATED (unknown, logged-out, idle
 	// expired token, disabled account, a replaced install's token after its
 	// grace — the last two deleted on the spot), STALE_INSTALL (the token
 	// belongs to an install the device replaced, within the grace).

@@ -142,29 +142,28 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 	var idle, replaced int64
 	err := db.pool.QueryRow(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, coalesce(d.install_id, ''),
 			(extract(epoch FROM clock_timestamp() - t.last_used_at) * 1000)::bigint,
-			coalesce((extract(epoch FROM clock_timestamp() - t.replaced_at) * 1000)::bigint, -1)
+			t.replaced_at IS NOT NULL, coalesce((extract(epoch FROM clock_timestamp() - t.replaced_at) * 1000)::bigint, 0)
 		FROM tokens t
 		JOIN users u ON u.id = t.user_id
 		LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-		WHERE t.token_hash = $1`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &replaced)
+		WHERE t.token_hash = $1`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return parley.Principal{}, wrap("authenticate", err)
 	}
 	r.Idle = time.Duration(idle) * time.Millisecond
-	r.Replaced, r.ReplacedFor = replaced >= 0, time.Duration(replaced)*time.Millisecond
+	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
 	p, action, err := db.opts.CheckToken(err == nil, r)
+	// The refresh and the deletion are housekeeping after a decision made
+	// on one consistent read: when one fails, the answer stands, and the
+	// next lookup (or the sweep) does it again.
 	switch action {
 	case parley.TokenRefresh:
-		if _, werr := db.pool.Exec(ctx, `UPDATE tokens SET last_used_at = clock_timestamp() WHERE token_hash = $1`, hash); werr != nil {
-			return parley.Principal{}, wrap("refresh token", werr)
-		}
+		_, _ = db.pool.Exec(ctx, `UPDATE tokens SET last_used_at = clock_timestamp() WHERE token_hash = $1`, hash)
 	case parley.TokenDelete:
 		// The condition again: a refresh by another gateway since the read
 		// keeps the token (this request still gets the refusal it read).
-		if _, werr := db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1 AND (`+qTokenDead+`)`,
-			hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds()); werr != nil {
-			return parley.Principal{}, wrap("expire token", werr)
-		}
+		_, _ = db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1 AND (`+qTokenDead+`)`,
+			hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
 	}
 	return p, err
 }

@@ -160,36 +160,35 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 	var idle, replaced int64
 	err := db.read(ctx, "authenticate", func(tx *txn) error {
 		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, ''),
-				`+nowMS+` - t.last_used_at, COALESCE(`+nowMS+` - t.replaced_at, -1)
+				`+nowMS+` - t.last_used_at, t.replaced_at IS NOT NULL, COALESCE(`+nowMS+` - t.replaced_at, 0)
 			FROM tokens t
 			JOIN users u ON u.id = t.user_id
 			LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-			WHERE t.token_hash = ?`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &replaced)
+			WHERE t.token_hash = ?`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
 	})
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return parley.Principal{}, err
 	}
 	r.Idle = time.Duration(idle) * time.Millisecond
-	r.Replaced, r.ReplacedFor = replaced >= 0, time.Duration(replaced)*time.Millisecond
+	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
 	p, action, err := db.opts.CheckToken(err == nil, r)
+	// The refresh and the deletion are housekeeping after a decision made
+	// on one consistent read: when one fails, the answer stands, and the
+	// next lookup (or the sweep) does it again.
 	switch action {
 	case parley.TokenRefresh:
-		if werr := db.write(ctx, "refresh token", func(tx *txn) error {
+		_ = db.write(ctx, "refresh token", func(tx *txn) error {
 			_, err := tx.ExecContext(ctx, `UPDATE tokens SET last_used_at = `+nowMS+` WHERE token_hash = ?`, hash)
 			return err
-		}); werr != nil {
-			return parley.Principal{}, werr
-		}
+		})
 	case parley.TokenDelete:
 		// The condition again: a refresh by another process since the read
 		// keeps the token (this request still gets the refusal it read).
-		if werr := db.write(ctx, "expire token", func(tx *txn) error {
+		_ = db.write(ctx, "expire token", func(tx *txn) error {
 			_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE token_hash = ? AND (`+qTokenDead+`)`,
 				hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
 			return err
-		}); werr != nil {
-			return parley.Principal{}, werr
-		}
+		})
 	}
 	return p, err
 }
