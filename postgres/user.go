@@ -184,7 +184,9 @@ const qTokenDead = `last_used_at < clock_timestamp() - $2::bigint * interval '1 
 	OR replaced_at < clock_timestamp() - $3::bigint * interval '1 millisecond'`
 
 // SweepTokens implements parley.Store: idle tokens first, then those of
-// replaced installs, each walk over its index, oldest first.
+// replaced installs, each walk over its index, oldest first. Every gateway
+// sweeps: SKIP LOCKED lets concurrent sweeps take disjoint rows instead of
+// queueing (or deadlocking) on each other's.
 func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
 	if err := parley.CheckSweep(limit); err != nil {
 		return 0, err
@@ -217,9 +219,9 @@ func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
 
 const (
 	qSweepIdle = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
-		WHERE last_used_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY last_used_at LIMIT $2)`
+		WHERE last_used_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY last_used_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	qSweepReplaced = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
-		WHERE replaced_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY replaced_at LIMIT $2)`
+		WHERE replaced_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY replaced_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
 // Logout implements parley.Store.
