@@ -293,27 +293,53 @@ func TestRetentionCut(t *testing.T) {
 
 func TestCheckToken(t *testing.T) {
 	p := parley.Principal{User: "ana", DeviceID: "d1", InstallID: "i2", Role: parley.RoleUser}
+	o := parley.Options{TokenIdle: 10 * time.Hour, TokenRefresh: time.Hour, StaleInstallGrace: 2 * time.Hour}
 	tests := []struct {
-		name  string
-		found bool
-		rec   parley.TokenRecord
-		want  parley.Code
+		name   string
+		found  bool
+		rec    parley.TokenRecord
+		want   parley.Code
+		action parley.TokenAction
 	}{
-		{"unknown", false, parley.TokenRecord{}, parley.CodeUnauthenticated},
-		{"current install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2"}, ""},
-		{"disabled", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Disabled: true}, parley.CodeUnauthenticated},
-		{"replaced install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3"}, parley.CodeStaleInstall},
-		{"device gone", true, parley.TokenRecord{Principal: p}, parley.CodeStaleInstall},
+		{"unknown", false, parley.TokenRecord{}, parley.CodeUnauthenticated, parley.TokenKeep},
+		{"current install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2"}, "", parley.TokenKeep},
+		{"disabled", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Disabled: true}, parley.CodeUnauthenticated, parley.TokenKeep},
+		{"replaced install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3"}, parley.CodeStaleInstall, parley.TokenKeep},
+		{"device gone", true, parley.TokenRecord{Principal: p}, parley.CodeStaleInstall, parley.TokenKeep},
+		{"used within the refresh interval", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Idle: 59 * time.Minute}, "", parley.TokenKeep},
+		{"due a refresh", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Idle: time.Hour}, "", parley.TokenRefresh},
+		{"idle at the limit", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Idle: 10 * time.Hour}, "", parley.TokenRefresh},
+		{"idle expired", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Idle: 10*time.Hour + time.Millisecond}, parley.CodeUnauthenticated, parley.TokenDelete},
+		{"idle expired and disabled", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Disabled: true, Idle: 11 * time.Hour}, parley.CodeUnauthenticated, parley.TokenDelete},
+		{"replaced, in grace, never refreshed", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3", Idle: 5 * time.Hour, Replaced: true, ReplacedFor: 2 * time.Hour}, parley.CodeStaleInstall, parley.TokenKeep},
+		{"replaced, device back on its install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Replaced: true, ReplacedFor: time.Minute}, parley.CodeStaleInstall, parley.TokenKeep},
+		{"replaced, past the grace", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3", Replaced: true, ReplacedFor: 2*time.Hour + time.Millisecond}, parley.CodeUnauthenticated, parley.TokenDelete},
 	}
 	for _, tt := range tests {
-		got, err := parley.CheckToken(tt.found, tt.rec)
-		if parley.ErrorCode(err) != tt.want || (err == nil && got != p) {
-			t.Errorf("%s: %+v, %v; want code %q", tt.name, got, err, tt.want)
+		got, action, err := o.CheckToken(tt.found, tt.rec)
+		if parley.ErrorCode(err) != tt.want || (err == nil && got != p) || action != tt.action {
+			t.Errorf("%s: %+v, action %d, %v; want code %q, action %d", tt.name, got, action, err, tt.want, tt.action)
 		}
 	}
 	for _, tok := range []string{"", strings.Repeat("x", 257)} {
 		if parley.ErrorCode(parley.CheckTokenShape(tok)) != parley.CodeUnauthenticated {
 			t.Errorf("token of %d bytes accepted", len(tok))
 		}
+	}
+}
+
+func TestTokenDefaults(t *testing.T) {
+	o := parley.Options{}.WithDefaults()
+	if o.TokenIdle != parley.DefaultTokenIdle || o.TokenRefresh != parley.DefaultTokenRefresh || o.StaleInstallGrace != parley.DefaultStaleInstallGrace {
+		t.Errorf("defaults: %+v", o)
+	}
+	// A refresh interval above half the idle lifetime could let a token in
+	// use expire between two refreshes: it is clamped.
+	o = parley.Options{TokenIdle: time.Hour, TokenRefresh: 2 * time.Hour}.WithDefaults()
+	if o.TokenRefresh != 30*time.Minute {
+		t.Errorf("refresh %s for idle 1h, want 30m", o.TokenRefresh)
+	}
+	if err := parley.CheckSweep(0); parley.ErrorCode(err) != parley.CodeInvalidArgument {
+		t.Errorf("CheckSweep(0) = %v", err)
 	}
 }

@@ -36,27 +36,48 @@ type Store interface {
 	User(ctx context.Context, login string) (User, error)
 
 	// SetUserDisabled disables or enables an account. Disabling also
-	// revokes every token of the user in the same transaction, so enabling
-	// the account later does not bring a possibly stolen token back: the
-	// user logs in again. Errors: NOT_FOUND.
+	// revokes every token of the user in the same transaction (over an
+	// index: the cost grows with the user's tokens, not with all tokens),
+	// so enabling the account later does not bring a possibly stolen token
+	// back: the user logs in again. Errors: NOT_FOUND.
 	SetUserDisabled(ctx context.Context, id string, disabled bool) error
 
 	// Login checks the password and issues a new token for (user, device,
-	// install). A device logging in with a new install id starts a new
-	// install: tokens of the old install answer STALE_INSTALL from then on
-	// and the device's delivered cursors restart at 0. The password is
-	// checked outside any transaction. Session.Replaced reports whether
+	// install), whose idle lifetime starts now. A device logging in with a
+	// new install id starts a new install: every other token of the device
+	// is marked replaced, answers STALE_INSTALL from then on (even if the
+	// device later returns to that install id) for Options.StaleInstallGrace
+	// (or until its idle lifetime ends, if sooner), and is then deleted; the
+	// device's delivered cursors restart at 0. The password is checked
+	// outside any transaction. Session.Replaced reports whether
 	// the login replaced an existing install of the device (not for a new
 	// device, nor for the device's current install): callers announce the
-	// change to the gateways only then. Errors: INVALID_ARGUMENT (malformed
-	// login, password, device or install id), UNAUTHENTICATED (unknown
-	// login, wrong password and disabled account alike, one message).
+	// change to the gateways only then. Errors: INVALID_ARGUMENT (malformed login,
+	// password, device or install id), UNAUTHENTICATED (unknown login,
+	// wrong password and disabled account alike, one message).
 	Login(ctx context.Context, r LoginRequest) (Session, error)
 
-	// Authenticate returns the principal of a token. Errors:
-	// UNAUTHENTICATED (unknown or logged-out token, disabled account),
-	// STALE_INSTALL (the token belongs to an install the device replaced).
+	// Authenticate returns the principal of a token. A token lives while it
+	// is used: one idle (not refreshed) for longer than Options.TokenIdle
+	// (database clock) is refused and deleted. A successful Authenticate
+	// refreshes the token's last use, but writes only when the last refresh
+	// is at least Options.TokenRefresh old, so a busy token costs one write
+	// per TokenRefresh, not one per request; a stale install's token is
+	// never refreshed. The refresh and the deletion are housekeeping: when
+	// that write fails, the answer read stands, and the next lookup or
+	// SweepTokens does it again. Errors: UNAUTHENTICATED (unknown, logged-out, idle
+	// expired token, disabled account, a replaced install's token after its
+	// grace — the last two deleted on the spot), STALE_INSTALL (the token
+	// belongs to an install the device replaced, within the grace).
 	Authenticate(ctx context.Context, token string) (Principal, error)
+
+	// SweepTokens deletes at most limit tokens that Authenticate would
+	// refuse and delete (idle expired, or of a replaced install past its
+	// grace), oldest first, and returns how many it deleted. The server
+	// calls it periodically, so tokens nobody presents again do not stay
+	// forever; a return of limit means more may be left. limit < 1 is
+	// INVALID_ARGUMENT.
+	SweepTokens(ctx context.Context, limit int) (int, error)
 
 	// Logout revokes a token. Revoking an unknown token is not an error.
 	Logout(ctx context.Context, token string) error
@@ -230,6 +251,11 @@ type RollbackResult struct {
 type Options struct {
 	RecallWindow time.Duration // default DefaultRecallWindow
 	TombstoneTTL time.Duration // default DefaultTombstoneTTL
+
+	// Token lifetime (Store.Authenticate, Store.SweepTokens).
+	TokenIdle         time.Duration // default DefaultTokenIdle
+	TokenRefresh      time.Duration // default DefaultTokenRefresh, at most TokenIdle/2
+	StaleInstallGrace time.Duration // default DefaultStaleInstallGrace
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -240,7 +266,7 @@ func (o Options) WithDefaults() Options {
 	if o.TombstoneTTL <= 0 {
 		o.TombstoneTTL = DefaultTombstoneTTL
 	}
-	return o
+	return o.tokenDefaults()
 }
 
 // Feeder is what a gateway reads to push committed events to the members

@@ -308,24 +308,81 @@ func CheckTokenShape(token string) error {
 	return nil
 }
 
+// Token lifetime defaults (Options): a token unused for 30 days stops
+// working; an install replaced by a new login keeps answering STALE_INSTALL
+// for 7 days so its client learns to drop its local state.
+const (
+	DefaultTokenIdle         = 30 * 24 * time.Hour
+	DefaultTokenRefresh      = time.Hour
+	DefaultStaleInstallGrace = 7 * 24 * time.Hour
+)
+
+// tokenDefaults fills the token lifetime fields of o. The refresh interval
+// is at most half the idle lifetime, so a token in use never expires
+// between two refreshes.
+func (o Options) tokenDefaults() Options {
+	if o.TokenIdle <= 0 {
+		o.TokenIdle = DefaultTokenIdle
+	}
+	if o.TokenRefresh <= 0 {
+		o.TokenRefresh = DefaultTokenRefresh
+	}
+	o.TokenRefresh = min(o.TokenRefresh, o.TokenIdle/2)
+	if o.StaleInstallGrace <= 0 {
+		o.StaleInstallGrace = DefaultStaleInstallGrace
+	}
+	return o
+}
+
 // TokenRecord is what a store read for a token: the principal it was issued
-// to (Role from the user), whether that user is disabled, and the device's
-// current install ("" when the device row is gone).
+// to (Role from the user), whether that user is disabled, the device's
+// current install ("" when the device row is gone), and the token's ages by
+// the database clock.
 type TokenRecord struct {
 	Principal
 	Disabled      bool
 	DeviceInstall string
+	Idle          time.Duration // since the token's last refresh
+	Replaced      bool          // a login replaced the token's install
+	ReplacedFor   time.Duration // since that login (Replaced only)
 }
 
-// CheckToken decides a token lookup: an unknown token or a disabled user is
-// UNAUTHENTICATED, a token of an install its device replaced is
-// STALE_INSTALL.
-func CheckToken(found bool, r TokenRecord) (Principal, error) {
+// TokenAction is what a store must write after CheckToken.
+type TokenAction int
+
+const (
+	TokenKeep    TokenAction = iota // nothing
+	TokenRefresh                    // refresh the token's last use
+	TokenDelete                     // delete the token: it is past its lifetime
+)
+
+// CheckToken decides a token lookup under the lifetime of o (with its
+// defaults applied): an unknown token, a disabled user, a token idle
+// longer than TokenIdle, and a replaced install's token past
+// StaleInstallGrace are UNAUTHENTICATED (the last two to be deleted); a
+// token of an install its device replaced is STALE_INSTALL; a valid token
+// last refreshed TokenRefresh ago or more is to be refreshed.
+func (o Options) CheckToken(found bool, r TokenRecord) (Principal, TokenAction, error) {
+	o = o.tokenDefaults()
 	switch {
-	case !found || r.Disabled:
-		return Principal{}, ErrBadToken
-	case r.DeviceInstall != r.InstallID:
-		return Principal{}, ErrStaleInstall
+	case !found:
+		return Principal{}, TokenKeep, ErrBadToken
+	case r.Idle > o.TokenIdle, r.Replaced && r.ReplacedFor > o.StaleInstallGrace:
+		return Principal{}, TokenDelete, ErrBadToken
+	case r.Disabled:
+		return Principal{}, TokenKeep, ErrBadToken
+	case r.Replaced, r.DeviceInstall != r.InstallID:
+		return Principal{}, TokenKeep, ErrStaleInstall
+	case r.Idle >= o.TokenRefresh:
+		return r.Principal, TokenRefresh, nil
 	}
-	return r.Principal, nil
+	return r.Principal, TokenKeep, nil
+}
+
+// CheckSweep validates the limit of Store.SweepTokens.
+func CheckSweep(limit int) error {
+	if limit < 1 {
+		return Errorf(CodeInvalidArgument, "sweep limit must be at least 1")
+	}
+	return nil
 }

@@ -20,6 +20,16 @@
 //   - A conversation's sync cursor is stored only after the whole page was
 //     handed to the Handler.
 //
+// # Outbox pruning
+//
+// Ended items (sent, dup, or ended by a terminal code) stay in the file for
+// Options.KeepEnded after they ended, 7 days by default (DefaultKeepEnded),
+// readable by Outcomes and Wait; older ones are deleted when Open opens the
+// file and every hour while Run runs, so the file does not grow with every
+// message ever sent. Pending items are never deleted, however old: they
+// are what the client still owes the server. A negative KeepEnded keeps
+// every ended item.
+//
 // # What the application gets
 //
 // Handler methods are called from one goroutine at a time, never
@@ -145,9 +155,24 @@ type Options struct {
 	// disables).
 	PingInterval time.Duration
 
+	// KeepEnded is how long an item that ended (sent, dup, or a terminal
+	// code such as ORIGINAL_EXPIRED) stays in the outbox file after it
+	// ended, readable by Outcomes and Wait. Older ended items are deleted
+	// when the client opens and every hour while Run runs, so the file
+	// does not grow forever. Pending items are never deleted. Default
+	// DefaultKeepEnded (7 days); negative keeps ended items forever (a
+	// checker that audits every outcome).
+	KeepEnded time.Duration
+
 	HTTPClient *http.Client // for the upgrade request; nil: http.DefaultClient
 	Log        *slog.Logger // nil: discard
 }
+
+// DefaultKeepEnded is the default of Options.KeepEnded.
+const DefaultKeepEnded = 7 * 24 * time.Hour
+
+// pruneEvery is how often Run deletes ended items older than KeepEnded.
+const pruneEvery = time.Hour
 
 func (o Options) withDefaults() Options {
 	if o.Handler == nil {
@@ -177,6 +202,9 @@ func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.KeepEnded == 0 {
+		o.KeepEnded = DefaultKeepEnded
+	}
 	return o
 }
 
@@ -205,6 +233,7 @@ type Client struct {
 	log      *slog.Logger
 	box      *outbox
 	now      func() time.Time
+	every    time.Duration   // how often Run prunes ended items (pruneEvery)
 	rand     io.Reader       // cmids
 	jitter   func() float64  // backoff draws in [0, 1)
 	rid      atomic.Uint64   // request ids, unique per Client
@@ -225,11 +254,21 @@ type Client struct {
 }
 
 // Open opens (creating if needed) the outbox file of opts.Outbox. Items
-// pending in it are sent once Run connects.
+// pending in it are sent once Run connects; ended items older than
+// opts.KeepEnded are deleted.
 func Open(ctx context.Context, opts Options) (*Client, error) {
+	return open(ctx, opts, time.Now)
+}
+
+// open is Open on the clock now.
+func open(ctx context.Context, opts Options, now func() time.Time) (*Client, error) {
 	opts = opts.withDefaults()
 	box, err := openOutbox(ctx, opts.Outbox)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := box.prune(ctx, opts.KeepEnded, now()); err != nil {
+		box.close()
 		return nil, err
 	}
 	cursors, err := box.cursors(ctx)
@@ -242,7 +281,8 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 		opts:     opts,
 		log:      opts.Log,
 		box:      box,
-		now:      time.Now,
+		now:      now,
+		every:    pruneEvery,
 		rand:     cryptoRand,
 		jitter:   mrand.Float64,
 		kick:     make(chan struct{}, 1),
@@ -358,7 +398,8 @@ func (c *Client) Recall(ctx context.Context, conv string, target int64) (Item, e
 }
 
 // Wait waits until the outbox item with cmid has ended and returns it with
-// its Err. When ctx ends first it returns the pending item and an error
+// its Err. An item that ended longer than Options.KeepEnded ago may be gone:
+// Wait then returns an error without a code. When ctx ends first it returns the pending item and an error
 // wrapping ctx.Err().
 func (c *Client) Wait(ctx context.Context, cmid string) (Item, error) {
 	ch := make(chan Item, 1)
@@ -405,7 +446,8 @@ func (c *Client) Pending(ctx context.Context) ([]Item, error) {
 }
 
 // Outcomes returns every item that has ended, with its outcome, in the
-// order written.
+// order written: those that ended within Options.KeepEnded (older ones are
+// deleted).
 func (c *Client) Outcomes(ctx context.Context) ([]Item, error) {
 	return c.box.items(ctx, true, 0, 0)
 }

@@ -39,6 +39,9 @@ func (c *Client) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.closing, cancel)() // Close ends Run
+	var pruner sync.WaitGroup
+	pruner.Go(func() { c.pruneEvery(ctx) })
+	defer func() { cancel(); pruner.Wait() }()
 
 	ended := func() error {
 		if c.closing.Err() != nil {
@@ -78,6 +81,27 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 	return ended()
+}
+
+// pruneEvery deletes ended items older than KeepEnded every c.every until
+// ctx ends. A failure is logged: the next round tries again.
+func (c *Client) pruneEvery(ctx context.Context) {
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := c.box.prune(ctx, c.opts.KeepEnded, c.now()); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("client: outbox not pruned", "err", err)
+			}
+		} else if n > 0 {
+			c.log.Debug("client: ended outbox items deleted", "items", n)
+		}
+	}
 }
 
 // connect dials url and serves the connection until it ends, returning

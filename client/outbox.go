@@ -75,8 +75,8 @@ type Cursor struct {
 }
 
 // schema is the local file. The outbox keeps ended items with their
-// outcome, so a checker can prove every item ended exactly once; cursors
-// hold one row per conversation the client has synced.
+// outcome for Options.KeepEnded, so a checker can prove every item ended
+// exactly once; cursors hold one row per conversation the client has synced.
 const schema = `
 CREATE TABLE IF NOT EXISTS outbox (
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 	ended_ms   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (id) WHERE done = 0;
+CREATE INDEX IF NOT EXISTS outbox_ended ON outbox (ended_ms) WHERE done = 1;
 CREATE TABLE IF NOT EXISTS cursors (
 	conv  TEXT    PRIMARY KEY,
 	after INTEGER NOT NULL,
@@ -176,6 +177,23 @@ func (o *outbox) finish(ctx context.Context, cmid string, out Item, at time.Time
 		return Item{}, false, fmt.Errorf("client: record outcome of %s: %w", cmid, err)
 	}
 	return it, true, nil
+}
+
+// prune deletes the items that ended before now-keep and returns how many;
+// pending items stay whatever their age. keep < 0 keeps everything.
+func (o *outbox) prune(ctx context.Context, keep time.Duration, now time.Time) (int64, error) {
+	if keep < 0 {
+		return 0, nil
+	}
+	res, err := o.db.ExecContext(ctx, `DELETE FROM outbox WHERE done = 1 AND ended_ms < ?`, now.Add(-keep).UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("client: prune outbox: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("client: prune outbox: %w", err)
+	}
+	return n, nil
 }
 
 func (o *outbox) item(ctx context.Context, cmid string) (Item, error) {

@@ -377,10 +377,7 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			}
 		}
 		out.Head = c.head()
-		for _, q := range []string{
-			`UPDATE delivered_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
-			`UPDATE read_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
-		} {
+		for _, q := range qClampCursors {
 			if _, err := tx.Exec(ctx, q, id, out.Head); err != nil {
 				return err
 			}
@@ -398,4 +395,12 @@ func openMembers(ctx context.Context, tx pgx.Tx, convID string) ([]string, error
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// qClampCursors clamp a conversation's cursors to its head after a
+// rollback (over the cursor tables' conv_id indexes); $1 the conversation,
+// $2 the head.
+var qClampCursors = []string{
+	`UPDATE delivered_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
+	`UPDATE read_cursors SET seq = $2 WHERE conv_id = $1 AND seq > $2`,
 }

@@ -98,6 +98,13 @@ func (h *handle) Int(t testing.TB, query string, args ...any) int64 {
 	return n
 }
 
+func (h *handle) BackdateTokens(t testing.TB, d time.Duration) {
+	t.Helper()
+	h.Exec(t, `UPDATE tokens SET created_at = created_at - ?::bigint * interval '1 microsecond',
+		last_used_at = last_used_at - ?::bigint * interval '1 microsecond',
+		replaced_at = replaced_at - ?::bigint * interval '1 microsecond'`, d.Microseconds(), d.Microseconds(), d.Microseconds())
+}
+
 func (h *handle) Backdate(t testing.TB, conv string, upTo int64, d time.Duration) {
 	t.Helper()
 	h.Exec(t, `UPDATE events SET created_at = created_at - ?::bigint * interval '1 microsecond' WHERE conv_id = ? AND seq <= ?`,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,9 +70,7 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
 	// One implicit transaction: the flag and the revocation land together.
 	var n int64
-	err := db.pool.QueryRow(ctx, `WITH u AS (UPDATE users SET disabled = $1 WHERE id = $2 RETURNING id),
-		t AS (DELETE FROM tokens WHERE $1 AND user_id IN (SELECT id FROM u))
-		SELECT count(*) FROM u`, disabled, id).Scan(&n)
+	err := db.pool.QueryRow(ctx, qSetDisabled, disabled, id).Scan(&n)
 	if err != nil {
 		return wrap("set user disabled", err)
 	}
@@ -98,8 +97,9 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	replaced := false
 	err = db.write(ctx, "login", func(tx pgx.Tx) error {
 		// A row comes back when the device is new or its install changed:
-		// the old install's tokens turn stale (Authenticate compares) and
-		// its delivered cursors go, so the new install starts at 0.
+		// the old install's tokens turn stale (marked replaced: their
+		// grace starts) and its delivered cursors go, so the new install
+		// starts at 0.
 		// xmax is 0 for an inserted row and set for an updated one, so
 		// "inserted" tells a new device from a replaced install.
 		rows, err := tx.Query(ctx, `INSERT INTO devices (user_id, device_id, install_id) VALUES ($1, $2, $3)
@@ -118,6 +118,9 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 			if _, err := tx.Exec(ctx, `DELETE FROM delivered_cursors WHERE user_id = $1 AND device_id = $2`, u.ID, r.DeviceID); err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, qMarkReplaced, u.ID, r.DeviceID, r.InstallID); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO tokens (token_hash, user_id, device_id, install_id) VALUES ($1, $2, $3, $4)`,
 			tokenHash, u.ID, r.DeviceID, r.InstallID)
@@ -133,22 +136,98 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	}, nil
 }
 
-// Authenticate implements parley.Store.
+// Authenticate implements parley.Store. Only a refresh (at most once per
+// TokenRefresh) or an expired token's deletion writes.
 func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
 	if err := parley.CheckTokenShape(token); err != nil {
 		return parley.Principal{}, err
 	}
+	hash := parley.HashToken(token)
 	var r parley.TokenRecord
-	err := db.pool.QueryRow(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, coalesce(d.install_id, '')
+	var idle, replaced int64
+	err := db.pool.QueryRow(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, coalesce(d.install_id, ''),
+			(extract(epoch FROM clock_timestamp() - t.last_used_at) * 1000)::bigint,
+			t.replaced_at IS NOT NULL, coalesce((extract(epoch FROM clock_timestamp() - t.replaced_at) * 1000)::bigint, 0)
 		FROM tokens t
 		JOIN users u ON u.id = t.user_id
 		LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-		WHERE t.token_hash = $1`, parley.HashToken(token)).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall)
+		WHERE t.token_hash = $1`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return parley.Principal{}, wrap("authenticate", err)
 	}
-	return parley.CheckToken(err == nil, r)
+	r.Idle = time.Duration(idle) * time.Millisecond
+	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
+	p, action, err := db.opts.CheckToken(err == nil, r)
+	// The refresh and the deletion are housekeeping after a decision made
+	// on one consistent read: when one fails, the answer stands, and the
+	// next lookup (or the sweep) does it again.
+	switch action {
+	case parley.TokenRefresh:
+		_, _ = db.pool.Exec(ctx, `UPDATE tokens SET last_used_at = clock_timestamp() WHERE token_hash = $1`, hash)
+	case parley.TokenDelete:
+		// The condition again: a refresh by another gateway since the read
+		// keeps the token (this request still gets the refusal it read).
+		_, _ = db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1 AND (`+qTokenDead+`)`,
+			hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
+	}
+	return p, err
 }
+
+// qSetDisabled sets the flag and, when disabling, deletes the user's tokens
+// (over tokens_by_user); it returns how many users it found.
+const qSetDisabled = `WITH u AS (UPDATE users SET disabled = $1 WHERE id = $2 RETURNING id),
+	t AS (DELETE FROM tokens WHERE $1 AND user_id IN (SELECT id FROM u))
+	SELECT count(*) FROM u`
+
+// qMarkReplaced starts the grace of a device's tokens of other installs.
+const qMarkReplaced = `UPDATE tokens SET replaced_at = clock_timestamp()
+	WHERE user_id = $1 AND device_id = $2 AND install_id <> $3 AND replaced_at IS NULL`
+
+// qTokenDead is true for a token past its lifetime; $2 is the idle
+// lifetime and $3 the replaced install's grace, in milliseconds.
+const qTokenDead = `last_used_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+	OR replaced_at < clock_timestamp() - $3::bigint * interval '1 millisecond'`
+
+// SweepTokens implements parley.Store: idle tokens first, then those of
+// replaced installs, each walk over its index, oldest first. Every gateway
+// sweeps: SKIP LOCKED lets concurrent sweeps take disjoint rows instead of
+// queueing (or deadlocking) on each other's.
+func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
+	if err := parley.CheckSweep(limit); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := db.write(ctx, "sweep tokens", func(tx pgx.Tx) error {
+		for _, q := range []struct {
+			query string
+			age   int64
+		}{
+			{qSweepIdle, db.opts.TokenIdle.Milliseconds()},
+			{qSweepReplaced, db.opts.StaleInstallGrace.Milliseconds()},
+		} {
+			if n >= int64(limit) {
+				break
+			}
+			tag, err := tx.Exec(ctx, q.query, q.age, int64(limit)-n)
+			if err != nil {
+				return err
+			}
+			n += tag.RowsAffected()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+const (
+	qSweepIdle = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE last_used_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY last_used_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	qSweepReplaced = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE replaced_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY replaced_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
 
 // Logout implements parley.Store.
 func (db *DB) Logout(ctx context.Context, token string) error {

@@ -413,10 +413,7 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			}
 		}
 		head := c.head()
-		for _, q := range []string{
-			`UPDATE delivered_cursors SET seq = ? WHERE conv_id = ? AND seq > ?`,
-			`UPDATE read_cursors SET seq = ? WHERE conv_id = ? AND seq > ?`,
-		} {
+		for _, q := range qClampCursors {
 			if _, err := tx.ExecContext(ctx, q, head, id, head); err != nil {
 				return err
 			}
@@ -447,4 +444,12 @@ func openMembers(ctx context.Context, tx *txn, convID string) ([]string, error) 
 		users = append(users, u)
 	}
 	return users, rows.Err()
+}
+
+// qClampCursors clamp a conversation's cursors to its head after a
+// rollback (over the cursor tables' conv_id indexes); arguments: head,
+// conversation, head.
+var qClampCursors = []string{
+	`UPDATE delivered_cursors SET seq = ? WHERE conv_id = ? AND seq > ?`,
+	`UPDATE read_cursors SET seq = ? WHERE conv_id = ? AND seq > ?`,
 }

@@ -67,6 +67,11 @@ func (h *handle) Int(t testing.TB, query string, args ...any) int64 {
 	return n.Int64
 }
 
+func (h *handle) BackdateTokens(t testing.TB, d time.Duration) {
+	t.Helper()
+	h.Exec(t, `UPDATE tokens SET created_at = created_at - ?1, last_used_at = last_used_at - ?1, replaced_at = replaced_at - ?1`, d.Milliseconds())
+}
+
 func (h *handle) Backdate(t testing.TB, conv string, upTo int64, d time.Duration) {
 	t.Helper()
 	h.Exec(t, `UPDATE events SET created_at = created_at - ? WHERE conv_id = ? AND seq <= ?`, d.Milliseconds(), conv, upTo)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/parleychat/parley"
 )
@@ -87,7 +88,7 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 			return err
 		}
 		if disabled {
-			_, err = tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = ?`, id)
+			_, err = tx.ExecContext(ctx, qRevokeUser, id)
 		}
 		return err
 	})
@@ -121,18 +122,23 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 		case err != nil:
 			return err
 		case current != r.InstallID:
-			// A new install: the old one's tokens turn stale and its
-			// delivered cursors go, so the new install starts at 0.
+			// A new install: the old one's tokens turn stale (and start
+			// their grace) and its delivered cursors go, so the new
+			// install starts at 0.
 			replaced = true
 			if _, err := tx.ExecContext(ctx, `UPDATE devices SET install_id = ? WHERE user_id = ? AND device_id = ?`,
 				r.InstallID, u.ID, r.DeviceID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, qMarkReplaced, u.ID, r.DeviceID, r.InstallID); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM delivered_cursors WHERE user_id = ? AND device_id = ?`, u.ID, r.DeviceID); err != nil {
 				return err
 			}
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO tokens (token_hash, user_id, device_id, install_id, created_at) VALUES (?, ?, ?, ?, `+nowMS+`)`,
+		_, err = tx.ExecContext(ctx, `INSERT INTO tokens (token_hash, user_id, device_id, install_id, created_at, last_used_at)
+			VALUES (?, ?, ?, ?, `+nowMS+`, `+nowMS+`)`,
 			tokenHash, u.ID, r.DeviceID, r.InstallID)
 		return err
 	})
@@ -146,24 +152,104 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	}, nil
 }
 
-// Authenticate implements parley.Store.
+// Authenticate implements parley.Store. The lookup is a read; only a
+// refresh (at most once per TokenRefresh) or an expired token's deletion
+// takes the writer.
 func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal, error) {
 	if err := parley.CheckTokenShape(token); err != nil {
 		return parley.Principal{}, err
 	}
+	hash := parley.HashToken(token)
 	var r parley.TokenRecord
+	var idle, replaced int64
 	err := db.read(ctx, "authenticate", func(tx *txn) error {
-		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, '')
+		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, ''),
+				`+nowMS+` - t.last_used_at, t.replaced_at IS NOT NULL, COALESCE(`+nowMS+` - t.replaced_at, 0)
 			FROM tokens t
 			JOIN users u ON u.id = t.user_id
 			LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-			WHERE t.token_hash = ?`, parley.HashToken(token)).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall)
+			WHERE t.token_hash = ?`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
 	})
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return parley.Principal{}, err
 	}
-	return parley.CheckToken(err == nil, r)
+	r.Idle = time.Duration(idle) * time.Millisecond
+	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
+	p, action, err := db.opts.CheckToken(err == nil, r)
+	// The refresh and the deletion are housekeeping after a decision made
+	// on one consistent read: when one fails, the answer stands, and the
+	// next lookup (or the sweep) does it again.
+	switch action {
+	case parley.TokenRefresh:
+		_ = db.write(ctx, "refresh token", func(tx *txn) error {
+			_, err := tx.ExecContext(ctx, `UPDATE tokens SET last_used_at = `+nowMS+` WHERE token_hash = ?`, hash)
+			return err
+		})
+	case parley.TokenDelete:
+		// The condition again: a refresh by another process since the read
+		// keeps the token (this request still gets the refusal it read).
+		_ = db.write(ctx, "expire token", func(tx *txn) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE token_hash = ? AND (`+qTokenDead+`)`,
+				hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
+			return err
+		})
+	}
+	return p, err
 }
+
+// qRevokeUser deletes every token of a user (over tokens_by_user).
+const qRevokeUser = `DELETE FROM tokens WHERE user_id = ?`
+
+// qMarkReplaced starts the grace of a device's tokens of other installs.
+const qMarkReplaced = `UPDATE tokens SET replaced_at = ` + nowMS + `
+	WHERE user_id = ? AND device_id = ? AND install_id <> ? AND replaced_at IS NULL`
+
+// qTokenDead is true for a token past its lifetime; its arguments are the
+// idle lifetime and the replaced install's grace, in milliseconds.
+const qTokenDead = `last_used_at < ` + nowMS + ` - ? OR replaced_at < ` + nowMS + ` - ?`
+
+// SweepTokens implements parley.Store: idle tokens first, then those of
+// replaced installs, each walk over its index, oldest first.
+func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
+	if err := parley.CheckSweep(limit); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := db.write(ctx, "sweep tokens", func(tx *txn) error {
+		for _, q := range []struct {
+			query string
+			age   int64
+		}{
+			{qSweepIdle, db.opts.TokenIdle.Milliseconds()},
+			{qSweepReplaced, db.opts.StaleInstallGrace.Milliseconds()},
+		} {
+			if n >= int64(limit) {
+				break
+			}
+			res, err := tx.ExecContext(ctx, q.query, q.age, int64(limit)-n)
+			if err != nil {
+				return err
+			}
+			d, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += d
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+const (
+	qSweepIdle = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE last_used_at < ` + nowMS + ` - ? ORDER BY last_used_at LIMIT ?)`
+	qSweepReplaced = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE replaced_at < ` + nowMS + ` - ? ORDER BY replaced_at LIMIT ?)`
+)
 
 // Logout implements parley.Store.
 func (db *DB) Logout(ctx context.Context, token string) error {

@@ -87,6 +87,10 @@ var behaviours = []behaviour{
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "logout", run: testLogout},
 	{name: "identity_outage_is_unavailable", run: testIdentityOutageIsUnavailable},
+	{name: "token_idle_lifetime", opts: parley.Options{TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenIdleLifetime},
+	{name: "token_sweep_bounded", opts: parley.Options{TokenIdle: 3 * time.Hour, StaleInstallGrace: time.Hour}, run: testTokenSweepBounded},
+	{name: "token_lifetime_upgrade", run: testTokenLifetimeUpgrade},
+	{name: "stale_install_grace", opts: parley.Options{TokenIdle: 10 * time.Hour, StaleInstallGrace: 2 * time.Hour}, run: testStaleInstallGrace},
 
 	// What the gateways read (feed.go).
 	{name: "feed_events_and_audience", run: testFeedEventsAndAudience},

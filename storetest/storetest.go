@@ -38,4 +38,8 @@ type DB interface {
 	// Backdate moves created_at of the events of conv with seq <= upTo d
 	// into the past, as if the database clock had moved on by d.
 	Backdate(t testing.TB, conv string, upTo int64, d time.Duration)
+	// BackdateTokens moves every time of every token (created_at,
+	// last_used_at, replaced_at) d into the past, as if the database clock
+	// had moved on by d.
+	BackdateTokens(t testing.TB, d time.Duration)
 }

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/parleychat/parley"
 )
@@ -275,5 +277,188 @@ func testIdentityOutageIsUnavailable(t *testing.T, e *env) {
 	// The live store still knows the token.
 	if _, err := e.st.Authenticate(ctx(t), s.Token); err != nil {
 		t.Errorf("after the failures: %v", err)
+	}
+}
+
+// tokenRows counts the stored rows of a token.
+func (e *env) tokenRows(t *testing.T, token string) int64 {
+	t.Helper()
+	return e.db.Int(t, "SELECT count(*) FROM tokens WHERE token_hash = ?", parley.HashToken(token))
+}
+
+// testTokenIdleLifetime (TokenIdle 3h, TokenRefresh 1h): a token idle
+// longer than TokenIdle is UNAUTHENTICATED and deleted on lookup; a use
+// refreshes it, but only once the last refresh is TokenRefresh old, so a
+// use 30 minutes after login does not move its lifetime and a use after
+// 90 minutes does. Tokens nobody presents stay until a sweep.
+func testTokenIdleLifetime(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	early := e.login(t, "ana", "d1", "i1")
+	late := e.login(t, "ana", "d2", "i1")
+	unused := e.login(t, "ana", "d3", "i1")
+
+	e.db.BackdateTokens(t, 30*time.Minute)
+	if _, err := e.st.Authenticate(ctx(t), early.Token); err != nil {
+		t.Fatalf("30 minutes after login: %v", err)
+	}
+	e.db.BackdateTokens(t, time.Hour)
+	if _, err := e.st.Authenticate(ctx(t), late.Token); err != nil {
+		t.Fatalf("90 minutes after login: %v", err)
+	}
+	e.db.BackdateTokens(t, 100*time.Minute) // 3h10m after login, 1h40m after late's refresh
+
+	_, err := e.st.Authenticate(ctx(t), early.Token)
+	wantCode(t, err, parley.CodeUnauthenticated) // a use within TokenRefresh did not refresh it
+	if n := e.tokenRows(t, early.Token); n != 0 {
+		t.Errorf("an expired token has %d rows after its lookup, want 0", n)
+	}
+	_, err = e.st.Authenticate(ctx(t), early.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	p, err := e.st.Authenticate(ctx(t), late.Token)
+	if wantCode(t, err, "") && p != late.Principal {
+		t.Errorf("refreshed token: %+v, login said %+v", p, late.Principal)
+	}
+	if n := e.tokenRows(t, unused.Token); n != 1 {
+		t.Errorf("an expired token nobody presented has %d rows before a sweep, want 1", n)
+	}
+	n, err := e.st.SweepTokens(ctx(t), 10)
+	if wantCode(t, err, "") && n != 1 {
+		t.Errorf("sweep deleted %d, want 1 (the unused token)", n)
+	}
+	_, err = e.st.Authenticate(ctx(t), unused.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if _, err := e.st.Authenticate(ctx(t), late.Token); err != nil {
+		t.Errorf("the refreshed token after a sweep: %v", err)
+	}
+}
+
+// testTokenSweepBounded (TokenIdle 3h, StaleInstallGrace 1h): a sweep
+// deletes at most its limit, idle tokens and replaced installs' tokens past
+// their grace alike, and never a live token or one still in its grace.
+func testTokenSweepBounded(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	idle := []parley.Session{e.login(t, "ana", "d1", "i1"), e.login(t, "ana", "d2", "i1"), e.login(t, "ana", "d3", "i1")}
+	e.db.BackdateTokens(t, 4*time.Hour)
+	old := e.login(t, "ana", "d4", "i1")
+	e.login(t, "ana", "d4", "i2") // replaces old's install
+	e.db.BackdateTokens(t, 2*time.Hour)
+	recent := e.login(t, "ana", "d5", "i1")
+	e.login(t, "ana", "d5", "i2") // replaces recent's install: in its grace
+	live := e.login(t, "ana", "d6", "i1")
+
+	_, err := e.st.SweepTokens(ctx(t), 0)
+	wantCode(t, err, parley.CodeInvalidArgument)
+	before := e.db.Int(t, "SELECT count(*) FROM tokens")
+	var got []int
+	for range 4 {
+		n, err := e.st.SweepTokens(ctx(t), 2)
+		ok(t, err, "sweep")
+		got = append(got, n)
+	}
+	if want := []int{2, 2, 0, 0}; !slices.Equal(got, want) {
+		t.Errorf("sweeps of at most 2 deleted %v, want %v", got, want)
+	}
+	if after := e.db.Int(t, "SELECT count(*) FROM tokens"); after != before-4 {
+		t.Errorf("%d tokens after the sweeps, want %d", after, before-4)
+	}
+	for _, s := range append(idle, old) {
+		if n := e.tokenRows(t, s.Token); n != 0 {
+			t.Errorf("token of %s still stored after the sweeps", s.DeviceID)
+		}
+	}
+	_, err = e.st.Authenticate(ctx(t), recent.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	_, err = e.st.Authenticate(ctx(t), live.Token)
+	wantCode(t, err, "")
+}
+
+// testStaleInstallGrace (StaleInstallGrace 2h, TokenIdle 10h): a replaced
+// install's token answers STALE_INSTALL through its grace — also when the
+// device later returns to that install id — and then UNAUTHENTICATED,
+// deleted by the sweep or on lookup, whichever comes first.
+func testStaleInstallGrace(t *testing.T, e *env) {
+	e.user(t, "ben", "", "")
+	s1 := e.login(t, "ben", "d1", "i1")
+	s2 := e.login(t, "ben", "d1", "i2")
+	_, err := e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+
+	e.db.BackdateTokens(t, time.Hour)
+	_, err = e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	if n, err := e.st.SweepTokens(ctx(t), 10); err != nil || n != 0 {
+		t.Errorf("sweep in the grace: %d, %v; want 0", n, err)
+	}
+
+	s3 := e.login(t, "ben", "d1", "i1") // back to i1: s1 stays replaced, s2 is now
+	_, err = e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	_, err = e.st.Authenticate(ctx(t), s2.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	if p, err := e.st.Authenticate(ctx(t), s3.Token); wantCode(t, err, "") && p != s3.Principal {
+		t.Errorf("current install: %+v", p)
+	}
+
+	e.db.BackdateTokens(t, 90*time.Minute) // s1 replaced 2h30m ago, s2 1h30m ago
+	if n, err := e.st.SweepTokens(ctx(t), 10); err != nil || n != 1 {
+		t.Errorf("sweep after s1's grace: %d, %v; want 1", n, err)
+	}
+	if n := e.tokenRows(t, s1.Token); n != 0 {
+		t.Errorf("s1 has %d rows after the sweep", n)
+	}
+	_, err = e.st.Authenticate(ctx(t), s1.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	_, err = e.st.Authenticate(ctx(t), s2.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+
+	e.db.BackdateTokens(t, time.Hour) // s2 replaced 2h30m ago, no sweep
+	_, err = e.st.Authenticate(ctx(t), s2.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if n := e.tokenRows(t, s2.Token); n != 0 {
+		t.Errorf("s2 has %d rows after its lookup past the grace", n)
+	}
+	if _, err := e.st.Authenticate(ctx(t), s3.Token); err != nil {
+		t.Errorf("the current install after the others expired: %v", err)
+	}
+}
+
+// testTokenLifetimeUpgrade: migration 0004 on a database that holds tokens
+// from before it. Every token starts its idle lifetime at the upgrade, and
+// the tokens of installs replaced before it (not marked then) start their
+// grace: they answer STALE_INSTALL, then UNAUTHENTICATED once the default
+// grace (7 days) is over, while a current token lives on.
+func testTokenLifetimeUpgrade(t *testing.T, e *env) {
+	e.user(t, "ana", "", "")
+	old := e.login(t, "ana", "d1", "i1")
+	cur := e.login(t, "ana", "d2", "i1")
+	// Back to the schema of migration 0003, where a login that replaced
+	// an install changed only the device row.
+	for _, q := range []string{
+		"UPDATE devices SET install_id = 'i2' WHERE user_id = 'ana' AND device_id = 'd1'",
+		"DROP INDEX tokens_by_user",
+		"DROP INDEX tokens_idle",
+		"DROP INDEX tokens_replaced",
+		"DROP INDEX delivered_cursors_by_conv",
+		"DROP INDEX read_cursors_by_conv",
+		"ALTER TABLE tokens DROP COLUMN last_used_at",
+		"ALTER TABLE tokens DROP COLUMN replaced_at",
+		"DELETE FROM schema_migrations WHERE version = 4",
+	} {
+		e.db.Exec(t, q)
+	}
+	st := e.db.Open(t) // migrates again
+	if n := e.db.Int(t, "SELECT count(*) FROM tokens WHERE replaced_at IS NOT NULL"); n != 1 {
+		t.Errorf("%d tokens marked replaced by the upgrade, want 1", n)
+	}
+	_, err := st.Authenticate(ctx(t), old.Token)
+	wantCode(t, err, parley.CodeStaleInstall)
+	if _, err := st.Authenticate(ctx(t), cur.Token); err != nil {
+		t.Errorf("a current token after the upgrade: %v", err)
+	}
+	e.db.BackdateTokens(t, parley.DefaultStaleInstallGrace+time.Minute)
+	_, err = st.Authenticate(ctx(t), old.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if _, err := st.Authenticate(ctx(t), cur.Token); err != nil {
+		t.Errorf("a current token 7 days after the upgrade: %v", err)
 	}
 }

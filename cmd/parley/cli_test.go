@@ -74,6 +74,9 @@ func TestCommands(t *testing.T) {
 		{"serve", "--db", "mysql://x"},
 		{"serve", "--send-budget", "100"},
 		{"serve", "--user-sockets", "0"},
+		{"serve", "--token-idle", "1m"},
+		{"serve", "--stale-install-grace", "0s"},
+		{"serve", "--token-sweep", "10ms"},
 		{"user"},
 		{"user", "rename", "x"},
 		{"user", "add", "eve"},              // no --password-stdin

@@ -50,6 +50,7 @@ type serveFlags struct {
 	exportDir    string
 	exportJobs   int
 	exportLease  time.Duration
+	tokens       tokenFlags
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -74,11 +75,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; default (SQLite) DATA-DIR/exports")
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
+	f.tokens.register(fs)
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.tokens.check(); err != nil {
+		return err
 	}
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
@@ -277,6 +282,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			log.Error("configuration watcher stopped", "err", err)
 		}
 	})
+	wg.Go(func() { sweepTokens(hubCtx, store, f.tokens.sweep, sweepBatch, sweepBatches, log) })
 	if f.exportJobs > 0 {
 		wg.Go(func() {
 			if err := worker.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {

@@ -73,7 +73,7 @@ func (f *storeFlags) open(ctx context.Context, opts parley.Options) (parley.Stor
 // openSeeded opens the store for serve and, with --demo, creates the demo
 // data.
 func (f *serveFlags) openSeeded(ctx context.Context) (parley.Store, error) {
-	store, _, err := f.open(ctx, parley.Options{})
+	store, _, err := f.open(ctx, f.tokens.options(parley.Options{}))
 	if err != nil {
 		return nil, err
 	}

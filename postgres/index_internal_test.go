@@ -1,0 +1,16 @@
+package postgres
+
+// IndexedStatements are statements the store runs that must be served by
+// an index, by the index's name: each scanned its whole table before
+// migration 0004. Args are values for the statement's parameters.
+var IndexedStatements = []struct {
+	Name, Query, Index string
+	Args               []any
+}{
+	{"disable user: revoke tokens", qSetDisabled, "tokens_by_user", []any{true, "ana"}},
+	{"login: mark replaced install", qMarkReplaced, "tokens_by_user", []any{"ana", "d1", "i2"}},
+	{"rollback: clamp delivered cursors", qClampCursors[0], "delivered_cursors_by_conv", []any{"c", int64(3)}},
+	{"rollback: clamp read cursors", qClampCursors[1], "read_cursors_by_conv", []any{"c", int64(3)}},
+	{"sweep: idle tokens", qSweepIdle, "tokens_idle", []any{int64(1000), int64(100)}},
+	{"sweep: replaced installs", qSweepReplaced, "tokens_replaced", []any{int64(1000), int64(100)}},
+}
