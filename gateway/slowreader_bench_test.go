@@ -47,7 +47,7 @@ func BenchmarkSlowReaderMemory(b *testing.B) {
 	url := "ws" + strings.TrimPrefix(srv.URL, "http")
 
 	for _, u := range []string{"ana", "ben"} {
-		if _, err := s.CreateUser(ctx, parley.NewUser{ID: u, Password: "pw-" + u}); err != nil {
+		if _, err := s.CreateUser(ctx, parley.NewUser{ID: u, Password: "password-" + u}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -72,7 +72,7 @@ func BenchmarkSlowReaderMemory(b *testing.B) {
 		before := heap()
 		var conns []*websocket.Conn
 		for i := range sockets {
-			sess, err := s.Login(ctx, parley.LoginRequest{Login: "ben", Password: "pw-ben", DeviceID: fmt.Sprint("slow", i), InstallID: "i1"})
+			sess, err := s.Login(ctx, parley.LoginRequest{Login: "ben", Password: "password-ben", DeviceID: fmt.Sprint("slow", i), InstallID: "i1"})
 			if err != nil {
 				b.Fatal(err)
 			}

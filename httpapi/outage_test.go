@@ -104,7 +104,7 @@ func outageTest(t *testing.T, store parley.Store, down, up func()) {
 		{"POST", "/api/convs", anaFresh, map[string]any{"id": "h"}, nil},
 		{"POST", "/exports", anaFresh, map[string]any{"scope": "all"}, []string{"Idempotency-Key", `"e-1"`}},
 		{"GET", "/api/admin/config", rootFresh, nil, nil},
-		{"POST", "/api/login", "", map[string]string{"login": "ana", "password": "pw-ana", "device_id": "d5", "install_id": "i1"}, nil},
+		{"POST", "/api/login", "", map[string]string{"login": "ana", "password": "password-ana", "device_id": "d5", "install_id": "i1"}, nil},
 		{"POST", "/api/logout", logout, nil, nil},
 		{"GET", "/readyz", "", nil, nil},
 	}

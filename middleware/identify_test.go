@@ -542,7 +542,9 @@ func TestIdentifierIndex(t *testing.T) {
 		t.Fatal("the user index does not match the cache")
 	}
 
-	// ForgetUser drops exactly that user's entries.
+	// ForgetUser drops exactly that user's entries. A fresh cache: in the
+	// full one above, adding these entries evicts others, theirs included.
+	id = middleware.NewIdentifier(auth, middleware.IdentifierOptions{MaxEntries: 64, TTL: time.Hour})
 	for u := range 3 {
 		for n := range 5 {
 			id.Identify(context.Background(), fmt.Sprintf("v%d-%d", u, n))

@@ -306,7 +306,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	}
 	wantUnavailable("/readyz", get("/readyz", ""))
 	wantUnavailable("GET /api/convs", get("/api/convs", "some-token"))
-	resp, err := http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"pw-ana","device_id":"d","install_id":"i"}`))
+	resp, err := http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"password-ana","device_id":"d","install_id":"i"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	}
 	defer s.Close()
 	seed(t, s)
-	resp, err = http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"pw-ana","device_id":"d","install_id":"i"}`))
+	resp, err = http.Post(p.http+"/api/login", "application/json", strings.NewReader(`{"login":"ana","password":"password-ana","device_id":"d","install_id":"i"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
