@@ -119,6 +119,14 @@ func idempotencyKey(r *http.Request) (string, error) {
 	if k == "" {
 		return "", parley.Errorf(parley.CodeInvalidArgument, "Idempotency-Key is empty")
 	}
+	// Bare or quoted, a key is printable ASCII (docs/protocol.md): a
+	// header carrying other bytes (obs-text, which net/http lets through)
+	// is refused, not stored as a cmid no other transport can repeat.
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c > 0x7e {
+			return "", parley.Errorf(parley.CodeInvalidArgument, "Idempotency-Key must be printable ASCII")
+		}
+	}
 	return k, nil
 }
 
@@ -152,17 +160,36 @@ func parseKey(v string) (string, error) {
 	return b.String(), nil
 }
 
-// queryInt reads an optional integer query parameter.
+// queryInt reads an optional integer query parameter: absent is def; a
+// parameter that is present must be one decimal integer, so an empty value
+// (`after=`) or a repeated one is INVALID_ARGUMENT, never the default.
 func queryInt(r *http.Request, name string, def int64) (int64, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
+	vs, ok := r.URL.Query()[name]
+	if !ok {
 		return def, nil
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
+	if len(vs) != 1 {
+		return 0, parley.Errorf(parley.CodeInvalidArgument, "%s must be given once", name)
+	}
+	n, err := strconv.ParseInt(vs[0], 10, 64)
 	if err != nil {
 		return 0, parley.Errorf(parley.CodeInvalidArgument, "%s must be an integer", name)
 	}
 	return n, nil
+}
+
+// queryLimit reads the optional page size `limit`: absent is def, present
+// it must be 1..max (0 included in the refused: it is out of range like
+// any other value, not a request for the default).
+func queryLimit(r *http.Request, def, max int) (int, error) {
+	n, err := queryInt(r, "limit", int64(def))
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > int64(max) {
+		return 0, parley.Errorf(parley.CodeInvalidArgument, "limit must be 1–%d", max)
+	}
+	return int(n), nil
 }
 
 // pathSeq reads an integer path value.

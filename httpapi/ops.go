@@ -455,9 +455,9 @@ type auditReply struct {
 func handleAdminAudit(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		before, err := queryInt(r, "before", 0)
-		var limit int64
+		var limit int
 		if err == nil {
-			limit, err = queryInt(r, "limit", 0)
+			limit, err = queryLimit(r, parley.DefaultAuditPage, parley.MaxAuditPage)
 		}
 		if err != nil {
 			writeError(w, d.Log, err, "audit")
@@ -465,7 +465,7 @@ func handleAdminAudit(d Deps) http.Handler {
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		es, err := d.Store.Audit(ctx, parley.AuditQuery{Before: before, Limit: int(limit)})
+		es, err := d.Store.Audit(ctx, parley.AuditQuery{Before: before, Limit: limit})
 		if err != nil {
 			writeError(w, d.Log, err, "audit")
 			return
