@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"encoding/base64"
 	"time"
 )
 
@@ -217,6 +218,10 @@ type Store interface {
 	// Exports holds the export jobs and their snapshots (export.go).
 	Exports
 
+	// Admin holds the operators' listings and the retention worker's claim
+	// (below).
+	Admin
+
 	// Close releases the store's connections.
 	Close() error
 }
@@ -382,4 +387,139 @@ func HeadIDs(convs []string) []string {
 		}
 	}
 	return ids
+}
+
+// Admin is what the operations API lists (GET /api/admin/users, convs,
+// exports, hooks) and what the retention worker claims.
+//
+// Listings page by id in byte order (PostgreSQL compares with COLLATE "C",
+// so both stores order alike) with an opaque cursor: a page holds at most
+// q.Limit items (1..MaxAdminPage) after the item q.After names (a
+// previous AdminPage.Next; empty: from the first). HasMore is set, and Next
+// names the page's last item, when items follow it. Paging is keyset, not
+// offset: a walk with no change in between returns every row exactly once,
+// and a row created during a walk is seen iff its id sorts after the
+// cursor. Each page is read in one snapshot. Errors: INVALID_ARGUMENT
+// (Limit out of range, an After that is no cursor).
+type Admin interface {
+	// AdminUsers lists accounts with LastSeen, the latest last use of any
+	// of the user's live tokens (zero when the user has none).
+	AdminUsers(ctx context.Context, q AdminQuery) (AdminPage[AdminUser], error)
+
+	// AdminConvs lists conversations with their member count (open
+	// membership periods), head and retention policy.
+	AdminConvs(ctx context.Context, q AdminQuery) (AdminPage[AdminConv], error)
+
+	// AdminExports lists the export jobs of every user.
+	AdminExports(ctx context.Context, q AdminQuery) (AdminPage[AdminExport], error)
+
+	// AdminHooks lists the webhooks with their secrets blanked.
+	AdminHooks(ctx context.Context, q AdminQuery) (AdminPage[Hook], error)
+
+	// ClaimRetention claims at most limit conversations that have a
+	// retention policy (MaxAge or KeepLast set) and were not claimed yet
+	// in the current retention round, marks them claimed for it, and
+	// returns their ids in id order. Rounds are windows of length every on
+	// the database clock (round n covers Unix milliseconds
+	// [n·every, (n+1)·every)), so every store on one database — every
+	// gateway — agrees on them: concurrent callers get disjoint sets, and
+	// a conversation is claimed at most once per round, however many
+	// workers ask. The claim commits on its own: the caller purges each
+	// claimed conversation afterwards (Purge), and one it fails to purge
+	// waits for the next round. Errors: INVALID_ARGUMENT (every under a
+	// millisecond, limit out of 1..MaxAdminPage).
+	ClaimRetention(ctx context.Context, every time.Duration, limit int) ([]string, error)
+}
+
+// Bounds of the admin listings.
+const (
+	DefaultAdminPage = 50
+	MaxAdminPage     = 200
+	// maxAdminCursorID bounds the id a cursor names: every id (user,
+	// conversation, job, hook) is at most 64 bytes.
+	maxAdminCursorID = 64
+)
+
+// AdminQuery pages an admin listing.
+type AdminQuery struct {
+	After string // an AdminPage.Next; empty: the first page
+	Limit int    // 1..MaxAdminPage
+}
+
+// AdminPage is one page of an admin listing.
+type AdminPage[T any] struct {
+	Items   []T
+	Next    string // the cursor of the page's last item when HasMore
+	HasMore bool
+}
+
+// AdminUser is one account in AdminUsers.
+type AdminUser struct {
+	User
+	LastSeen time.Time // latest last use of a live token; zero: none
+}
+
+// AdminConv is one conversation in AdminConvs.
+type AdminConv struct {
+	Conversation
+	Members int64 // open membership periods
+}
+
+// AdminExport is one export job in AdminExports.
+type AdminExport struct {
+	ExportJob
+	// FinishedAt is when the job reached its current final state (done,
+	// failed, revoked, expired); zero while queued or running.
+	FinishedAt time.Time
+}
+
+// AdminCursor returns the opaque cursor that names the item with id.
+func AdminCursor(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// CheckAdminQuery checks an AdminQuery and returns the id its cursor names
+// ("" for the first page): the stores list the items with ids above it.
+func CheckAdminQuery(q AdminQuery) (after string, err error) {
+	if q.Limit < 1 || q.Limit > MaxAdminPage {
+		return "", Errorf(CodeInvalidArgument, "limit must be 1–%d", MaxAdminPage)
+	}
+	if q.After == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(q.After)
+	if err != nil || len(b) == 0 || len(b) > maxAdminCursorID {
+		return "", Errorf(CodeInvalidArgument, "after is not a cursor of this listing")
+	}
+	for _, c := range b {
+		if c <= 0x20 || c > 0x7e {
+			return "", Errorf(CodeInvalidArgument, "after is not a cursor of this listing")
+		}
+	}
+	return string(b), nil
+}
+
+// NewAdminPage builds a page from up to limit+1 items read in id order
+// (the extra one only tells that more follow).
+func NewAdminPage[T any](items []T, limit int, id func(T) string) AdminPage[T] {
+	p := AdminPage[T]{Items: items}
+	if len(items) > limit {
+		p.Items, p.HasMore = items[:limit], true
+		p.Next = AdminCursor(id(p.Items[limit-1]))
+	}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	return p
+}
+
+// CheckClaimRetention checks the arguments of Admin.ClaimRetention.
+func CheckClaimRetention(every time.Duration, limit int) error {
+	if every < time.Millisecond {
+		return Errorf(CodeInvalidArgument, "the retention round must be at least 1ms")
+	}
+	if limit < 1 || limit > MaxAdminPage {
+		return Errorf(CodeInvalidArgument, "limit must be 1–%d", MaxAdminPage)
+	}
+	return nil
 }

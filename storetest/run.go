@@ -106,6 +106,10 @@ var behaviours = []behaviour{
 	{name: "hook_create_rules", run: testHookCreateRules},
 	{name: "hook_delete", run: testHookDelete},
 
+	// Admin listings and the retention claim (admin.go).
+	{name: "admin_listings", run: testAdminListings},
+	{name: "retention_claim_rounds", run: testRetentionClaimRounds},
+
 	// Exports (export.go).
 	{name: "export_create_replay", run: testExportCreateReplay},
 	{name: "export_scope_not_member", run: testExportScopeNotMember},

@@ -1,0 +1,22 @@
+-- Admin listings and the retention worker, PostgreSQL dialect. Names match
+-- sqlite/migrations/0006_admin_retention.sql.
+
+-- The admin listings page by id in byte order (COLLATE "C", as SQLite
+-- compares): these indexes serve `id COLLATE "C" > $after ORDER BY id
+-- COLLATE "C" LIMIT n` without sorting the table.
+CREATE INDEX users_id_bytes ON users (id COLLATE "C");
+CREATE INDEX conversations_id_bytes ON conversations (id COLLATE "C");
+CREATE INDEX export_jobs_id_bytes ON export_jobs (id COLLATE "C");
+CREATE INDEX hooks_id_bytes ON hooks (id COLLATE "C");
+
+-- One row per conversation the retention worker has claimed: the round
+-- (Unix ms / round length, database clock) of its last claim. A claim is
+-- an upsert that only moves round forward, so of several gateways claiming
+-- together exactly one wins each conversation per round. Kept apart from
+-- conversations so that claims never wait on (or hold) a conversation's
+-- row lock, which every send takes.
+CREATE TABLE retention_runs (
+    conv_id TEXT PRIMARY KEY,
+    round   BIGINT NOT NULL,
+    run_at  TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);

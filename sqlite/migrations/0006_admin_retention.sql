@@ -1,0 +1,13 @@
+-- Admin listings and the retention worker, SQLite dialect. Names match
+-- postgres/migrations/0006_admin_retention.sql. The listings page over the
+-- primary keys (BINARY collation: byte order), so they need no index here.
+
+-- One row per conversation the retention worker has claimed: the round
+-- (Unix ms / round length, database clock) of its last claim. A claim is
+-- an upsert that only moves round forward, so one claim wins each
+-- conversation per round.
+CREATE TABLE retention_runs (
+    conv_id TEXT PRIMARY KEY,
+    round   INTEGER NOT NULL,
+    run_at  INTEGER NOT NULL
+) STRICT;
