@@ -413,16 +413,32 @@ func handleAdminCreateHook(d Deps) http.Handler {
 	})
 }
 
-// handleAdminHooks lists the webhooks without their secrets.
+// handleAdminHooks lists the webhooks without their secrets, one page at
+// a time like the other listings (admin.go). "hooks" repeats the page's
+// items for the clients written when this route answered every hook at
+// once without paging.
 func handleAdminHooks(d Deps) http.Handler {
 	return adminCall(d, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		hs, err := d.Store.Hooks(ctx)
-		out := make([]hookReply, len(hs))
-		for i, h := range hs {
+		q, err := adminQuery(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		page, err := d.Store.AdminHooks(ctx, q)
+		if err != nil {
+			return 0, nil, err
+		}
+		out := make([]hookReply, len(page.Items))
+		for i, h := range page.Items {
+			h.Secret = "" // never listed
 			out[i] = fromHook(h)
 		}
-		return http.StatusOK, map[string]any{"hooks": out}, err
+		return http.StatusOK, hooksReply{adminPage: adminPage[hookReply]{Items: out, Next: page.Next, HasMore: page.HasMore}, Hooks: out}, nil
 	})
+}
+
+type hooksReply struct {
+	adminPage[hookReply]
+	Hooks []hookReply `json:"hooks"` // = items (the reply before paging)
 }
 
 // handleAdminDeleteHook deletes a webhook: its secret stops working.

@@ -119,9 +119,11 @@ func NewHandler(d Deps) http.Handler {
 	route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(d))
 
 	// Operations (admin permission rule).
+	route("GET /api/admin/users", admin, handleAdminUsers(d))
 	route("POST /api/admin/users", admin, handleAdminCreateUser(d))
 	route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(d, true))
 	route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(d, false))
+	route("GET /api/admin/convs", admin, handleAdminConvs(d))
 	route("GET /api/admin/convs/{id}", admin, handleAdminConv(d))
 	route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(d))
 	route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(d))
@@ -139,6 +141,7 @@ func NewHandler(d Deps) http.Handler {
 	if d.Download != nil {
 		route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
 	}
+	route("GET /api/admin/exports", admin, handleAdminExports(d))
 	route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(d))
 
 	// Incoming webhooks: signed, not token-authenticated.

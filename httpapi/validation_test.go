@@ -42,6 +42,14 @@ func TestQueryAndKeyValidation(t *testing.T) {
 			{"/api/admin/audit?limit=", 400},
 			{"/api/admin/audit?before=", 400},
 			{"/api/admin/audit?before=-1", 400},
+			{"/api/admin/users?limit=", 400},
+			{"/api/admin/users?limit=0", 400},
+			{"/api/admin/users?limit=201", 400},
+			{"/api/admin/users?limit=200", 200},
+			{"/api/admin/convs?limit=0", 400},
+			{"/api/admin/exports?limit=", 400},
+			{"/api/admin/hooks?limit=0", 400},
+			{"/api/admin/hooks?limit=x", 400},
 		} {
 			t.Run(tc.path, func(t *testing.T) {
 				r := s.do("GET", tc.path, ana, nil)
