@@ -105,7 +105,9 @@ func testAdminListings(t *testing.T, e *env) {
 	}{{"store", e.st}, {"second_store", e.db.Open(t)}} {
 		for _, limit := range []int{1, 2, 3, parley.MaxAdminPage} {
 			what := fmt.Sprintf("%s limit %d", st.name, limit)
-			ids, us := walkAdmin(t, "users "+what, limit, func(q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error) { return st.st.AdminUsers(ctx(t), q) },
+			ids, us := walkAdmin(t, "users "+what, limit, func(q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error) {
+				return st.st.AdminUsers(ctx(t), q)
+			},
 				func(u parley.AdminUser) string { return u.ID })
 			wantIDs(t, "users "+what, ids, users)
 			for _, u := range us {
@@ -118,7 +120,9 @@ func testAdminListings(t *testing.T, e *env) {
 				}
 			}
 
-			ids, cs := walkAdmin(t, "convs "+what, limit, func(q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error) { return st.st.AdminConvs(ctx(t), q) },
+			ids, cs := walkAdmin(t, "convs "+what, limit, func(q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error) {
+				return st.st.AdminConvs(ctx(t), q)
+			},
 				func(c parley.AdminConv) string { return c.ID })
 			wantIDs(t, "convs "+what, ids, convs)
 			for _, c := range cs {
