@@ -51,6 +51,7 @@ type serveFlags struct {
 	exportJobs   int
 	exportLease  time.Duration
 	tokens       tokenFlags
+	retention    retentionFlags
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -76,6 +77,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
+	f.retention.register(fs)
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -83,6 +85,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("serve: unexpected argument %q", fs.Arg(0))
 	}
 	if err := f.tokens.check(); err != nil {
+		return err
+	}
+	if err := f.retention.check(); err != nil {
 		return err
 	}
 	if f.exportJobs < 0 {
@@ -283,6 +288,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	})
 	wg.Go(func() { sweepTokens(hubCtx, store, f.tokens.sweep, sweepBatch, sweepBatches, log) })
+	wg.Go(func() { f.retention.run(hubCtx, store, cfg.Current().StoreTimeout, log) })
 	if f.exportJobs > 0 {
 		wg.Go(func() {
 			if err := worker.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
