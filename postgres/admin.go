@@ -10,6 +10,32 @@ import (
 	"github.com/parleychat/parley"
 )
 
+// The statements of the listings and the retention claim, each served by
+// an index of migration 0006 (IndexedStatements checks the plans).
+const (
+	qAdminUsers = `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
+		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
+		FROM users u WHERE u.id COLLATE "C" > $1 ORDER BY u.id COLLATE "C" LIMIT $2`
+	qAdminConvs = `SELECT c.id, c.kind, c.title, c.owner, c.next_seq - 1, c.min_seq, c.epoch,
+		c.retain_max_age_ms, c.retain_last_n, c.created_at,
+		(SELECT count(*) FROM periods p WHERE p.conv_id = c.id AND p.to_seq IS NULL)
+		FROM conversations c WHERE c.id COLLATE "C" > $1 ORDER BY c.id COLLATE "C" LIMIT $2`
+	qAdminExports = `SELECT ` + jobCols + `, updated_at
+		FROM export_jobs WHERE id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`
+	qAdminHooks = `SELECT id, conv_id, bot_user, created_by, created_at
+		FROM hooks WHERE id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`
+	qClaimRetention = `WITH r AS (
+		SELECT floor(extract(epoch FROM clock_timestamp()) * 1000 / $1)::bigint AS round)
+	INSERT INTO retention_runs (conv_id, round, run_at)
+	SELECT c.id, r.round, clock_timestamp() FROM conversations c, r
+	WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
+		AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= r.round)
+	ORDER BY c.id COLLATE "C" LIMIT $2
+	ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
+		WHERE retention_runs.round < excluded.round
+	RETURNING conv_id`
+)
+
 // scanPlus scans a row whose first columns a shared scanner (scanJob)
 // reads, with more columns after them.
 type scanPlus struct {
@@ -40,9 +66,7 @@ func adminList[T any](ctx context.Context, db *DB, op string, q parley.AdminQuer
 
 // AdminUsers implements parley.Admin.
 func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error) {
-	return adminList(ctx, db, "admin users", q, `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
-		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
-		FROM users u WHERE u.id COLLATE "C" > $1 ORDER BY u.id COLLATE "C" LIMIT $2`,
+	return adminList(ctx, db, "admin users", q, qAdminUsers,
 		func(row pgx.CollectableRow) (parley.AdminUser, error) {
 			var u parley.AdminUser
 			var role string
@@ -58,10 +82,7 @@ func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.Admin
 
 // AdminConvs implements parley.Admin.
 func (db *DB) AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error) {
-	return adminList(ctx, db, "admin convs", q, `SELECT c.id, c.kind, c.title, c.owner, c.next_seq - 1, c.min_seq, c.epoch,
-		c.retain_max_age_ms, c.retain_last_n, c.created_at,
-		(SELECT count(*) FROM periods p WHERE p.conv_id = c.id AND p.to_seq IS NULL)
-		FROM conversations c WHERE c.id COLLATE "C" > $1 ORDER BY c.id COLLATE "C" LIMIT $2`,
+	return adminList(ctx, db, "admin convs", q, qAdminConvs,
 		func(row pgx.CollectableRow) (parley.AdminConv, error) {
 			var c parley.AdminConv
 			var kind string
@@ -76,8 +97,7 @@ func (db *DB) AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.Admin
 
 // AdminExports implements parley.Admin.
 func (db *DB) AdminExports(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminExport], error) {
-	return adminList(ctx, db, "admin exports", q, `SELECT `+jobCols+`, updated_at
-		FROM export_jobs WHERE id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`,
+	return adminList(ctx, db, "admin exports", q, qAdminExports,
 		func(row pgx.CollectableRow) (parley.AdminExport, error) {
 			var updated time.Time
 			j, err := scanJob(scanPlus{row, []any{&updated}})
@@ -91,8 +111,7 @@ func (db *DB) AdminExports(ctx context.Context, q parley.AdminQuery) (parley.Adm
 
 // AdminHooks implements parley.Admin.
 func (db *DB) AdminHooks(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.Hook], error) {
-	return adminList(ctx, db, "admin hooks", q, `SELECT id, conv_id, bot_user, created_by, created_at
-		FROM hooks WHERE id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`,
+	return adminList(ctx, db, "admin hooks", q, qAdminHooks,
 		func(row pgx.CollectableRow) (parley.Hook, error) {
 			var h parley.Hook
 			err := row.Scan(&h.ID, &h.Conv, &h.Bot, &h.CreatedBy, &h.CreatedAt)
@@ -109,16 +128,7 @@ func (db *DB) ClaimRetention(ctx context.Context, every time.Duration, limit int
 	if err := parley.CheckClaimRetention(every, limit); err != nil {
 		return nil, err
 	}
-	rows, err := db.pool.Query(ctx, `WITH r AS (
-		SELECT floor(extract(epoch FROM clock_timestamp()) * 1000 / $1)::bigint AS round)
-	INSERT INTO retention_runs (conv_id, round, run_at)
-	SELECT c.id, r.round, clock_timestamp() FROM conversations c, r
-	WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
-		AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= r.round)
-	ORDER BY c.id COLLATE "C" LIMIT $2
-	ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
-		WHERE retention_runs.round < excluded.round
-	RETURNING conv_id`, every.Milliseconds(), limit)
+	rows, err := db.pool.Query(ctx, qClaimRetention, every.Milliseconds(), limit)
 	if err != nil {
 		return nil, wrap("claim retention", err)
 	}

@@ -13,4 +13,12 @@ var IndexedStatements = []struct {
 	{"rollback: clamp read cursors", qClampCursors[1], "read_cursors_by_conv", []any{"c", int64(3)}},
 	{"sweep: idle tokens", qSweepIdle, "tokens_idle", []any{int64(1000), int64(100)}},
 	{"sweep: replaced installs", qSweepReplaced, "tokens_replaced", []any{int64(1000), int64(100)}},
+	// Migration 0006: the admin listings page over byte-order indexes; the
+	// retention claim walks the conversations with a policy.
+	{"admin: users page", qAdminUsers, "users_id_bytes", []any{"", 51}},
+	{"admin: users last seen", qAdminUsers, "tokens_by_user", []any{"", 51}},
+	{"admin: convs page", qAdminConvs, "conversations_id_bytes", []any{"", 51}},
+	{"admin: exports page", qAdminExports, "export_jobs_id_bytes", []any{"", 51}},
+	{"admin: hooks page", qAdminHooks, "hooks_id_bytes", []any{"", 51}},
+	{"retention: claim", qClaimRetention, "conversations_with_policy", []any{int64(600000), 50}},
 }

@@ -9,6 +9,29 @@ import (
 	"github.com/parleychat/parley"
 )
 
+// The statements of the listings and the retention claim, each served by
+// an index (IndexedStatements checks the plans).
+const (
+	qAdminUsers = `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
+		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
+		FROM users u WHERE u.id > ? ORDER BY u.id LIMIT ?`
+	qAdminConvs = `SELECT ` + convColumns + `,
+		(SELECT count(*) FROM periods p WHERE p.conv_id = conversations.id AND p.to_seq IS NULL)
+		FROM conversations WHERE id > ? ORDER BY id LIMIT ?`
+	qAdminExports = `SELECT ` + jobColumns + `, updated_at
+		FROM export_jobs WHERE id > ? ORDER BY id LIMIT ?`
+	qAdminHooks = `SELECT id, conv_id, bot_user, created_by, created_at
+		FROM hooks WHERE id > ? ORDER BY id LIMIT ?`
+	qClaimRetention = `INSERT INTO retention_runs (conv_id, round, run_at)
+			SELECT c.id, ` + nowMS + ` / ?1, ` + nowMS + ` FROM conversations c
+			WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
+				AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= ` + nowMS + ` / ?1)
+			ORDER BY c.id LIMIT ?2
+			ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
+				WHERE retention_runs.round < excluded.round
+			RETURNING conv_id`
+)
+
 // scanPlus scans a row whose first columns a shared scanner (scanJob)
 // reads, with more columns after them.
 type scanPlus struct {
@@ -50,9 +73,7 @@ func adminList[T any](ctx context.Context, db *DB, op string, q parley.AdminQuer
 
 // AdminUsers implements parley.Admin.
 func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error) {
-	return adminList(ctx, db, "admin users", q, `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
-		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
-		FROM users u WHERE u.id > ? ORDER BY u.id LIMIT ?`,
+	return adminList(ctx, db, "admin users", q, qAdminUsers,
 		func(row *sql.Rows) (parley.AdminUser, error) {
 			var u parley.AdminUser
 			var role string
@@ -69,9 +90,7 @@ func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.Admin
 
 // AdminConvs implements parley.Admin.
 func (db *DB) AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error) {
-	return adminList(ctx, db, "admin convs", q, `SELECT `+convColumns+`,
-		(SELECT count(*) FROM periods p WHERE p.conv_id = conversations.id AND p.to_seq IS NULL)
-		FROM conversations WHERE id > ? ORDER BY id LIMIT ?`,
+	return adminList(ctx, db, "admin convs", q, qAdminConvs,
 		func(row *sql.Rows) (parley.AdminConv, error) {
 			var c conv
 			var members int64
@@ -82,8 +101,7 @@ func (db *DB) AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.Admin
 
 // AdminExports implements parley.Admin.
 func (db *DB) AdminExports(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminExport], error) {
-	return adminList(ctx, db, "admin exports", q, `SELECT `+jobColumns+`, updated_at
-		FROM export_jobs WHERE id > ? ORDER BY id LIMIT ?`,
+	return adminList(ctx, db, "admin exports", q, qAdminExports,
 		func(row *sql.Rows) (parley.AdminExport, error) {
 			var updated int64
 			j, err := scanJob(scanPlus{row, []any{&updated}})
@@ -97,8 +115,7 @@ func (db *DB) AdminExports(ctx context.Context, q parley.AdminQuery) (parley.Adm
 
 // AdminHooks implements parley.Admin.
 func (db *DB) AdminHooks(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.Hook], error) {
-	return adminList(ctx, db, "admin hooks", q, `SELECT id, conv_id, bot_user, created_by, created_at
-		FROM hooks WHERE id > ? ORDER BY id LIMIT ?`,
+	return adminList(ctx, db, "admin hooks", q, qAdminHooks,
 		func(row *sql.Rows) (parley.Hook, error) {
 			var h parley.Hook
 			var created int64
@@ -118,14 +135,7 @@ func (db *DB) ClaimRetention(ctx context.Context, every time.Duration, limit int
 	}
 	var ids []string
 	err := db.write(ctx, "claim retention", func(tx *txn) error {
-		rows, err := tx.QueryContext(ctx, `INSERT INTO retention_runs (conv_id, round, run_at)
-			SELECT c.id, `+nowMS+` / ?1, `+nowMS+` FROM conversations c
-			WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
-				AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= `+nowMS+` / ?1)
-			ORDER BY c.id LIMIT ?2
-			ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
-				WHERE retention_runs.round < excluded.round
-			RETURNING conv_id`, every.Milliseconds(), limit)
+		rows, err := tx.QueryContext(ctx, qClaimRetention, every.Milliseconds(), limit)
 		if err != nil {
 			return err
 		}

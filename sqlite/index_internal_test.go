@@ -13,4 +13,12 @@ var IndexedStatements = []struct {
 	{"rollback: clamp read cursors", qClampCursors[1], "read_cursors_by_conv", 3},
 	{"sweep: idle tokens", qSweepIdle, "tokens_idle", 2},
 	{"sweep: replaced installs", qSweepReplaced, "tokens_replaced", 2},
+	// Migration 0006: the admin listings walk the primary keys; the
+	// retention claim walks the conversations with a policy.
+	{"admin: users page", qAdminUsers, "sqlite_autoindex_users_1", 2},
+	{"admin: users last seen", qAdminUsers, "tokens_by_user", 2},
+	{"admin: convs page", qAdminConvs, "sqlite_autoindex_conversations_1", 2},
+	{"admin: exports page", qAdminExports, "sqlite_autoindex_export_jobs_1", 2},
+	{"admin: hooks page", qAdminHooks, "sqlite_autoindex_hooks_1", 2},
+	{"retention: claim", qClaimRetention, "conversations_with_policy", 2},
 }

@@ -9,6 +9,11 @@ CREATE INDEX conversations_id_bytes ON conversations (id COLLATE "C");
 CREATE INDEX export_jobs_id_bytes ON export_jobs (id COLLATE "C");
 CREATE INDEX hooks_id_bytes ON hooks (id COLLATE "C");
 
+-- The retention claim walks the conversations that have a policy, in id
+-- order; most conversations have none.
+CREATE INDEX conversations_with_policy ON conversations (id COLLATE "C")
+    WHERE retain_max_age_ms > 0 OR retain_last_n > 0;
+
 -- One row per conversation the retention worker has claimed: the round
 -- (Unix ms / round length, database clock) of its last claim. A claim is
 -- an upsert that only moves round forward, so of several gateways claiming

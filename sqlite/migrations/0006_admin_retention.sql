@@ -2,6 +2,11 @@
 -- postgres/migrations/0006_admin_retention.sql. The listings page over the
 -- primary keys (BINARY collation: byte order), so they need no index here.
 
+-- The retention claim walks the conversations that have a policy, in id
+-- order; most conversations have none.
+CREATE INDEX conversations_with_policy ON conversations (id)
+    WHERE retain_max_age_ms > 0 OR retain_last_n > 0;
+
 -- One row per conversation the retention worker has claimed: the round
 -- (Unix ms / round length, database clock) of its last claim. A claim is
 -- an upsert that only moves round forward, so one claim wins each
