@@ -25,14 +25,14 @@ const (
 	qAdminHooks = `SELECT id, conv_id, bot_user, created_by, created_at
 		FROM hooks WHERE id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2`
 	qClaimRetention = `WITH r AS (
-		SELECT floor(extract(epoch FROM clock_timestamp()) * 1000 / $1)::bigint AS round)
-	INSERT INTO retention_runs (conv_id, round, run_at)
-	SELECT c.id, r.round, clock_timestamp() FROM conversations c, r
+		SELECT (floor(extract(epoch FROM clock_timestamp()) * 1000 / $1) * $1)::bigint AS round_start)
+	INSERT INTO retention_runs (conv_id, round_start, run_at)
+	SELECT c.id, r.round_start, clock_timestamp() FROM conversations c, r
 	WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
-		AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= r.round)
+		AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round_start >= r.round_start)
 	ORDER BY c.id COLLATE "C" LIMIT $2
-	ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
-		WHERE retention_runs.round < excluded.round
+	ON CONFLICT (conv_id) DO UPDATE SET round_start = excluded.round_start, run_at = excluded.run_at
+		WHERE retention_runs.round_start < excluded.round_start
 	RETURNING conv_id`
 )
 

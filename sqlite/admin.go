@@ -22,13 +22,13 @@ const (
 		FROM export_jobs WHERE id > ? ORDER BY id LIMIT ?`
 	qAdminHooks = `SELECT id, conv_id, bot_user, created_by, created_at
 		FROM hooks WHERE id > ? ORDER BY id LIMIT ?`
-	qClaimRetention = `INSERT INTO retention_runs (conv_id, round, run_at)
-			SELECT c.id, ` + nowMS + ` / ?1, ` + nowMS + ` FROM conversations c
+	qClaimRetention = `INSERT INTO retention_runs (conv_id, round_start, run_at)
+			SELECT c.id, (` + nowMS + ` / ?1) * ?1, ` + nowMS + ` FROM conversations c
 			WHERE (c.retain_max_age_ms > 0 OR c.retain_last_n > 0)
-				AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round >= ` + nowMS + ` / ?1)
+				AND NOT EXISTS (SELECT 1 FROM retention_runs x WHERE x.conv_id = c.id AND x.round_start >= (` + nowMS + ` / ?1) * ?1)
 			ORDER BY c.id LIMIT ?2
-			ON CONFLICT (conv_id) DO UPDATE SET round = excluded.round, run_at = excluded.run_at
-				WHERE retention_runs.round < excluded.round
+			ON CONFLICT (conv_id) DO UPDATE SET round_start = excluded.round_start, run_at = excluded.run_at
+				WHERE retention_runs.round_start < excluded.round_start
 			RETURNING conv_id`
 )
 
@@ -126,8 +126,8 @@ func (db *DB) AdminHooks(ctx context.Context, q parley.AdminQuery) (parley.Admin
 }
 
 // ClaimRetention implements parley.Admin. The one writer serialises
-// claims; the upsert only moves a conversation's round forward, so a claim
-// in the same round finds nothing left. 'now' is fixed within the
+// claims; the upsert only moves a conversation's round_start forward, so a
+// claim in the same round finds nothing left. 'now' is fixed within the
 // statement, so every row gets the same round.
 func (db *DB) ClaimRetention(ctx context.Context, every time.Duration, limit int) ([]string, error) {
 	if err := parley.CheckClaimRetention(every, limit); err != nil {

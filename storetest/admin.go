@@ -276,6 +276,17 @@ func testRetentionClaimRounds(t *testing.T, e *env) {
 
 	// The next round (moved here by rewinding the recorded rounds) claims
 	// them all again, once.
-	e.db.Exec(t, "UPDATE retention_runs SET round = round - 1")
+	e.db.Exec(t, "UPDATE retention_runs SET round_start = round_start - 3600000")
 	wantIDs(t, "next round", claim(stores), policy)
+
+	// A changed interval still compares (the rounds are times, not
+	// numbers): after claims with a 1ms round, a 1h round claims again
+	// once the database clock is in a later hour (moved here by two hours).
+	got, err := e.st.ClaimRetention(ctx(t), time.Millisecond, parley.MaxAdminPage)
+	ok(t, err, "claim with a 1ms round")
+	wantIDs(t, "a shorter interval", got, policy)
+	e.db.Exec(t, "UPDATE retention_runs SET round_start = round_start - 7200000")
+	got, err = e.st.ClaimRetention(ctx(t), time.Hour, parley.MaxAdminPage)
+	ok(t, err, "claim with a 1h round")
+	wantIDs(t, "back to a longer interval", got, policy)
 }

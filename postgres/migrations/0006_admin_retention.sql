@@ -14,14 +14,16 @@ CREATE INDEX hooks_id_bytes ON hooks (id COLLATE "C");
 CREATE INDEX conversations_with_policy ON conversations (id COLLATE "C")
     WHERE retain_max_age_ms > 0 OR retain_last_n > 0;
 
--- One row per conversation the retention worker has claimed: the round
--- (Unix ms / round length, database clock) of its last claim. A claim is
--- an upsert that only moves round forward, so of several gateways claiming
+-- One row per conversation the retention worker has claimed: the start of
+-- the round of its last claim (Unix ms of the database clock, rounded down
+-- to a multiple of the round length; a time, not a round number, so a
+-- changed --retention-every still compares). A claim is an upsert that
+-- only moves round_start forward, so of several gateways claiming
 -- together exactly one wins each conversation per round. Kept apart from
 -- conversations so that claims never wait on (or hold) a conversation's
 -- row lock, which every send takes.
 CREATE TABLE retention_runs (
-    conv_id TEXT PRIMARY KEY,
-    round   BIGINT NOT NULL,
-    run_at  TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    conv_id     TEXT PRIMARY KEY,
+    round_start BIGINT NOT NULL,
+    run_at      TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
 );

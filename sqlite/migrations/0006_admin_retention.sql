@@ -7,12 +7,14 @@
 CREATE INDEX conversations_with_policy ON conversations (id)
     WHERE retain_max_age_ms > 0 OR retain_last_n > 0;
 
--- One row per conversation the retention worker has claimed: the round
--- (Unix ms / round length, database clock) of its last claim. A claim is
--- an upsert that only moves round forward, so one claim wins each
+-- One row per conversation the retention worker has claimed: the start of
+-- the round of its last claim (Unix ms of the database clock, rounded down
+-- to a multiple of the round length; a time, not a round number, so a
+-- changed --retention-every still compares). A claim is an upsert that
+-- only moves round_start forward, so one claim wins each
 -- conversation per round.
 CREATE TABLE retention_runs (
-    conv_id TEXT PRIMARY KEY,
-    round   INTEGER NOT NULL,
-    run_at  INTEGER NOT NULL
+    conv_id     TEXT PRIMARY KEY,
+    round_start INTEGER NOT NULL,
+    run_at      INTEGER NOT NULL
 ) STRICT;
