@@ -508,3 +508,33 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestREADMEMatcher pins how TestREADME reads the README's output lines.
+func TestREADMEMatcher(t *testing.T) {
+	tests := []struct {
+		want []string
+		out  string
+		ok   bool
+	}{
+		{[]string{`{"conv":"c-team","seq":5,"mid":"…","dup":false,"epoch":1}       (201; again: 200, "dup":true)`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false,"epoch":1}`, true},
+		{[]string{`{"conv":"c-team","seq":4,"mid":"…","dup":false,"epoch":1}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false,"epoch":1}`, false}, // a seq that does not chain
+		{[]string{`{"conv":"c-team","seq":5,"mid":"…"}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false}`, false},                                 // a key the README leaves out
+		{[]string{`{"conv":"c-team","seq":5,…}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false}`, true},                                          // … allows more keys
+		{[]string{`{"job_id":"…","url":"/download/…?u=ben&exp=…"}`}, `{"job_id":"j","url":"/download/j?u=ben&exp=1"}`, true},
+		{[]string{`{"job_id":"…","url":"/download/…?u=ben&exp=…"}`}, `{"job_id":"j","url":"/download/j?u=ben\u0026exp=1"}`, true}, // decoded JSON: same string
+		{[]string{`{"events":[{… "seq":5 …}],"head":5}`}, `{"events":[{"seq":5,"body":"b"}],"head":5}`, true},
+		{[]string{`{"events":[{… "seq":5 …}],"head":5}`}, `{"events":[{"seq":4},{"seq":5}],"head":5}`, false},
+		{[]string{`{"entries":[{"id":…,"at":"…"}]}`}, `{"entries":[{"id":2,"at":"t"}]}`, true},
+		{[]string{`{"a":1,`, `  "b":2}`}, `{"a":1,"b":2}`, true}, // a value over two lines
+		{[]string{`sent c-team #4 (dup=false)`}, "sent c-team #4 (dup=false)\n", true},
+		{[]string{`c-team #1 ana joined … c-team #4 ben: hi ana`}, "c-team #1 ana joined\nc-team #2 ben joined\nc-team #4 ben: hi ana\n", true},
+		{[]string{`c-team #1 ana joined … c-team #4 ben: hi ana`}, "c-team #1 ana joined\nc-team #5 ben: hi ana\n", false},
+		{[]string{`export   [===] 100% 1/1 shards`, `wrote x (… bytes, sha256 …)`}, "\rexport   [===] 100% 1/1 shards\nwrote x (12 bytes, sha256 ab)\n", true},
+	}
+	for _, tt := range tests {
+		p := matchWant(tt.want, tt.out)
+		if (p == "") != tt.ok {
+			t.Errorf("matchWant(%q, %q) = %q, want ok=%v", tt.want, tt.out, p, tt.ok)
+		}
+	}
+}
