@@ -89,7 +89,7 @@ func DecodeRequest(frame []byte) (Request, error) {
 	}
 	if !validRID(r.RID) {
 		r.RID = nil
-		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string of at most %d bytes or a number of at most %d digits", MaxRIDBytes, MaxRIDBytes)
+		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string of at most %d bytes or a number of at most %d characters", MaxRIDBytes, MaxRIDBytes)
 	}
 	if err := r.check(); err != nil {
 		return r, err
