@@ -2,7 +2,6 @@ package export
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -299,7 +298,7 @@ func problem(w http.ResponseWriter, status int, code parley.Code, detail string)
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(wire.Problem{
+	wire.WriteJSON(w, wire.Problem{
 		Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
 	})
 }

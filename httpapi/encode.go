@@ -65,7 +65,7 @@ func decodeFrom(rd io.Reader, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object: %v", err)
+		return parley.Errorf(parley.CodeInvalidArgument, "request body: %s", wire.DecodeProblem(err))
 	}
 	if dec.More() {
 		return parley.Errorf(parley.CodeInvalidArgument, "request body must be one JSON object")
@@ -73,12 +73,13 @@ func decodeFrom(rd io.Reader, v any) error {
 	return nil
 }
 
-// encode writes v as JSON with status.
+// encode writes v as JSON with status; '&' stays literal (wire.WriteJSON),
+// so a download link can be pasted as it is.
 func encode(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	wire.WriteJSON(w, v)
 }
 
 // writeError answers err; an error without a protocol code is logged with a

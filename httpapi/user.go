@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -188,7 +187,7 @@ func handleNotFound(mux *http.ServeMux, catchAll ...string) http.Handler {
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusMethodNotAllowed)
-		json.NewEncoder(w).Encode(wire.Problem{
+		wire.WriteJSON(w, wire.Problem{
 			Type: "about:blank", Title: http.StatusText(http.StatusMethodNotAllowed), Status: http.StatusMethodNotAllowed,
 			Detail: r.Method + " is not served here; see Allow", Code: parley.CodeInvalidArgument,
 		})

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -112,7 +111,7 @@ func (w *bodyWriter) timedOut(d time.Duration) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("Connection", "close")
 	w.ResponseWriter.WriteHeader(http.StatusRequestTimeout)
-	json.NewEncoder(w.ResponseWriter).Encode(wire.Problem{
+	wire.WriteJSON(w.ResponseWriter, wire.Problem{
 		Type: "about:blank", Title: http.StatusText(http.StatusRequestTimeout), Status: http.StatusRequestTimeout,
 		Detail: "the request body did not arrive within " + d.String() + "; nothing was done: retry",
 		Code:   parley.CodeUnavailable,

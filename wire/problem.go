@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -43,7 +42,7 @@ func WriteProblem(w http.ResponseWriter, code parley.Code, detail, requestID str
 		}
 	}
 	w.WriteHeader(info.HTTPStatus)
-	json.NewEncoder(w).Encode(Problem{
+	WriteJSON(w, Problem{
 		Type:      "about:blank",
 		Title:     http.StatusText(info.HTTPStatus),
 		Status:    info.HTTPStatus,

@@ -43,7 +43,8 @@ const (
 	TGoaway     = "goaway"
 )
 
-// MaxRIDBytes bounds a request id: it is echoed, never interpreted.
+// MaxRIDBytes bounds a request id: it is echoed, never interpreted. A
+// string rid counts the bytes of its value, not its quotes.
 const MaxRIDBytes = 128
 
 // Request is a client frame. Which fields a type needs is in SPEC §3;
@@ -84,11 +85,11 @@ func DecodeRequest(frame []byte) (Request, error) {
 		} else {
 			r = Request{}
 		}
-		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not a JSON request object: %s", jsonProblem(err))
+		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not a JSON request object: %s", DecodeProblem(err))
 	}
 	if !validRID(r.RID) {
 		r.RID = nil
-		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string or a number of at most %d bytes", MaxRIDBytes)
+		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string of at most %d bytes or a number of at most %d characters", MaxRIDBytes, MaxRIDBytes)
 	}
 	if err := r.check(); err != nil {
 		return r, err
@@ -96,34 +97,22 @@ func DecodeRequest(frame []byte) (Request, error) {
 	return r, nil
 }
 
+// validRID: a string whose value (not its JSON token: quotes and escapes
+// are not counted) has at most MaxRIDBytes bytes, or a number of at most
+// MaxRIDBytes characters.
 func validRID(rid json.RawMessage) bool {
 	if len(rid) == 0 {
 		return true
 	}
-	if len(rid) > MaxRIDBytes {
-		return false
-	}
 	switch c := rid[0]; {
 	case c == '"':
 		var s string
-		return json.Unmarshal(rid, &s) == nil
+		return json.Unmarshal(rid, &s) == nil && len(s) <= MaxRIDBytes
 	case c == '-' || c >= '0' && c <= '9':
 		var n json.Number
-		return json.Unmarshal(rid, &n) == nil
+		return len(rid) <= MaxRIDBytes && json.Unmarshal(rid, &n) == nil
 	}
 	return false
-}
-
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return fmt.Sprintf("field %q must be a %s", te.Field, te.Type)
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return "malformed JSON"
-	}
-	return "want one JSON object"
 }
 
 // required lists, per request type, the fields that must be present.
@@ -373,7 +362,7 @@ func Goaway() Frame { return Frame{T: TGoaway} }
 // MarshalFrame encodes a frame, without the trailing newline of
 // json.Encoder.
 func MarshalFrame(f Frame) []byte {
-	b, err := json.Marshal(f)
+	b, err := marshal(f)
 	if err != nil {
 		panic("wire: frame does not encode: " + err.Error()) // only our own types go in
 	}

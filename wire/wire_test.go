@@ -40,7 +40,11 @@ func TestDecodeRequest(t *testing.T) {
 		{"seq as string keeps rid", `{"t":"ack","rid":"k","conv":"g","seq":"1"}`, parley.CodeInvalidArgument, `"k"`},
 		{"seq fraction", `{"t":"ack","conv":"g","seq":1.5}`, parley.CodeInvalidArgument, ""},
 		{"rid object", `{"t":"convs","rid":{}}`, parley.CodeInvalidArgument, ""},
-		{"rid too long", `{"t":"convs","rid":"` + strings.Repeat("r", MaxRIDBytes) + `"}`, parley.CodeInvalidArgument, ""},
+		{"rid of 128 bytes", `{"t":"convs","rid":"` + strings.Repeat("r", MaxRIDBytes) + `"}`, "", `"` + strings.Repeat("r", MaxRIDBytes) + `"`},
+		{"rid of 129 bytes", `{"t":"convs","rid":"` + strings.Repeat("r", MaxRIDBytes+1) + `"}`, parley.CodeInvalidArgument, ""},
+		{"rid of 128 bytes written with escapes", `{"t":"convs","rid":"` + strings.Repeat(`\u0072`, MaxRIDBytes) + `"}`, "", `"` + strings.Repeat(`\u0072`, MaxRIDBytes) + `"`},
+		{"rid number of 128 digits", `{"t":"convs","rid":` + strings.Repeat("7", MaxRIDBytes) + `}`, "", strings.Repeat("7", MaxRIDBytes)},
+		{"rid number of 129 digits", `{"t":"convs","rid":` + strings.Repeat("7", MaxRIDBytes+1) + `}`, parley.CodeInvalidArgument, ""},
 	}
 	for _, tt := range tests {
 		r, err := DecodeRequest([]byte(tt.frame))

@@ -101,25 +101,68 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 	}
 
 	e := &exporter{base: base, f: f, http: &http.Client{}, stderr: stderr}
-	if err := e.loadState(); err != nil {
-		return err
-	}
+	// Log in before the state file is touched: a refused login leaves
+	// nothing behind, and an earlier run's state (a download to resume)
+	// survives a mistyped password.
 	if err := e.loginAs(ctx, password); err != nil {
 		return err
 	}
-	job, err := e.create(ctx)
+	if err := e.loadState(); err != nil {
+		return err
+	}
+	job, err := e.run(ctx)
 	if err != nil {
-		return err
-	}
-	if job, err = e.follow(ctx, job); err != nil {
-		return err
-	}
-	if err := e.download(ctx, job); err != nil {
+		if isTerminal(err) {
+			// Nothing to resume: the job failed, was revoked or expired, or
+			// the server refused us. A rerun starts a new job.
+			os.Remove(e.statePath())
+			os.Remove(e.partPath())
+		}
 		return err
 	}
 	os.Remove(e.statePath())
 	fmt.Fprintf(stdout, "wrote %s (%d bytes, sha256 %s)\n", f.out, job.Bytes, job.SHA256)
 	return nil
+}
+
+// run creates (or finds again) the job, follows it and downloads it.
+func (e *exporter) run(ctx context.Context) (exportJob, error) {
+	job, err := e.create(ctx)
+	if err != nil {
+		return job, err
+	}
+	if job, err = e.follow(ctx, job); err != nil {
+		return job, err
+	}
+	return job, e.download(ctx, job)
+}
+
+// terminalError is a failure a rerun cannot mend with the same job: the
+// job ended without a file (failed, revoked, expired), or the server
+// refused the request with a terminal status (bad request, unauthenticated,
+// access denied, not found, gone). Interruptions, network errors, 429 and
+// 503 are not terminal: the state file is kept so a rerun resumes.
+type terminalError struct{ err error }
+
+func (t *terminalError) Error() string { return t.err.Error() }
+func (t *terminalError) Unwrap() error { return t.err }
+
+func isTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+// statusError is a non-2xx answer; it is terminal unless the status says
+// to retry.
+func statusError(status int, err error) error {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusRequestTimeout:
+		return err
+	}
+	if status >= 400 && status < 500 {
+		return &terminalError{err}
+	}
+	return err
 }
 
 type exporter struct {
@@ -204,7 +247,7 @@ func (e *exporter) call(ctx context.Context, method, path string, header http.He
 	if resp.StatusCode/100 != 2 {
 		var p struct{ Code, Detail string }
 		json.Unmarshal(b, &p)
-		return resp.StatusCode, fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, p.Code, p.Detail)
+		return resp.StatusCode, statusError(resp.StatusCode, fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, p.Code, p.Detail))
 	}
 	return resp.StatusCode, json.Unmarshal(b, out)
 }
@@ -249,7 +292,7 @@ func (e *exporter) follow(ctx context.Context, job exportJob) (exportJob, error)
 			return job, nil
 		case "failed", "revoked", "expired":
 			e.endBar()
-			return job, fmt.Errorf("export %s %s: %s", job.JobID, job.State, job.Error)
+			return job, &terminalError{fmt.Errorf("export %s %s: %s", job.JobID, job.State, job.Error)}
 		}
 		e.bar("export", int64(job.Progress.Done), int64(job.Progress.Total), false)
 		select {
@@ -289,7 +332,7 @@ func (e *exporter) download(ctx context.Context, job exportJob) error {
 				continue
 			}
 			if job.State != "done" {
-				return fmt.Errorf("export %s is %s: %s", job.JobID, job.State, job.Error)
+				return &terminalError{fmt.Errorf("export %s is %s: %s", job.JobID, job.State, job.Error)}
 			}
 		}
 		done, err := e.fetch(ctx, job, etag)
@@ -302,7 +345,10 @@ func (e *exporter) download(ctx context.Context, job exportJob) error {
 		}
 	}
 	e.endBar()
-	return fmt.Errorf("download failed after %d attempts: %w", e.f.retries, last)
+	if isTerminal(last) {
+		return fmt.Errorf("download failed after %d attempts: %w", e.f.retries, last)
+	}
+	return fmt.Errorf("download failed after %d attempts: %w (run again to resume)", e.f.retries, last)
 }
 
 // fetch runs one download request; done reports a complete file.
@@ -355,7 +401,7 @@ func (e *exporter) fetch(ctx context.Context, job exportJob, etag string) (done 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		var p struct{ Code, Detail string }
 		json.Unmarshal(b, &p)
-		return false, fmt.Errorf("download: %d %s: %s", resp.StatusCode, p.Code, p.Detail)
+		return false, statusError(resp.StatusCode, fmt.Errorf("download: %d %s: %s", resp.StatusCode, p.Code, p.Detail))
 	}
 	if et := resp.Header.Get("ETag"); et != etag {
 		return false, fmt.Errorf("download: ETag %s, want %s", et, etag)
