@@ -43,6 +43,29 @@ type Store interface {
 	// back: the user logs in again. Errors: NOT_FOUND.
 	SetUserDisabled(ctx context.Context, id string, disabled bool) error
 
+	// SetPassword gives an account a new password (the operator's `parley
+	// user passwd`). It also revokes every token of the user in the same
+	// transaction, as disabling does: whoever knew the old password is
+	// logged out. The password is checked (ValidateNewPassword) and hashed
+	// before any storage work. Errors: INVALID_ARGUMENT (malformed id, a
+	// password ValidateNewPassword refuses), NOT_FOUND.
+	SetPassword(ctx context.Context, id, password string) error
+
+	// AllUsers returns every account, ordered by id, for the command line
+	// (`parley user list`): one read, not paged, so it is meant for
+	// operators on a console, not for the API.
+	AllUsers(ctx context.Context) ([]User, error)
+
+	// AllConversations returns every conversation's header (as
+	// Conversation), ordered by id, for the command line (`parley conv
+	// list`): one read, not paged.
+	AllConversations(ctx context.Context) ([]Conversation, error)
+
+	// ConvMembers returns the users who are members of conv now (an open
+	// membership period), ordered by user id, for operators (`parley conv
+	// show`). Errors: INVALID_ARGUMENT, NOT_FOUND (no such conversation).
+	ConvMembers(ctx context.Context, conv string) ([]string, error)
+
 	// Login checks the password and issues a new token for (user, device,
 	// install), whose idle lifetime starts now. A device logging in with a
 	// new install id starts a new install: every other token of the device

@@ -386,3 +386,12 @@ func CheckSweep(limit int) error {
 	}
 	return nil
 }
+
+// CheckSetPassword validates the arguments of Store.SetPassword: a
+// canonical user id and a password ValidateNewPassword accepts.
+func CheckSetPassword(id, password string) error {
+	if !ValidUserID(id) {
+		return Errorf(CodeInvalidArgument, "user id %q is not valid", truncate(id, 80))
+	}
+	return ValidateNewPassword(password)
+}

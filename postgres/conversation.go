@@ -233,6 +233,54 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 	return c, nil
 }
 
+// AllConversations implements parley.Store.
+func (db *DB) AllConversations(ctx context.Context) ([]parley.Conversation, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, kind, title, owner, next_seq - 1, min_seq, epoch, retain_max_age_ms, retain_last_n, created_at
+		FROM conversations ORDER BY id COLLATE "C"`)
+	if err != nil {
+		return nil, wrap("all conversations", err)
+	}
+	defer rows.Close()
+	var out []parley.Conversation
+	for rows.Next() {
+		var c parley.Conversation
+		var kind string
+		var maxAgeMS int64
+		if err := rows.Scan(&c.ID, &kind, &c.Title, &c.Owner, &c.Head, &c.MinSeq, &c.Epoch, &maxAgeMS, &c.Retention.KeepLast, &c.CreatedAt); err != nil {
+			return nil, wrap("all conversations", err)
+		}
+		c.Kind = parley.ConvKind(kind)
+		c.Retention.MaxAge = time.Duration(maxAgeMS) * time.Millisecond
+		c.CreatedAt = ms(c.CreatedAt)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("all conversations", err)
+	}
+	return out, nil
+}
+
+// ConvMembers implements parley.Store.
+func (db *DB) ConvMembers(ctx context.Context, id string) ([]string, error) {
+	if err := parley.CheckConvID(id); err != nil {
+		return nil, err
+	}
+	// One statement, one snapshot: the conversation's existence and its
+	// members are read together.
+	var exists bool
+	var members []string
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1),
+		coalesce((SELECT array_agg(user_id ORDER BY user_id COLLATE "C") FROM periods WHERE conv_id = $1 AND to_seq IS NULL), '{}')`, id).
+		Scan(&exists, &members)
+	if err != nil {
+		return nil, wrap("conversation members", err)
+	}
+	if !exists {
+		return nil, parley.ErrConvNotFound
+	}
+	return members, nil
+}
+
 // SetRetention implements parley.Store.
 func (db *DB) SetRetention(ctx context.Context, id string, r parley.Retention) error {
 	if err := parley.CheckConvID(id); err != nil {

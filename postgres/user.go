@@ -173,6 +173,53 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 	return p, err
 }
 
+// SetPassword implements parley.Store.
+func (db *DB) SetPassword(ctx context.Context, id, password string) error {
+	if err := parley.CheckSetPassword(id, password); err != nil {
+		return err
+	}
+	hash := parley.HashPassword(password) // slow: outside any transaction
+	// One implicit transaction: the new hash and the revocation land together.
+	var n int64
+	err := db.pool.QueryRow(ctx, qSetPassword, hash, id).Scan(&n)
+	if err != nil {
+		return wrap("set password", err)
+	}
+	if n == 0 {
+		return parley.ErrUserNotFound
+	}
+	return nil
+}
+
+// AllUsers implements parley.Store.
+func (db *DB) AllUsers(ctx context.Context) ([]parley.User, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, coalesce(email, ''), role, disabled, created_at FROM users ORDER BY id COLLATE "C"`)
+	if err != nil {
+		return nil, wrap("all users", err)
+	}
+	defer rows.Close()
+	var out []parley.User
+	for rows.Next() {
+		var u parley.User
+		var role string
+		if err := rows.Scan(&u.ID, &u.Email, &role, &u.Disabled, &u.CreatedAt); err != nil {
+			return nil, wrap("all users", err)
+		}
+		u.Role, u.CreatedAt = parley.Role(role), ms(u.CreatedAt)
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("all users", err)
+	}
+	return out, nil
+}
+
+// qSetPassword sets the hash and deletes the user's tokens (over
+// tokens_by_user); it returns how many users it found.
+const qSetPassword = `WITH u AS (UPDATE users SET password_hash = $1 WHERE id = $2 RETURNING id),
+	t AS (DELETE FROM tokens WHERE user_id IN (SELECT id FROM u))
+	SELECT count(*) FROM u`
+
 // qSetDisabled sets the flag and, when disabling, deletes the user's tokens
 // (over tokens_by_user); it returns how many users it found.
 const qSetDisabled = `WITH u AS (UPDATE users SET disabled = $1 WHERE id = $2 RETURNING id),

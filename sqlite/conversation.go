@@ -46,7 +46,7 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
 )
 
-func scanConv(row *sql.Row) (conv, error) {
+func scanConv(row interface{ Scan(...any) error }) (conv, error) {
 	var c conv
 	err := row.Scan(&c.id, &c.kind, &c.title, &c.owner, &c.next, &c.min, &c.epoch, &c.maxAgeMS, &c.keepLast, &c.lastAt, &c.createdAt)
 	return c, err
@@ -279,6 +279,56 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 		c, err := loadConv(ctx, tx, id, parley.ErrConvNotFound)
 		out = c.public()
 		return err
+	})
+	return out, err
+}
+
+// AllConversations implements parley.Store.
+func (db *DB) AllConversations(ctx context.Context) ([]parley.Conversation, error) {
+	var out []parley.Conversation
+	err := db.read(ctx, "all conversations", func(tx *txn) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT `+convColumns+` FROM conversations ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			c, err := scanConv(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, c.public())
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ConvMembers implements parley.Store.
+func (db *DB) ConvMembers(ctx context.Context, id string) ([]string, error) {
+	if err := parley.CheckConvID(id); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := db.read(ctx, "conversation members", func(tx *txn) error {
+		out = []string{}
+		if _, err := loadConv(ctx, tx, id, parley.ErrConvNotFound); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT user_id FROM periods WHERE conv_id = ? AND to_seq IS NULL ORDER BY user_id`, id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u string
+			if err := rows.Scan(&u); err != nil {
+				return err
+			}
+			out = append(out, u)
+		}
+		return rows.Err()
 	})
 	return out, err
 }

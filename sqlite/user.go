@@ -94,6 +94,53 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 	})
 }
 
+// SetPassword implements parley.Store.
+func (db *DB) SetPassword(ctx context.Context, id, password string) error {
+	if err := parley.CheckSetPassword(id, password); err != nil {
+		return err
+	}
+	hash := parley.HashPassword(password) // slow: outside the transaction
+	return db.write(ctx, "set password", func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = parley.ErrUserNotFound
+			}
+			return err
+		}
+		_, err = tx.ExecContext(ctx, qRevokeUser, id)
+		return err
+	})
+}
+
+// AllUsers implements parley.Store.
+func (db *DB) AllUsers(ctx context.Context) ([]parley.User, error) {
+	var out []parley.User
+	err := db.read(ctx, "all users", func(tx *txn) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT id, COALESCE(email, ''), role, disabled, created_at FROM users ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u parley.User
+			var role string
+			var created int64
+			if err := rows.Scan(&u.ID, &u.Email, &role, &u.Disabled, &created); err != nil {
+				return err
+			}
+			u.Role, u.CreatedAt = parley.Role(role), msTime(created)
+			out = append(out, u)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
 	if err := parley.ValidateLogin(r); err != nil {

@@ -1188,3 +1188,48 @@ func testConvsPageBounds(t *testing.T, e *env) {
 		t.Errorf("after a capped page: %v (more %v), want the one left", convIDs(rest.Convs), rest.HasMore)
 	}
 }
+
+// testAllConversations: every conversation's header, ordered by id, as
+// Conversation returns it; ConvMembers lists who is in now, not who left.
+func testAllConversations(t *testing.T, e *env) {
+	if cs, err := e.st.AllConversations(ctx(t)); err != nil || len(cs) != 0 {
+		t.Fatalf("AllConversations on an empty store: %+v %v", cs, err)
+	}
+	ana := e.member(t, "ana")
+	e.bystander(t, "ben")
+	e.bystander(t, "cy")
+	e.group(t, ana, "g-b", "ben", "cy")
+	e.group(t, ana, "g.a", "ben")
+	ok(t, e.st.SetRetention(ctx(t), "g-b", parley.Retention{MaxAge: time.Hour, KeepLast: 7}), "set retention")
+	_, err := e.st.RemoveMember(ctx(t), ana, "g-b", "ben")
+	ok(t, err, "remove ben")
+
+	cs, err := e.st.AllConversations(ctx(t))
+	ok(t, err, "all conversations")
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+		if want := e.conv(t, c.ID); c != want {
+			t.Errorf("AllConversations entry %+v, want Conversation's %+v", c, want)
+		}
+	}
+	if want := []string{"g-b", "g.a"}; !slices.Equal(ids, want) {
+		t.Errorf("AllConversations ids %v, want %v", ids, want)
+	}
+
+	for _, tc := range []struct {
+		conv string
+		want []string
+		code parley.Code
+	}{
+		{"g-b", []string{"ana", "cy"}, ""},
+		{"g.a", []string{"ana", "ben"}, ""},
+		{"nothing", nil, parley.CodeNotFound},
+		{"Bad Id!", nil, parley.CodeInvalidArgument},
+	} {
+		got, err := e.st.ConvMembers(ctx(t), tc.conv)
+		if wantCode(t, err, tc.code) && tc.code == "" && !slices.Equal(got, tc.want) {
+			t.Errorf("ConvMembers(%s) = %v, want %v", tc.conv, got, tc.want)
+		}
+	}
+}

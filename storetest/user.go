@@ -462,3 +462,64 @@ func testTokenLifetimeUpgrade(t *testing.T, e *env) {
 		t.Errorf("a current token 7 days after the upgrade: %v", err)
 	}
 }
+
+// testSetPassword: a new password works and the old one does not; every
+// token of the user is revoked with it; a short password, a malformed id
+// and an unknown user change nothing.
+func testSetPassword(t *testing.T, e *env) {
+	e.user(t, "ben", "", "")
+	e.user(t, "cy", "", "")
+	s := e.login(t, "ben", "d1", "i1")
+	other := e.login(t, "cy", "d1", "i1")
+
+	wantCode(t, e.st.SetPassword(ctx(t), "ben", "short7!"), parley.CodeInvalidArgument)
+	wantCode(t, e.st.SetPassword(ctx(t), "Not An Id", "long enough password"), parley.CodeInvalidArgument)
+	wantCode(t, e.st.SetPassword(ctx(t), "ghost", "long enough password"), parley.CodeNotFound)
+	if p, err := e.st.Authenticate(ctx(t), s.Token); err != nil || p.User != "ben" {
+		t.Fatalf("token after refused password changes: %+v %v, want it still working", p, err)
+	}
+	e.login(t, "ben", "d2", "i1") // the old password still works after refusals
+
+	const fresh = "a brand new password"
+	ok(t, e.st.SetPassword(ctx(t), "ben", fresh), "set password")
+	_, err := e.st.Authenticate(ctx(t), s.Token)
+	wantCode(t, err, parley.CodeUnauthenticated)
+	_, err = e.st.Login(ctx(t), parley.LoginRequest{Login: "ben", Password: password, DeviceID: "d1", InstallID: "i1"})
+	wantCode(t, err, parley.CodeUnauthenticated)
+	if got, err := e.st.Login(ctx(t), parley.LoginRequest{Login: "ben", Password: fresh, DeviceID: "d1", InstallID: "i1"}); err != nil || got.User != "ben" {
+		t.Errorf("login with the new password: %+v %v", got.Principal, err)
+	}
+	if p, err := e.st.Authenticate(ctx(t), other.Token); err != nil || p.User != "cy" {
+		t.Errorf("another user's token after ben's password change: %+v %v", p, err)
+	}
+}
+
+// testAllUsers: every account, ordered by id (byte order, so '-' sorts
+// before '.' and digits), with role, email and the disabled flag.
+func testAllUsers(t *testing.T, e *env) {
+	if us, err := e.st.AllUsers(ctx(t)); err != nil || len(us) != 0 {
+		t.Fatalf("AllUsers on an empty store: %+v %v", us, err)
+	}
+	for _, id := range []string{"b.x", "b-x", "a", "b0", "b_x"} {
+		e.bystander(t, id)
+	}
+	_, err := e.st.CreateUser(ctx(t), parley.NewUser{ID: "root", Email: "Root@Example.com", Role: parley.RoleAdmin})
+	ok(t, err, "create root")
+	ok(t, e.st.SetUserDisabled(ctx(t), "a", true), "disable a")
+	us, err := e.st.AllUsers(ctx(t))
+	ok(t, err, "all users")
+	var ids []string
+	for _, u := range us {
+		ids = append(ids, u.ID)
+		want := parley.User{ID: u.ID, Role: parley.RoleUser, Disabled: u.ID == "a"}
+		if u.ID == "root" {
+			want.Role, want.Email = parley.RoleAdmin, "root@example.com"
+		}
+		if u.Role != want.Role || u.Email != want.Email || u.Disabled != want.Disabled || u.CreatedAt.IsZero() {
+			t.Errorf("AllUsers entry %+v, want %+v with a creation time", u, want)
+		}
+	}
+	if want := []string{"a", "b-x", "b.x", "b0", "b_x", "root"}; !slices.Equal(ids, want) {
+		t.Errorf("AllUsers ids %v, want %v", ids, want)
+	}
+}

@@ -14,14 +14,6 @@ import (
 	"github.com/parleychat/parley/loadtest"
 )
 
-const benchUsage = `usage: parley bench --server URL[,URL...] | --spawn N --db DSN
-  [--admin LOGIN:PASSWORD] [--login-prefix bench] [--users N] [--devices-per-user M]
-  [--duration D] [--rate R] [--disconnect-every D] [--churn-every D] [--kill-every D]
-  [--groups 10,100,1000] [--directs] [--recall-ratio F] [--read-ratio F] [--settle D]
-  [--faults SPEC] [--serve-arg ARG]... [--serve-env K=V]... [--report FILE.json] [--plot FILE.svg]
-every flag also reads PARLEY_BENCH_<FLAG> (--admin: PARLEY_BENCH_ADMIN)
-exit status: 0 the acceptance check held, 1 it did not (or the run failed), 2 bad usage`
-
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -59,14 +51,14 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Float64Var(&cfg.RecallRatio, "recall-ratio", 0.02, "share of sent messages that are recalled")
 	fs.Float64Var(&cfg.ReadRatio, "read-ratio", 0.1, "share of sends followed by a read-cursor move")
 	fs.DurationVar(&cfg.Settle, "settle", time.Minute, "after the load, how long outboxes may not drain and devices not catch up before the check runs (progress restarts it; at most 5x in all)")
-	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N `parley serve` processes on --db instead of --server")
+	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N \"parley serve\" processes on --db instead of --server")
 	fs.StringVar(&cfg.DB, "db", "", "store of the spawned gateways (sqlite:FILE or postgres://...)")
 	fs.StringVar(&cfg.Faults, "faults", "", "PARLEY_FAULTS of the spawned gateways (lab: a deliberately broken server)")
 	fs.Var(&serveArgs, "serve-arg", "extra argument of the spawned gateways (repeatable)")
 	fs.Var(&serveEnv, "serve-env", "extra K=V environment of the spawned gateways (repeatable)")
 	fs.StringVar(&report, "report", "", "write the JSON report to FILE")
 	fs.StringVar(&plot, "plot", "", "write the SVG latency plot to FILE")
-	fs.StringVar(&workDir, "work-dir", "", "directory for outboxes and gateway logs (default: a temporary one, removed)")
+	fs.StringVar(&workDir, "work-dir", "", "directory for outboxes and gateway logs (empty: a temporary one, removed at the end)")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	seed := fs.Uint64("seed", 0, "random seed (0: random)")
 	if err := parseFlagsPrefix(fs, args, getenv, "PARLEY_BENCH_"); err != nil {

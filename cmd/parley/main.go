@@ -3,12 +3,17 @@
 //	parley serve [--addr 127.0.0.1:8080] [--db sqlite:FILE | postgres://…] [--data-dir DIR] [--demo]
 //	parley migrate [--db …]
 //	parley user add ID [--email E] [--admin] --password-stdin [--db …]
-//	parley user disable ID [--db …]
+//	parley user disable|enable ID [--db …]
+//	parley user passwd ID --password-stdin [--db …]
+//	parley user list [--db …]
+//	parley conv list|show [ID] [--db …]
+//	parley version
 //	parley bench --server URL[,URL…] | --spawn N --db DSN [--admin LOGIN:PASSWORD] […]
 //	parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
 //
 // Every flag can also be set by an environment variable: --data-dir is
-// PARLEY_DATA_DIR, and so on. Exit status: 0 success, 1 failure, 2 bad usage;
+// PARLEY_DATA_DIR, and so on. `parley COMMAND --help` lists a command's
+// flags with their defaults (exit status 0). Exit status: 0 success, 1 failure, 2 bad usage;
 // errors go to stderr on one line.
 package main
 
@@ -45,41 +50,50 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-const usage = `usage:
-  parley serve [--addr HOST:PORT] [--db sqlite:FILE|postgres://...] [--data-dir DIR] [--demo]
-  parley migrate [--db ...]
-  parley user add ID [--email E] [--admin] --password-stdin [--db ...]
-  parley user disable ID [--db ...]
-  parley bench --server URL[,URL...] | --spawn N --db DSN --admin LOGIN:PASSWORD [...] (parley bench --help)
-  parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
-every flag also reads PARLEY_<FLAG> from the environment (--data-dir: PARLEY_DATA_DIR)`
-
 // run is the whole program; main only wires it to the process. ctx ends on
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM. A request for help (-h, --help, parley help) prints
+// to stdout and returns nil: exit status 0.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) < 2 {
-		return usagef("no command (see parley help)")
+	err := dispatch(ctx, args, getenv, stdin, stdout, stderr)
+	var h helpRequest
+	if errors.As(err, &h) {
+		fmt.Fprint(stdout, h.text)
+		return nil
 	}
-	switch cmd, rest := args[1], args[2:]; cmd {
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		return usagef("no command (see parley --help)")
+	}
+	cmd, rest := args[1], args[2:]
+	if cmd != "user" && cmd != "conv" && wantsHelp(rest) {
+		rest = []string{"--help"} // parley bench help, as before
+	}
+	switch cmd {
 	case "serve":
 		return runServe(ctx, rest, getenv, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout)
 	case "user":
 		return runUser(ctx, rest, getenv, stdin, stdout)
+	case "conv":
+		return runConv(ctx, rest, getenv, stdout)
 	case "bench":
-		if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help") {
-			fmt.Fprintln(stdout, benchUsage)
-			return nil
-		}
 		return runBench(ctx, rest, getenv, stdout, stderr)
 	case "export":
 		return runExport(ctx, rest, getenv, stdin, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
+	case "version":
+		return runVersion(rest, getenv, stdout)
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			return helpRequest{usage}
+		}
+		// parley help COMMAND [SUB]: the command's own --help.
+		return dispatch(ctx, append(append([]string{args[0]}, rest...), "--help"), getenv, stdin, stdout, stderr)
 	default:
-		return usagef("unknown command %q (see parley help)", cmd)
+		return usagef("unknown command %q (see parley --help)", cmd)
 	}
 }
 
@@ -95,7 +109,10 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 func parseFlagsPrefix(fs *flag.FlagSet, args []string, getenv func(string) string, prefix string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return usagef("%s: %v", fs.Name(), err)
+		if errors.Is(err, flag.ErrHelp) {
+			return helpRequest{flagHelp(fs, prefix)}
+		}
+		return usagef("%s: %v (see parley %s --help)", fs.Name(), err, fs.Name())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -52,10 +52,11 @@ type serveFlags struct {
 	exportLease  time.Duration
 	tokens       tokenFlags
 	retention    retentionFlags
+	stdout       io.Writer // where --demo says what it created
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var f serveFlags
+	f := serveFlags{stdout: stdout}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f.storeFlags.register(fs)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
@@ -73,7 +74,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
-	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; default (SQLite) DATA-DIR/exports")
+	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; empty (SQLite only): DATA-DIR/exports")
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
@@ -432,26 +433,83 @@ func (k *keys) configured(cfg *config.Config) *export.Keyring {
 	return k.ring
 }
 
-// seedDemo creates the demo users and group when they are missing.
-func seedDemo(ctx context.Context, store parley.Store) error {
+// The demo data of serve --demo (SPEC §8).
+const (
+	demoPassword = "parley-demo"
+	demoGroup    = "c-team"
+)
+
+// seedDemo creates the demo users and group when they are missing and
+// returns one line per item saying whether it was created now. It looks
+// before it writes: an insert that fails on a duplicate key is an ERROR in
+// PostgreSQL's log, and a restart with --demo must log none. (Two gateways
+// starting at once may both find an item missing; the loser's
+// ALREADY_EXISTS is taken as "already there".)
+func seedDemo(ctx context.Context, store parley.Store) ([]string, error) {
 	users := []parley.NewUser{
-		{ID: "ana", Password: "parley-demo", Role: parley.RoleAdmin},
-		{ID: "ben", Password: "parley-demo"},
-		{ID: "cy", Password: "parley-demo"},
+		{ID: "ana", Password: demoPassword, Role: parley.RoleAdmin},
+		{ID: "ben", Password: demoPassword},
+		{ID: "cy", Password: demoPassword},
+	}
+	var lines []string
+	state := func(created bool) string {
+		if created {
+			return "created"
+		}
+		return "already there, left as it is"
 	}
 	for _, u := range users {
-		if _, err := store.CreateUser(ctx, u); err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
-			return err
+		created := false
+		_, err := store.User(ctx, u.ID)
+		if parley.ErrorCode(err) == parley.CodeNotFound {
+			_, err = store.CreateUser(ctx, u)
+			created = err == nil
+			if parley.ErrorCode(err) == parley.CodeAlreadyExists {
+				err = nil
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		role := ""
+		if u.Role == parley.RoleAdmin {
+			role = ", admin"
+		}
+		lines = append(lines, fmt.Sprintf("demo: user %s (password %s%s): %s", u.ID, demoPassword, role, state(created)))
+	}
+	created := false
+	_, err := store.Conversation(ctx, demoGroup)
+	if parley.ErrorCode(err) == parley.CodeNotFound {
+		ana := parley.Principal{User: "ana", Role: parley.RoleAdmin}
+		_, err = store.CreateConversation(ctx, ana, parley.NewConversation{
+			ID: demoGroup, Kind: parley.KindGroup, Title: "C team", Members: []string{"ana", "ben", "cy"},
+		})
+		created = err == nil
+		if parley.ErrorCode(err) == parley.CodeAlreadyExists {
+			err = nil
 		}
 	}
-	ana := parley.Principal{User: "ana", Role: parley.RoleAdmin}
-	_, err := store.CreateConversation(ctx, ana, parley.NewConversation{
-		ID: "c-team", Kind: parley.KindGroup, Title: "C team", Members: []string{"ana", "ben", "cy"},
-	})
-	if err != nil && parley.ErrorCode(err) != parley.CodeAlreadyExists {
-		return err
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	lines = append(lines, fmt.Sprintf("demo: group %s \"C team\" of ana, ben, cy: %s", demoGroup, state(created)))
+	return lines, nil
+}
+
+// demoWhere says where serve --demo keeps its data: the store (its
+// password hidden) and the data directory, as absolute paths.
+func (f *serveFlags) demoWhere() string {
+	dsn := f.dsn()
+	if file, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
+		if abs, err := filepath.Abs(file); err == nil {
+			dsn = "sqlite:" + abs
+		}
+	}
+	dir, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		dir = f.dataDir
+	}
+	return fmt.Sprintf("demo: data in %s (store), %s (data directory)", redact(dsn), dir)
 }
 
 // registerHubMetrics exposes the gateway's counters on /metrics.

@@ -23,7 +23,7 @@ type storeFlags struct {
 func (f *storeFlags) register(fs interface {
 	StringVar(p *string, name, value, usage string)
 }) {
-	fs.StringVar(&f.db, "db", "", "store: sqlite:FILE or postgres://… (default sqlite:DATA-DIR/parley.db)")
+	fs.StringVar(&f.db, "db", "", "store: sqlite:FILE or postgres://USER:PASSWORD@HOST/DB (empty: sqlite:DATA-DIR/parley.db)")
 	fs.StringVar(&f.dataDir, "data-dir", "./parley-data", "directory for the embedded database and local files")
 }
 
@@ -78,9 +78,13 @@ func (f *serveFlags) openSeeded(ctx context.Context) (parley.Store, error) {
 		return nil, err
 	}
 	if f.demo {
-		if err := seedDemo(ctx, store); err != nil {
+		lines, err := seedDemo(ctx, store)
+		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("demo data: %w", err)
+		}
+		if f.stdout != nil {
+			fmt.Fprintf(f.stdout, "%s\n%s\n", strings.Join(lines, "\n"), f.demoWhere())
 		}
 	}
 	return store, nil

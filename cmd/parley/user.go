@@ -6,9 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/user"
 	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/httpapi"
 )
 
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -29,15 +34,26 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	return store.Close()
 }
 
+// userCommands are the subcommands of `parley user`; those that take a
+// user id say so.
+var userCommands = map[string]bool{"add": true, "disable": true, "enable": true, "passwd": true, "list": false}
+
 func runUser(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("user: want add or disable (see parley help)")
+		return usagef("user: want add, disable, enable, passwd or list (see parley user --help)")
+	}
+	if wantsHelp(args) {
+		return helpRequest{groupHelp["user"]}
 	}
 	sub, args := args[0], args[1:]
+	takesID, known := userCommands[sub]
+	if !known {
+		return usagef("user: unknown command %q (want add, disable, enable, passwd or list)", sub)
+	}
 	// The user id comes first (parley user add ID --flags); flags may also
 	// come first.
 	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if takesID && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		id, args = args[0], args[1:]
 	}
 	var sf storeFlags
@@ -49,26 +65,25 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 	case "add":
 		fs.StringVar(&email, "email", "", "email address (optional, unique)")
 		fs.BoolVar(&admin, "admin", false, "give the admin role")
+	}
+	if sub == "add" || sub == "passwd" {
 		fs.BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin (required)")
-	case "disable":
-	default:
-		return usagef("user: unknown subcommand %q (want add or disable)", sub)
 	}
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
-	if id == "" && fs.NArg() > 0 {
+	if takesID && id == "" && fs.NArg() > 0 {
 		id = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		return usagef("user %s: unexpected argument %q", sub, fs.Arg(0))
 	}
-	if id == "" {
+	if takesID && id == "" {
 		return usagef("user %s: a user id is required", sub)
 	}
 	var password string
-	if sub == "add" {
+	if sub == "add" || sub == "passwd" {
 		if !passwordStdin {
-			return usagef("user add: --password-stdin is required (a password never goes on the command line)")
+			return usagef("user %s: --password-stdin is required (a password never goes on the command line)", sub)
 		}
 		line, err := bufio.NewReader(stdin).ReadString('\n')
 		if err != nil && err != io.EOF {
@@ -76,10 +91,10 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		password = strings.TrimRight(line, "\r\n")
 		if password == "" {
-			return usagef("user add: the password read from stdin is empty")
+			return usagef("user %s: the password read from stdin is empty", sub)
 		}
 		if err := parley.ValidateNewPassword(password); err != nil {
-			return err // before opening the store: nothing is created
+			return err // before opening the store: nothing is changed
 		}
 	}
 	store, _, err := sf.open(ctx, parley.Options{})
@@ -87,22 +102,128 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer store.Close()
+	op := cliOperator(getenv)
+	change := func(action string, params map[string]any, do func() error) error {
+		if su := getenv("SUDO_USER"); su != "" {
+			params["sudo_user"] = su // who was root
+		}
+		return audited(ctx, store, op, action, id, params, do)
+	}
 	switch sub {
 	case "add":
 		role := parley.RoleUser
 		if admin {
 			role = parley.RoleAdmin
 		}
-		u, err := store.CreateUser(ctx, parley.NewUser{ID: id, Email: email, Password: password, Role: role})
+		params := map[string]any{"id": id, "role": string(role), "password": password}
+		if email != "" {
+			params["email"] = email
+		}
+		var u parley.User
+		err := change("user.create", params, func() (err error) {
+			u, err = store.CreateUser(ctx, parley.NewUser{ID: id, Email: email, Password: password, Role: role})
+			return err
+		})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "created user %s (%s)\n", u.ID, u.Role)
-	case "disable":
-		if err := store.SetUserDisabled(ctx, id, true); err != nil {
+	case "disable", "enable":
+		err := change("user."+sub, map[string]any{"id": id}, func() error {
+			return store.SetUserDisabled(ctx, id, sub == "disable")
+		})
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "disabled user %s\n", id)
+		fmt.Fprintf(stdout, "%sd user %s\n", sub, id)
+	case "passwd":
+		err := change("user.passwd", map[string]any{"id": id, "password": password}, func() error {
+			return store.SetPassword(ctx, id, password)
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "set the password of user %s; its tokens are revoked\n", id)
+	case "list":
+		users, err := store.AllUsers(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tROLE\tDISABLED\tEMAIL\tCREATED")
+		for _, u := range users {
+			email := u.Email
+			if email == "" {
+				email = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.ID, u.Role, yesNo(u.Disabled), email, u.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
 	}
 	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// cliOperatorPrefix marks an audit entry's operator as the command line:
+// "cli:" + the OS user. A Parley user id cannot hold a colon, so such an
+// operator is never mistaken for an account of the operations API.
+const cliOperatorPrefix = "cli:"
+
+// cliOperator is the audit operator of a change made from the command
+// line: the OS user running parley (os/user, else $USER, else "unknown").
+func cliOperator(getenv func(string) string) string {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	if name == "" {
+		name = getenv("USER")
+	}
+	if name == "" || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		name = "unknown"
+	}
+	op := cliOperatorPrefix + name
+	for len(op) > parley.MaxAuditAction {
+		_, size := utf8.DecodeLastRuneInString(op)
+		op = op[:len(op)-size]
+	}
+	return op
+}
+
+// auditTimeout bounds the audit writes of a command-line change.
+const auditTimeout = 10 * time.Second
+
+// audited makes one change from the command line the way the operations
+// API makes its own (httpapi adminCall): the audit entry is written as
+// pending before do runs (when it cannot be written, nothing is done) and
+// finished with the outcome, ok or the error's code, after. Params are
+// redacted as the API's are (a password never reaches the log).
+func audited(ctx context.Context, store parley.Operations, operator, action, target string, params map[string]any, do func() error) error {
+	e := parley.AuditEntry{
+		Operator: operator, Action: action, Target: target,
+		Params: httpapi.RedactParams(params), Outcome: parley.AuditPending,
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	pending, err := store.AppendAudit(actx, e)
+	if err != nil {
+		return fmt.Errorf("audit log: %w (nothing was changed)", err)
+	}
+	err = do()
+	outcome := "ok"
+	if err != nil {
+		outcome = string(parley.ErrorCode(err))
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	if ferr := store.FinishAudit(fctx, pending.ID, outcome); ferr != nil && err == nil {
+		return fmt.Errorf("%s %s was done, but its audit entry %d stays pending: %w", action, target, pending.ID, ferr)
+	}
+	return err
 }
