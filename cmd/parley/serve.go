@@ -71,7 +71,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
 	fs.DurationVar(&f.drainWindow, "drain-window", DefaultDrainWindow, "after SIGTERM, how long the server keeps listening with /readyz and new upgrades answered 503 (so a load balancer sees it not ready, not a refused connection) before it stops accepting; a second signal ends it early")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", middleware.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408 and its connection closed (WebSockets and downloads are not bounded by it)")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
@@ -345,6 +345,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 // (--drain-window): long enough for a load balancer checking /readyz every
 // few seconds to take it out of rotation.
 const DefaultDrainWindow = 5 * time.Second
+
+// DefaultDrainTimeout is how long, after the drain window, in-flight
+// requests and sockets get to finish (--drain-timeout). A service manager's
+// stop timeout must exceed the two together (docs/parley.service).
+const DefaultDrainTimeout = 15 * time.Second
 
 // waitDrainWindow returns when the drain window d has passed, at a second
 // SIGINT or SIGTERM (the first one started the drain), or when the listener
