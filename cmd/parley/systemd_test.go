@@ -200,3 +200,37 @@ func TestEnvExample(t *testing.T) {
 		t.Fatalf("/readyz with the example's settings: %d", resp.StatusCode)
 	}
 }
+
+// TestDeployDoc: docs/deploy.md names only flags the README documents (as
+// `--flag` or PARLEY_FLAG), and the files it links exist.
+func TestDeployDoc(t *testing.T) {
+	b, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(--[a-z][a-z-]*)`").FindAllStringSubmatch(doc, -1) {
+		flags[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`\bPARLEY_([A-Z][A-Z_]*)\b`).FindAllStringSubmatch(doc, -1) {
+		flags["--"+strings.ReplaceAll(strings.ToLower(m[1]), "_", "-")] = true
+	}
+	if len(flags) < 10 {
+		t.Fatalf("only %d flags found in deploy.md", len(flags))
+	}
+	for f := range flags {
+		if !strings.Contains(string(readme), "| `"+f+"` |") {
+			t.Errorf("deploy.md names %s, which README's flag table does not document", f)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(doc, -1) {
+		if _, err := os.Stat(filepath.Join("../../docs", m[1])); err != nil {
+			t.Errorf("deploy.md links %s: %v", m[1], err)
+		}
+	}
+}
