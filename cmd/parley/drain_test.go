@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -44,16 +45,18 @@ func TestDrainWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sock.CloseNow()
+			var end error
+			in := frames(ctx, sock, &end)
 			// The socket is registered once a request on it is answered.
 			if err := sock.Write(ctx, websocket.MessageText, []byte(`{"t":"convs","rid":0}`)); err != nil {
 				t.Fatal(err)
 			}
-			if f := readUntil(ctx, t, sock, func(f wire.Frame) bool { return string(f.RID) == "0" }); f.T == wire.TError {
+			if f := readUntil(t, in, &end, func(f wire.Frame) bool { return string(f.RID) == "0" }); f.T == wire.TError {
 				t.Fatalf("convs before the drain: %+v", f)
 			}
 
 			p.cmd.Process.Signal(syscall.SIGTERM)
-			readUntil(ctx, t, sock, func(f wire.Frame) bool { return f.T == wire.TGoaway })
+			readUntil(t, in, &end, func(f wire.Frame) bool { return f.T == wire.TGoaway })
 			if !tc.second {
 				if err := p.waitExit(30 * time.Second); err != nil {
 					t.Fatalf("exit after the drain window: %v, want status 0", err)
@@ -65,7 +68,7 @@ func TestDrainWindow(t *testing.T) {
 			if err := sock.Write(ctx, websocket.MessageText, []byte(`{"t":"convs","rid":1}`)); err != nil {
 				t.Fatal(err)
 			}
-			if f := readUntil(ctx, t, sock, func(f wire.Frame) bool { return string(f.RID) == "1" }); f.Code != parley.CodeUnavailable {
+			if f := readUntil(t, in, &end, func(f wire.Frame) bool { return string(f.RID) == "1" }); f.Code != parley.CodeUnavailable {
 				t.Errorf("a request after goaway: %+v, want code UNAVAILABLE", f)
 			}
 			// The listener: still open, not ready, refusing upgrades.
@@ -114,13 +117,10 @@ func TestDrainWindow(t *testing.T) {
 				t.Fatalf("exit after the second signal: %v, want status 0", err)
 			}
 			// The socket was closed by the server, going away.
-			for {
-				if _, _, err := sock.Read(ctx); err != nil {
-					if st := websocket.CloseStatus(err); st != websocket.StatusGoingAway {
-						t.Errorf("socket closed with %v (%v), want 1001 going away", st, err)
-					}
-					break
-				}
+			for range in { // the frames left before the close
+			}
+			if st := websocket.CloseStatus(end); st != websocket.StatusGoingAway {
+				t.Errorf("socket closed with %v (%v), want 1001 going away", st, end)
 			}
 			if !strings.Contains(p.stderr(), "drain window ended early") {
 				t.Errorf("the log does not say the second signal ended the window:\n%s", p.stderr())
@@ -129,20 +129,38 @@ func TestDrainWindow(t *testing.T) {
 	}
 }
 
-// readUntil reads frames from sock until ok accepts one, and returns it.
-func readUntil(ctx context.Context, t *testing.T, sock *websocket.Conn, ok func(wire.Frame) bool) wire.Frame {
+// frames reads sock's frames into a channel, closed when the socket ends;
+// *end then holds the read error. Reading all along lets the server's
+// close handshake finish at once.
+func frames(ctx context.Context, sock *websocket.Conn, end *error) <-chan wire.Frame {
+	ch := make(chan wire.Frame, 64)
+	go func() {
+		defer close(ch)
+		for {
+			_, b, err := sock.Read(ctx)
+			if err != nil {
+				*end = err
+				return
+			}
+			var f wire.Frame
+			if err := json.Unmarshal(b, &f); err != nil {
+				*end = fmt.Errorf("frame %q: %w", b, err)
+				return
+			}
+			ch <- f
+		}
+	}()
+	return ch
+}
+
+// readUntil returns the first frame from ch that ok accepts.
+func readUntil(t *testing.T, ch <-chan wire.Frame, end *error, ok func(wire.Frame) bool) wire.Frame {
 	t.Helper()
-	for {
-		_, b, err := sock.Read(ctx)
-		if err != nil {
-			t.Fatalf("socket: %v", err)
-		}
-		var f wire.Frame
-		if err := json.Unmarshal(b, &f); err != nil {
-			t.Fatalf("frame %q: %v", b, err)
-		}
+	for f := range ch {
 		if ok(f) {
 			return f
 		}
 	}
+	t.Fatalf("socket ended: %v", *end)
+	return wire.Frame{}
 }
