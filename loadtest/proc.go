@@ -153,7 +153,9 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 	if out, err := add.CombinedOutput(); err != nil && !strings.Contains(strings.ToLower(string(out)), "exists") {
 		return nil, fmt.Errorf("create admin %s: %v: %s", cfg.Admin, err, strings.TrimSpace(string(out)))
 	}
-	base := []string{"--db", cfg.DB, "--data-dir", dir}
+	// No load balancer stands in front of the run's own gateways: a
+	// drained one need not stay listening (stop waits only 5s).
+	base := []string{"--db", cfg.DB, "--data-dir", dir, "--drain-window", "0s"}
 	if !slices.Contains(cfg.ServeArgs, "--export-dir") {
 		// The gateways share dir: it is their shared export directory
 		// (which serve requires on PostgreSQL).

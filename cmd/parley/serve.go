@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -43,6 +46,7 @@ type serveFlags struct {
 	ping         time.Duration
 	reauth       time.Duration
 	drainTimeout time.Duration
+	drainWindow  time.Duration
 	bodyTimeout  time.Duration
 	secureCookie bool
 	logFormat    string
@@ -69,7 +73,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long SIGTERM waits for requests and sockets to finish")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
+	fs.DurationVar(&f.drainWindow, "drain-window", DefaultDrainWindow, "after SIGTERM, how long the server keeps listening with /readyz and new upgrades answered 503 (so a load balancer sees it not ready, not a refused connection) before it stops accepting; a second signal ends it early")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", middleware.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408 and its connection closed (WebSockets and downloads are not bounded by it)")
 	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -93,6 +98,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
+	}
+	if f.drainWindow < 0 {
+		return usagef("--drain-window %s: want 0 or more", f.drainWindow)
 	}
 	if f.bodyTimeout <= 0 {
 		return usagef("--body-timeout %s: want more than 0", f.bodyTimeout)
@@ -311,14 +319,22 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	case <-ctx.Done():
 	}
 
-	// Graceful drain: goaway to every socket once accepted requests are
-	// answered, stop accepting, finish in-flight HTTP requests, close the
-	// sockets after their queues are written, then stop the fan-out and
-	// the store (in reverse order of construction).
-	log.Info("draining")
+	// Graceful drain, first the drain window: goaway to every socket once
+	// accepted requests are answered, while the listener stays open:
+	// /readyz and new upgrades answer 503 UNAVAILABLE with Retry-After (a
+	// load balancer sees a gateway that is not ready, never a refused
+	// connection) and other requests are still served, each on a
+	// connection closed after its response. A second signal ends the
+	// window early. Then, within --drain-timeout: stop accepting, finish
+	// in-flight HTTP requests, close the sockets after their queues are
+	// written, and stop the fan-out and the store (in reverse order of
+	// construction).
+	log.Info("draining", "window", f.drainWindow.String(), "timeout", f.drainTimeout.String())
+	hub.Drain()
+	srv.SetKeepAlivesEnabled(false)
+	waitDrainWindow(log, f.drainWindow, serveErr)
 	dctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
 	defer cancel()
-	hub.Drain()
 	shutdownErr := srv.Shutdown(dctx)
 	if err := hub.Shutdown(dctx); err != nil {
 		log.Warn("sockets still open at the drain deadline", "err", err)
@@ -330,6 +346,37 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// DefaultDrainWindow is how long a draining server keeps its listener open
+// (--drain-window): long enough for a load balancer checking /readyz every
+// few seconds to take it out of rotation.
+const DefaultDrainWindow = 5 * time.Second
+
+// DefaultDrainTimeout is how long, after the drain window, in-flight
+// requests and sockets get to finish (--drain-timeout). A service manager's
+// stop timeout must exceed the two together (docs/parley.service).
+const DefaultDrainTimeout = 15 * time.Second
+
+// waitDrainWindow returns when the drain window d has passed, at a second
+// SIGINT or SIGTERM (the first one started the drain), or when the listener
+// failed (logged; the drain goes on).
+func waitDrainWindow(log *slog.Logger, d time.Duration, serveErr <-chan error) {
+	if d <= 0 {
+		return
+	}
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	window := time.NewTimer(d)
+	defer window.Stop()
+	select {
+	case <-window.C:
+	case sig := <-again:
+		log.Info("drain window ended early", "signal", sig.String())
+	case err := <-serveErr:
+		log.Warn("listener stopped during the drain window", "err", err)
+	}
 }
 
 // requireSharedExportDir refuses a PostgreSQL store without an explicit
