@@ -54,7 +54,8 @@ func (c *Chain) record(f func(Recorder)) {
 // and the WebSocket upgrade reach the real writer.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code  int
+	bytes int64 // body bytes written, for the access line
 }
 
 func statusOf(w http.ResponseWriter) *statusWriter {
@@ -75,7 +76,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

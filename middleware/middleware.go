@@ -107,7 +107,8 @@ func (c *Chain) Wrap(p Policy, h http.Handler) http.Handler {
 	h = c.apiMetrics(p, h)
 	h = c.authorize(p, h)
 	h = c.rateLimit(p, h)
-	return c.identify(h)
+	h = c.identify(h)
+	return c.access(p, h)
 }
 
 // Caller is who is asking, as the identify step resolved it.
