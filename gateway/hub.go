@@ -444,6 +444,26 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.serve()
 	h.remove(c)
+	h.logLifetime(r, c)
+}
+
+// logLifetime writes a socket's access line when it ends, at info: who,
+// how long, and its close code and reason (the HTTP access line leaves
+// the 101 of an upgrade to this one).
+func (h *Hub) logLifetime(r *http.Request, c *conn) {
+	code, reason, by := c.end()
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ws connection",
+		slog.String("method", r.Method),
+		slog.String("route", "GET /ws"),
+		slog.Int("status", http.StatusSwitchingProtocols),
+		slog.Int("close_code", int(code)),
+		slog.String("close_reason", reason),
+		slog.String("closed_by", by),
+		slog.Float64("duration_ms", float64(time.Since(c.started))/float64(time.Millisecond)),
+		slog.String("user", c.p.User),
+		slog.String("device", c.p.DeviceID),
+		slog.String("request_id", middleware.RequestID(r.Context())),
+	)
 }
 
 // reserve takes one of user's socket slots; false when they hold them all.
@@ -613,6 +633,12 @@ func (h *Hub) errorOf(err error, op string) (code parley.Code, msg, requestID st
 	var pe *parley.Error
 	if errors.As(err, &pe) {
 		return code, pe.Msg, ""
+	}
+	if errors.Is(err, context.Canceled) {
+		// The socket or the server ended mid-request: nobody is left to
+		// judge, and nothing went wrong inside (the lifetime line says
+		// how the socket closed).
+		return parley.CodeUnavailable, parley.InternalMessage, ""
 	}
 	requestID = parley.NewID()
 	h.log.Error("internal error", "op", op, "request_id", requestID, "err", err)
