@@ -568,6 +568,7 @@ func (h *Hub) Publish(n parley.Notice) {
 	}
 	h.Notify([]parley.Notice{n})
 	if h.bus != nil {
+		h.stats.NoticesSent.Add(1)
 		h.bus.Publish(n)
 	}
 }

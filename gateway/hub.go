@@ -255,6 +255,10 @@ type Stats struct {
 	Recovered       atomic.Int64 // bus losses covered by polling the store (no resync)
 	Backstops       atomic.Int64 // conversations the backstop found behind
 	Revoked         atomic.Int64 // sockets closed because their token stopped working
+	// Bus notices this gateway handed to the bus, and those the bus
+	// delivered to it (its own echoes included). Losses are BusGap.
+	NoticesSent     atomic.Int64
+	NoticesReceived atomic.Int64
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -648,8 +652,11 @@ func (h *Hub) errorOf(err error, op string) (code parley.Code, msg, requestID st
 // busHandler adapts the hub to parley.BusHandler.
 type busHandler struct{ h *Hub }
 
-func (b busHandler) Notify(ns []parley.Notice) { b.h.Notify(ns) }
-func (b busHandler) Lost()                     { b.h.Lost() }
+func (b busHandler) Notify(ns []parley.Notice) {
+	b.h.stats.NoticesReceived.Add(int64(len(ns)))
+	b.h.Notify(ns)
+}
+func (b busHandler) Lost() { b.h.Lost() }
 
 // Notify takes notices from the bus (or directly, on a single node) and
 // hands each to its conversation's worker. It never blocks.

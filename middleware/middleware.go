@@ -103,6 +103,7 @@ func (c *Chain) Wrap(p Policy, h http.Handler) http.Handler {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.initRoute(p)
 	h = c.activity(p, h)
 	h = c.apiMetrics(p, h)
 	h = c.authorize(p, h)
