@@ -94,7 +94,7 @@ type proc struct {
 	// none); its line is printed before the main one.
 	admin string
 	done  chan struct{}
-	err  error // from Wait, once done is closed
+	err   error // from Wait, once done is closed
 
 	mu  sync.Mutex
 	log bytes.Buffer // stderr
