@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/middleware"
@@ -176,5 +179,40 @@ func TestClientHangUpIsNotAnError(t *testing.T) {
 		if l["level"] == "ERROR" {
 			t.Errorf("ERROR line for a client that hung up: %v", l)
 		}
+	}
+}
+
+// A WebSocket behind the chain gets one line, the gateway's, when it ends:
+// with the upgrade's request id and the close code, and no access line for
+// the 101.
+func TestAccessLogWebSocket(t *testing.T) {
+	s := start(t, openSQLite(t), serverOptions{jsonLog: true})
+	ben := s.user("ben", parley.RoleUser)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(s.URL, "http")+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + ben}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Header.Get(middleware.RequestIDHeader)
+	if id == "" {
+		t.Fatal("no X-Request-Id on the upgrade")
+	}
+	ws.Close(websocket.StatusNormalClosure, "done")
+	var lines []logLine
+	eventually(t, "the socket's line", func() bool {
+		lines = nil
+		for _, l := range jsonLines(t, s.logs.String()) {
+			if l["request_id"] == id {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) > 0
+	})
+	if len(lines) != 1 || lines[0]["msg"] != "ws connection" || lines[0]["close_code"] != float64(websocket.StatusNormalClosure) ||
+		lines[0]["close_reason"] != "done" || lines[0]["user"] != "ben" || lines[0]["level"] != "INFO" {
+		t.Errorf("lines for the socket: %v; want one ws connection line, close 1000 \"done\", user ben, at INFO", lines)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/export"
@@ -100,11 +99,6 @@ func instrument(m *metrics.Metrics, store parley.Store) parley.Store {
 		})
 	}
 	return m.Store(store)
-}
-
-// exportAttempts is the export worker's Attempt hook.
-func exportAttempts(m *metrics.Metrics) func(string, time.Duration) {
-	return m.ExportAttempt
 }
 
 // registerExportMetrics exposes the export jobs this process runs now.

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // get answers GET url's status and body.
@@ -79,7 +81,66 @@ func readmeMetrics(t *testing.T) []string {
 // traffic (the counters at 0); the Grafana dashboard and docs/operations.md
 // query only metrics the server exposes.
 func TestMetricsDocumentedAndPresent(t *testing.T) {
-	p := serveArgs(t)
+	backends(t, func(t *testing.T, b backend) {
+		p := serve(t, b.db, b.dir)
+		checkDocumented(t, p)
+		tokens := seed(t, b.store(t), "ana/phone")
+		req, err := http.NewRequest("POST", p.http+"/api/convs/g1/messages", strings.NewReader(`{"body":"hello"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tokens["ana/phone"])
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("send: %d", resp.StatusCode)
+		}
+		// The send was timed, published on the bus and heard back; the
+		// pool has connections.
+		for _, c := range []struct {
+			series string
+			min    float64
+		}{
+			{`parley_store_duration_seconds_count{op="Send"}`, 1},
+			{`parley_store_errors_total{op="Send"}`, 0},
+			{`parley_bus_notices_sent_total`, 1},
+			{`parley_bus_notices_received_total`, 1},
+			{`parley_store_pool_max`, 1},
+		} {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, body := get(t, p.http+"/metrics")
+				v, ok := value(body, c.series)
+				if ok && v >= c.min {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s = %v (present %v), want at least %v", c.series, v, ok, c.min)
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	})
+}
+
+// value reads one series' value from an exposition.
+func value(text, series string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+func checkDocumented(t *testing.T, p *proc) {
+	t.Helper()
 	status, body := get(t, p.http+"/metrics")
 	if status != http.StatusOK {
 		t.Fatalf("/metrics: %d", status)

@@ -259,7 +259,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	worker := export.NewWorker(export.Options{
 		Store: store, Dir: f.exportDir, Log: log, Config: cfg.Current, Workers: f.exportJobs, Lease: f.exportLease,
-		Attempt: exportAttempts(m),
+		Attempt: m.ExportAttempt,
 	})
 	registerExportMetrics(m, worker)
 	download := &export.Download{
