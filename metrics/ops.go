@@ -102,7 +102,8 @@ func (o opsMetrics) collectors() []prometheus.Collector {
 
 // StoreCall records one store call: its duration, and a failure when err
 // says the store could not answer. A caller that gave up (context
-// canceled: the client hung up) is not a store failure.
+// canceled: the client hung up) and a lost export lease are not store
+// failures.
 func (m *Metrics) StoreCall(op string, d time.Duration, err error) {
 	if m == nil {
 		return
@@ -121,7 +122,9 @@ func (m *Metrics) StoreCall(op string, d time.Duration, err error) {
 }
 
 func storeFailed(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	// A lost export lease is an answer (the job was revoked or taken
+	// over), though coded UNAVAILABLE for the worker's sake.
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, parley.ErrLeaseLost) {
 		return false
 	}
 	code := parley.ErrorCode(err)

@@ -79,6 +79,9 @@ func TestStoreCalls(t *testing.T) {
 	if err := s.Ping(canceled); !errors.Is(err, context.Canceled) {
 		t.Logf("Ping on a canceled context: %v", err)
 	}
+	if _, err := s.Sync(ctx, parley.Principal{User: "ana"}, parley.SyncRequest{Conv: "c-none", Limit: 1}); parley.ErrorCode(err) != parley.CodeNotMember {
+		t.Fatalf("Sync of an unknown conversation = %v, want NOT_MEMBER", err)
+	}
 	db.Close()
 	if err := s.Ping(ctx); err == nil {
 		t.Fatal("Ping on a closed store succeeded")
@@ -91,6 +94,7 @@ func TestStoreCalls(t *testing.T) {
 		{"CreateUser", 1, 0},
 		{"User", 1, 0},
 		{"Ping", 2, 1},
+		{"Sync", 1, 0},
 		{"Send", 0, 0}, // present from the start
 	} {
 		calls, ok := sample(fams, metrics.NameStoreDuration, map[string]string{"op": c.op})
