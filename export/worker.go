@@ -35,6 +35,11 @@ type Options struct {
 	Poll    time.Duration         // idle poll interval, default 500ms
 	Janitor time.Duration         // expiry/cleanup sweep interval, default 1m
 	Owner   string                // lease owner id, default hostname:pid:random
+	// Attempt, if not nil, hears how each attempt ended and how long it
+	// ran (metrics.ExportAttempt): "done", "retry", "failed", "lost"
+	// (revoked, rolled back, taken over or deleted) or "stopped" (this
+	// process stopped; the job was handed back).
+	Attempt func(outcome string, d time.Duration)
 }
 
 // Defaults of Options.
@@ -104,6 +109,19 @@ func NewWorker(o Options) *Worker {
 		w.cfg = config.Default
 	}
 	return w
+}
+
+// Running is how many jobs this process is running now.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.active)
+}
+
+func (w *Worker) attempt(outcome string, start time.Time) {
+	if w.o.Attempt != nil {
+		w.o.Attempt(outcome, time.Since(start))
+	}
 }
 
 // Stats returns the Worker's counters.
@@ -206,6 +224,7 @@ func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob)
 		}
 		log.Error("export: giving up", "reason", reason)
 		w.fail(ctx, log, owner, job.ID, reason, 0)
+		w.attempt("failed", time.Now())
 		return
 	}
 	log.Info("export: running", "done", job.Done, "total", job.Total)
@@ -225,21 +244,26 @@ func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob)
 	switch {
 	case err == nil:
 		log.Info("export: done", "took", time.Since(start).Round(time.Millisecond))
+		w.attempt("done", start)
 	case errors.Is(err, parley.ErrLeaseLost):
 		// Revoked, failed by a rollback, or taken over: someone else
 		// decides now.
 		log.Info("export: lease lost; stopping")
+		w.attempt("lost", start)
 	case errors.Is(err, parley.ErrExportNotFound):
 		log.Info("export: job deleted; stopping")
+		w.attempt("lost", start)
 	case ctx.Err() != nil:
 		// Hand the job back so another worker (or this one, restarted)
 		// resumes it without waiting for the lease to run out.
 		log.Info("export: worker stopping; job handed back")
 		w.fail(context.WithoutCancel(ctx), log, owner, job.ID,
 			"the export worker stopped; the job resumes from its last verified shard", time.Millisecond)
+		w.attempt("stopped", start)
 	case errors.As(err, &je):
 		log.Error("export: failed for good", "reason", je.reason)
 		w.fail(ctx, log, owner, job.ID, je.reason, 0)
+		w.attempt("failed", start)
 	case retryable(err):
 		what := "writing the export failed"
 		if errors.Is(err, syscall.ENOSPC) {
@@ -251,16 +275,19 @@ func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob)
 			reason := fmt.Sprintf("export failed: %s (attempt %d of %d); giving up", what, job.Attempts, maxAttempts)
 			log.Error("export: failed for good", "reason", reason, "err", err)
 			w.fail(ctx, log, owner, job.ID, reason, 0)
+			w.attempt("failed", start)
 			return
 		}
 		wait := backoff(cfg.ExportBackoff(), job.Attempts)
 		reason := fmt.Sprintf("%s (attempt %d of %d); retrying in %s", what, job.Attempts, maxAttempts, wait)
 		log.Warn("export: attempt failed; retrying", "reason", reason, "err", err)
 		w.fail(ctx, log, owner, job.ID, reason, wait)
+		w.attempt("retry", start)
 	default:
 		reason := "export failed: " + parley.ErrorMessage(err)
 		log.Error("export: failed for good", "err", err)
 		w.fail(ctx, log, owner, job.ID, reason, 0)
+		w.attempt("failed", start)
 	}
 }
 

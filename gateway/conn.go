@@ -3,8 +3,11 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -62,6 +65,48 @@ type conn struct {
 	kicked    atomic.Bool
 	pinging   atomic.Bool
 	revoked   atomic.Bool // the token stopped working: frames are refused
+
+	// How the socket ended, for its lifetime log line: the first close
+	// noted wins (the server's own, or the peer's).
+	endMu     sync.Mutex
+	endCode   websocket.StatusCode
+	endReason string
+	endBy     string // "server" or "client"
+	started   time.Time
+}
+
+// ended notes how the socket closed, unless a close was noted already.
+func (c *conn) ended(code websocket.StatusCode, reason, by string) {
+	c.endMu.Lock()
+	defer c.endMu.Unlock()
+	if c.endBy == "" {
+		c.endCode, c.endReason, c.endBy = code, reason, by
+	}
+}
+
+// end returns how the socket closed: 1006 (abnormal closure, no close
+// frame) when nothing was noted.
+func (c *conn) end() (websocket.StatusCode, string, string) {
+	c.endMu.Lock()
+	defer c.endMu.Unlock()
+	if c.endBy == "" {
+		return websocket.StatusAbnormalClosure, "connection lost", "client"
+	}
+	return c.endCode, c.endReason, c.endBy
+}
+
+// readEnded notes why a read ended: the peer's close frame, a frame over
+// the read limit (the library closed it with 1009), or a lost connection.
+func (c *conn) readEnded(err error) {
+	var ce websocket.CloseError
+	switch {
+	case errors.As(err, &ce):
+		c.ended(ce.Code, ce.Reason, "client")
+	case strings.Contains(err.Error(), "read limited at"):
+		c.ended(websocket.StatusMessageTooBig, "frame over the size limit", "server")
+	case c.ctx.Err() != nil:
+		c.ended(websocket.StatusGoingAway, "server shutting down", "server")
+	}
 }
 
 type closeReq struct {
@@ -78,6 +123,7 @@ func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Princi
 		watched: map[string]struct{}{},
 		hinted:  map[string]bool{},
 		flush:   make(chan closeReq, 1),
+		started: time.Now(),
 	}
 }
 
@@ -99,6 +145,7 @@ func (c *conn) readLoop(ctx context.Context) {
 		}
 		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
+			c.readEnded(err)
 			return // closed, or over the read limit (the library closed it with 1009)
 		}
 		if typ != websocket.MessageText {
@@ -250,6 +297,7 @@ func (c *conn) writeLoop(ctx context.Context) {
 		}
 		if q, ok := c.next(); ok {
 			if !c.write(ctx, q) {
+				c.ended(websocket.StatusAbnormalClosure, "write failed or timed out", "server")
 				c.cancel()
 				return
 			}
@@ -277,6 +325,7 @@ func (c *conn) flushAndClose(ctx context.Context, req closeReq) {
 			break
 		}
 	}
+	c.ended(req.code, req.reason, "server")
 	c.ws.Close(req.code, req.reason)
 	c.cancel()
 }
@@ -354,6 +403,7 @@ func (c *conn) kick() {
 	}
 	c.h.stats.Kicked.Add(1)
 	c.h.log.Info("closing slow client", "user", c.p.User, "device", c.p.DeviceID)
+	c.ended(websocket.StatusPolicyViolation, "send budget exceeded: the client reads too slowly", "server")
 	go func() {
 		c.ws.Close(websocket.StatusPolicyViolation, "send budget exceeded: the client reads too slowly")
 		c.cancel()
@@ -518,6 +568,7 @@ func (h *Hub) Publish(n parley.Notice) {
 	}
 	h.Notify([]parley.Notice{n})
 	if h.bus != nil {
+		h.stats.NoticesSent.Add(1)
 		h.bus.Publish(n)
 	}
 }

@@ -255,6 +255,10 @@ type Stats struct {
 	Recovered       atomic.Int64 // bus losses covered by polling the store (no resync)
 	Backstops       atomic.Int64 // conversations the backstop found behind
 	Revoked         atomic.Int64 // sockets closed because their token stopped working
+	// Bus notices this gateway handed to the bus, and those the bus
+	// delivered to it (its own echoes included). Losses are BusGap.
+	NoticesSent     atomic.Int64
+	NoticesReceived atomic.Int64
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -444,6 +448,26 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.serve()
 	h.remove(c)
+	h.logLifetime(r, c)
+}
+
+// logLifetime writes a socket's access line when it ends, at info: who,
+// how long, and its close code and reason (the HTTP access line leaves
+// the 101 of an upgrade to this one).
+func (h *Hub) logLifetime(r *http.Request, c *conn) {
+	code, reason, by := c.end()
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ws connection",
+		slog.String("method", r.Method),
+		slog.String("route", "GET /ws"),
+		slog.Int("status", http.StatusSwitchingProtocols),
+		slog.Int("close_code", int(code)),
+		slog.String("close_reason", reason),
+		slog.String("closed_by", by),
+		slog.Float64("duration_ms", float64(time.Since(c.started))/float64(time.Millisecond)),
+		slog.String("user", c.p.User),
+		slog.String("device", c.p.DeviceID),
+		slog.String("request_id", middleware.RequestID(r.Context())),
+	)
 }
 
 // reserve takes one of user's socket slots; false when they hold them all.
@@ -614,6 +638,12 @@ func (h *Hub) errorOf(err error, op string) (code parley.Code, msg, requestID st
 	if errors.As(err, &pe) {
 		return code, pe.Msg, ""
 	}
+	if errors.Is(err, context.Canceled) {
+		// The socket or the server ended mid-request: nobody is left to
+		// judge, and nothing went wrong inside (the lifetime line says
+		// how the socket closed).
+		return parley.CodeUnavailable, parley.InternalMessage, ""
+	}
 	requestID = parley.NewID()
 	h.log.Error("internal error", "op", op, "request_id", requestID, "err", err)
 	return parley.CodeUnavailable, parley.InternalMessage, requestID
@@ -622,8 +652,11 @@ func (h *Hub) errorOf(err error, op string) (code parley.Code, msg, requestID st
 // busHandler adapts the hub to parley.BusHandler.
 type busHandler struct{ h *Hub }
 
-func (b busHandler) Notify(ns []parley.Notice) { b.h.Notify(ns) }
-func (b busHandler) Lost()                     { b.h.Lost() }
+func (b busHandler) Notify(ns []parley.Notice) {
+	b.h.stats.NoticesReceived.Add(int64(len(ns)))
+	b.h.Notify(ns)
+}
+func (b busHandler) Lost() { b.h.Lost() }
 
 // Notify takes notices from the bus (or directly, on a single node) and
 // hands each to its conversation's worker. It never blocks.

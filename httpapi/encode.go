@@ -82,8 +82,10 @@ func encode(w http.ResponseWriter, status int, v any) {
 	wire.WriteJSON(w, v)
 }
 
-// writeError answers err; an error without a protocol code is logged with a
-// request id and answered UNAVAILABLE with a generic message and that id.
+// writeError answers err; an error without a protocol code is logged with
+// the request's id and answered UNAVAILABLE with a generic message and that
+// id. A canceled context (the client hung up) is no internal error: it is
+// not logged here (the access line records status 499).
 func writeError(w http.ResponseWriter, log *slog.Logger, err error, op string) {
 	var pe *parley.Error
 	if errors.As(err, &pe) {
@@ -94,7 +96,16 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, op string) {
 		wire.WriteProblem(w, pe.Code, msg, "")
 		return
 	}
-	id := parley.NewID()
+	// A request whose client hung up ends with its context canceled: not
+	// an internal error (the access line says 499); nobody reads the answer.
+	if errors.Is(err, context.Canceled) {
+		wire.WriteProblem(w, parley.CodeUnavailable, parley.InternalMessage, "")
+		return
+	}
+	id := w.Header().Get(middleware.RequestIDHeader) // the access line's id
+	if id == "" {
+		id = parley.NewID()
+	}
 	log.Error("internal error", "op", op, "request_id", id, "err", err)
 	wire.WriteProblem(w, parley.CodeUnavailable, parley.InternalMessage, id)
 }

@@ -91,6 +91,9 @@ type serverOptions struct {
 	// onAccount sees every account notice the hub gets (its own and the
 	// bus's).
 	onAccount func(user string)
+	// jsonLog writes the log as JSON lines (slog.JSONHandler), as
+	// --log-format json does.
+	jsonLog bool
 }
 
 // testSigningKey is the export link key of test servers.
@@ -100,6 +103,9 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	t.Helper()
 	s := &server{t: t, store: store, logs: &syncBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{AddSource: false}))
+	if o.jsonLog {
+		log = slog.New(slog.NewJSONHandler(s.logs, nil))
+	}
 	s.cfgPath = filepath.Join(t.TempDir(), "parley.yaml")
 	if o.config == "" {
 		o.config = "{}\n"

@@ -37,6 +37,9 @@ type Deps struct {
 	// Metrics records what /metrics serves (nil: nothing, and /metrics
 	// answers 404).
 	Metrics *metrics.Metrics
+	// MetricsElsewhere keeps GET /metrics off this handler (404): the
+	// admin listener (--admin-addr) serves it.
+	MetricsElsewhere bool
 	// Publish announces a committed change to the gateways (nil: none):
 	// every write calls it after its commit.
 	Publish func(parley.Notice)
@@ -85,6 +88,7 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.Metrics != nil {
 		chain.Metrics = d.Metrics
+		d.Metrics.InitRateLimited(bucketLoginFailures, "http")
 	}
 	mux := http.NewServeMux()
 	route := func(pattern string, p middleware.Policy, h http.Handler) {
@@ -150,7 +154,7 @@ func NewHandler(d Deps) http.Handler {
 	// Operations endpoints.
 	route("GET /healthz", public(""), handleHealthz())
 	route("GET /readyz", public(""), handleReadyz(d))
-	if d.Metrics != nil {
+	if d.Metrics != nil && !d.MetricsElsewhere {
 		route("GET /metrics", public(""), d.Metrics.Handler())
 	}
 	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/"}

@@ -83,9 +83,17 @@ func handleLogin(d Deps) http.Handler {
 			result = ratelimit.Failed
 		}
 		if err != nil {
+			if result == ratelimit.Failed {
+				// Never the password: the name tried, where from, and why.
+				d.Log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
+					"request_id", middleware.RequestID(r.Context()))
+			}
 			writeError(w, d.Log, err, "login")
 			return
 		}
+		middleware.NoteUser(r.Context(), s.User)
+		d.Log.Info("login", "user", s.User, "device", s.DeviceID, "new_install", s.Replaced,
+			"addr", middleware.CallerFrom(r.Context()).Addr.String(), "request_id", middleware.RequestID(r.Context()))
 		// A login that replaced the device's install: every gateway
 		// re-checks the user's sockets now (the old install's end with
 		// STALE_INSTALL) and forgets cached lookups of the user's tokens.
@@ -133,6 +141,7 @@ func handleLogout(d Deps) http.Handler {
 		if c := middleware.CallerFrom(r.Context()); c.Known && d.RevokeUser != nil {
 			d.RevokeUser(c.Principal.User)
 		}
+		d.Log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
 		http.SetCookie(w, &http.Cookie{Name: wire.SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie})
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -50,6 +50,22 @@
 //	                                                               "panic" (a recovered panic) or "register" (a
 //	                                                               GaugeFunc/CounterFunc could not be registered).
 //
+//	parley_store_duration_seconds{op}                   histogram  Store calls by Store method (Metrics.Store wraps
+//	                                                               the store); every op exists from the start.
+//	parley_store_errors_total{op}                       counter    Store calls that got no answer (no code, or
+//	                                                               UNAVAILABLE); protocol answers are not errors.
+//	parley_store_pool_{in_use,idle,max}                 gauge      The store's connection pool (Metrics.Pool).
+//	parley_store_pool_waits_total                       counter    Acquisitions that waited, and
+//	parley_store_pool_wait_seconds_total                counter    their total wait.
+//	parley_export_attempts_total{outcome}               counter    Export attempts: done, retry, failed, lost, stopped.
+//	parley_export_attempt_duration_seconds{outcome}     histogram  Their duration.
+//	parley_retention_purges_total                       counter    Retention purges (RetentionPurge), and
+//	parley_retention_purged_events_total                counter    the events they deleted.
+//
+// Series whose label values are known in advance (send outcomes new/dup,
+// download statuses, store operations, export outcomes, a route's latency,
+// refusals, activity and bucket: InitRoute) exist from the start at 0.
+//
 // Gauges and counters owned by other packages (for example
 // parley_ws_connections) are exported with [Metrics.GaugeFunc] and
 // [Metrics.CounterFunc]; a function that panics at scrape time is skipped for

@@ -73,6 +73,8 @@ type Metrics struct {
 	busGaps     prometheus.Counter
 	downloads   *prometheus.CounterVec
 	errors      *prometheus.CounterVec
+
+	ops opsMetrics // store, export and retention (ops.go)
 }
 
 // New returns a Metrics with its own registry. It registers only metrics
@@ -127,6 +129,7 @@ func New(opts Options) *Metrics {
 			Help: `Observations dropped by the metrics code, by metric and reason ("invalid", "panic", "register").`,
 		}, []string{"metric", "reason"}),
 	}
+	m.ops = newOpsMetrics()
 	if opts.Hook != nil {
 		m.SetHook(opts.Hook)
 	}
@@ -134,12 +137,14 @@ func New(opts Options) *Metrics {
 	// "error" work before the first failure.
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
+	m.initKnown()
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.duration, m.activity, m.rateLimited, m.refused, m.sends,
 		m.reloads, m.busGaps, m.downloads, m.errors,
 	)
+	m.reg.MustRegister(m.ops.collectors()...)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{log},
 		ErrorHandling: promhttp.ContinueOnError,

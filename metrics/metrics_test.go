@@ -67,9 +67,20 @@ next:
 	return 0, false
 }
 
-// series counts the series of a family.
+// series counts the series of a family that observed something: the
+// series created at 0 from the start (label values known in advance) do
+// not count.
 func series(fams map[string]*dto.MetricFamily, name string) int {
-	return len(fams[name].GetMetric())
+	n := 0
+	for _, mt := range fams[name].GetMetric() {
+		switch {
+		case mt.Counter != nil && mt.GetCounter().GetValue() == 0:
+		case mt.Histogram != nil && mt.GetHistogram().GetSampleCount() == 0:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 func errorCount(fams map[string]*dto.MetricFamily, metric, reason string) float64 {
@@ -242,10 +253,18 @@ func TestExposition(t *testing.T) {
 	want := `# HELP parley_rate_limited_total Requests or frames rejected by the rate limiter, by bucket and transport.
 # TYPE parley_rate_limited_total counter
 parley_rate_limited_total{bucket="send",transport="ws"} 1
-# HELP parley_sends_total Message sends by transport and outcome ("new", "dup" or an error code).
+`
+	if !strings.Contains(string(body), want) {
+		t.Errorf("exposition does not contain\n%s\ngot:\n%s", want, body)
+	}
+	want = `# HELP parley_sends_total Message sends by transport and outcome ("new", "dup" or an error code).
 # TYPE parley_sends_total counter
+parley_sends_total{outcome="dup",transport="hook"} 0
+parley_sends_total{outcome="dup",transport="http"} 0
 parley_sends_total{outcome="dup",transport="ws"} 1
+parley_sends_total{outcome="new",transport="hook"} 0
 parley_sends_total{outcome="new",transport="http"} 2
+parley_sends_total{outcome="new",transport="ws"} 0
 `
 	if !strings.Contains(string(body), want) {
 		t.Errorf("exposition does not contain\n%s\ngot:\n%s", want, body)

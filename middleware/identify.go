@@ -259,6 +259,9 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 			caller.Principal = parley.Principal{}
 		}
 		caller.Known = caller.Code == ""
+		if caller.Known {
+			NoteUser(r.Context(), caller.Principal.User)
+		}
 		ctx := context.WithValue(WithCaller(r.Context(), caller), configKey{}, cfg)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

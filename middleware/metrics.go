@@ -35,6 +35,21 @@ func (c *Chain) activity(p Policy, next http.Handler) http.Handler {
 	})
 }
 
+// routeIniter is a Recorder that creates a route's series at 0 before its
+// first request (*metrics.Metrics does).
+type routeIniter interface {
+	InitRoute(route, bucket string, refusable, activity bool)
+}
+
+// initRoute creates p's series at 0, when the recorder can.
+func (c *Chain) initRoute(p Policy) {
+	c.record(func(m Recorder) {
+		if i, ok := m.(routeIniter); ok {
+			i.InitRoute(p.Pattern, p.Bucket, p.Access != Public || p.Feature != "", len(p.Activity) > 0)
+		}
+	})
+}
+
 // record runs one metric call; a panic in it is logged and dropped, never
 // passed on to the request.
 func (c *Chain) record(f func(Recorder)) {
@@ -54,7 +69,8 @@ func (c *Chain) record(f func(Recorder)) {
 // and the WebSocket upgrade reach the real writer.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code  int
+	bytes int64 // body bytes written, for the access line
 }
 
 func statusOf(w http.ResponseWriter) *statusWriter {
@@ -75,7 +91,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -103,11 +103,13 @@ func (c *Chain) Wrap(p Policy, h http.Handler) http.Handler {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.initRoute(p)
 	h = c.activity(p, h)
 	h = c.apiMetrics(p, h)
 	h = c.authorize(p, h)
 	h = c.rateLimit(p, h)
-	return c.identify(h)
+	h = c.identify(h)
+	return c.access(p, h)
 }
 
 // Caller is who is asking, as the identify step resolved it.

@@ -178,7 +178,7 @@ type response struct {
 	status   int
 	header   http.Header
 	problem  wire.Problem // when the body is a problem
-	dump     []byte       // the whole response as received, without Date
+	dump     []byte       // the whole response as received, without Date and X-Request-Id
 	ran      bool         // the handler ran
 	bodyRead bool         // someone read the request body
 }
@@ -211,6 +211,7 @@ func (s *server) do(t *testing.T, rq request) response {
 	}
 	defer resp.Body.Close()
 	resp.Header.Del("Date")
+	resp.Header.Del(middleware.RequestIDHeader) // a fresh id per request
 	dump, err := httputil.DumpResponse(resp, true)
 	if err != nil {
 		t.Fatal(err)

@@ -359,3 +359,7 @@ func optInt(n int64) *int64 {
 // ms turns a database time into what the store hands out: UTC at
 // millisecond precision, as the wire carries it and as SQLite keeps it.
 func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// Stat is the connection pool's state now, for the pool metrics
+// (in use, idle, waits for a free connection).
+func (db *DB) Stat() *pgxpool.Stat { return db.pool.Stat() }

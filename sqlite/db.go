@@ -249,3 +249,7 @@ func isUnique(err error) bool {
 var errDupKey = errors.New("request key inserted concurrently")
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// Stats is the state of the two connection pools now, the single writer
+// and the readers, for the pool metrics.
+func (db *DB) Stats() (writer, readers sql.DBStats) { return db.w.Stats(), db.r.Stats() }

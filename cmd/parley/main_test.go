@@ -90,8 +90,11 @@ type proc struct {
 	cmd  *exec.Cmd
 	http string // http://127.0.0.1:PORT
 	ws   string // ws://127.0.0.1:PORT/ws
-	done chan struct{}
-	err  error // from Wait, once done is closed
+	// admin is the --admin-addr listener, http://127.0.0.1:PORT ("" when
+	// none); its line is printed before the main one.
+	admin string
+	done  chan struct{}
+	err   error // from Wait, once done is closed
 
 	mu  sync.Mutex
 	log bytes.Buffer // stderr
@@ -171,6 +174,9 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "admin listening on "); ok {
+				p.admin = a // before the main line: read once addr is sent
+			}
 			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
 				addr <- a
 			}

@@ -57,6 +57,7 @@ type serveFlags struct {
 	tokens       tokenFlags
 	retention    retentionFlags
 	stdout       io.Writer // where --demo says what it created
+	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -84,6 +85,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
 	f.retention.register(fs)
+	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -186,6 +188,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	admin, err := startAdmin(f.adminAddr, m, stdout, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer admin.Close()
 	front := &swapHandler{}
 	// Headers must arrive within ReadHeaderTimeout, bodies within
 	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
@@ -226,6 +234,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		defer store.Close()
 	}
 
+	store = instrument(m, store)
 	var bus parley.Bus = inmem.NewBus()
 	if kind == "postgres" {
 		if bus, err = postgres.NewBus(f.dsn(), postgres.BusOptions{Logger: log}); err != nil {
@@ -264,7 +273,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	worker := export.NewWorker(export.Options{
 		Store: store, Dir: f.exportDir, Log: log, Config: cfg.Current, Workers: f.exportJobs, Lease: f.exportLease,
+		Attempt: m.ExportAttempt,
 	})
+	registerExportMetrics(m, worker)
 	download := &export.Download{
 		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
 		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
@@ -281,6 +292,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
 		Metrics: m, Publish: hub.Publish, Draining: hub.Draining, Revoke: hub.RevokeToken,
 		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
+		MetricsElsewhere: f.adminAddr != "",
 	})
 
 	hubCtx, stopHub := context.WithCancel(context.Background())
@@ -577,8 +589,13 @@ func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 		{"parley_ws_bus_recoveries_total", "Bus losses covered by polling the store, without resync.", &st.Recovered},
 		{"parley_ws_backstops_total", "Conversations the backstop poll found behind.", &st.Backstops},
 		{"parley_ws_revoked_total", "Sockets closed because their token stopped working.", &st.Revoked},
+		{metrics.NameBusSent, "Notices this gateway handed to the bus.", &st.NoticesSent},
+		{metrics.NameBusReceived, "Notices the bus delivered to this gateway (its own echoes included).", &st.NoticesReceived},
 	} {
 		m.CounterFunc(c.name, c.help, func() float64 { return float64(c.v.Load()) })
+	}
+	for _, bucket := range gateway.FrameBuckets {
+		m.InitRateLimited(bucket, "ws")
 	}
 }
 
