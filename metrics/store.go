@@ -13,10 +13,18 @@ import (
 var StoreOps = []string{
 	"Ack",
 	"AddMember",
+	"AdminConvs",
+	"AdminExports",
+	"AdminHooks",
+	"AdminUsers",
+	"AllConversations",
+	"AllUsers",
 	"AppendAudit",
 	"Audit",
 	"Authenticate",
 	"ClaimExport",
+	"ClaimRetention",
+	"ConvMembers",
 	"Conversation",
 	"Convs",
 	"CreateConversation",
@@ -53,6 +61,7 @@ var StoreOps = []string{
 	"RevokeExport",
 	"Rollback",
 	"Send",
+	"SetPassword",
 	"SetRetention",
 	"SetUserDisabled",
 	"SweepTokens",
@@ -316,4 +325,49 @@ func (s *store) Sync(ctx context.Context, a1 parley.Principal, a2 parley.SyncReq
 func (s *store) User(ctx context.Context, a1 string) (_ parley.User, err error) {
 	defer s.observe("User", time.Now(), &err)
 	return s.Store.User(ctx, a1)
+}
+
+func (s *store) AdminConvs(ctx context.Context, a1 parley.AdminQuery) (_ parley.AdminPage[parley.AdminConv], err error) {
+	defer s.observe("AdminConvs", time.Now(), &err)
+	return s.Store.AdminConvs(ctx, a1)
+}
+
+func (s *store) AdminExports(ctx context.Context, a1 parley.AdminQuery) (_ parley.AdminPage[parley.AdminExport], err error) {
+	defer s.observe("AdminExports", time.Now(), &err)
+	return s.Store.AdminExports(ctx, a1)
+}
+
+func (s *store) AdminHooks(ctx context.Context, a1 parley.AdminQuery) (_ parley.AdminPage[parley.Hook], err error) {
+	defer s.observe("AdminHooks", time.Now(), &err)
+	return s.Store.AdminHooks(ctx, a1)
+}
+
+func (s *store) AdminUsers(ctx context.Context, a1 parley.AdminQuery) (_ parley.AdminPage[parley.AdminUser], err error) {
+	defer s.observe("AdminUsers", time.Now(), &err)
+	return s.Store.AdminUsers(ctx, a1)
+}
+
+func (s *store) AllConversations(ctx context.Context) (_ []parley.Conversation, err error) {
+	defer s.observe("AllConversations", time.Now(), &err)
+	return s.Store.AllConversations(ctx)
+}
+
+func (s *store) AllUsers(ctx context.Context) (_ []parley.User, err error) {
+	defer s.observe("AllUsers", time.Now(), &err)
+	return s.Store.AllUsers(ctx)
+}
+
+func (s *store) ClaimRetention(ctx context.Context, a1 time.Duration, a2 int) (_ []string, err error) {
+	defer s.observe("ClaimRetention", time.Now(), &err)
+	return s.Store.ClaimRetention(ctx, a1, a2)
+}
+
+func (s *store) ConvMembers(ctx context.Context, a1 string) (_ []string, err error) {
+	defer s.observe("ConvMembers", time.Now(), &err)
+	return s.Store.ConvMembers(ctx, a1)
+}
+
+func (s *store) SetPassword(ctx context.Context, a1 string, a2 string) (err error) {
+	defer s.observe("SetPassword", time.Now(), &err)
+	return s.Store.SetPassword(ctx, a1, a2)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/retention"
 )
 
@@ -28,10 +29,18 @@ func (f *retentionFlags) check() error {
 }
 
 // run runs the retention worker until ctx ends (at once when it is off).
-func (f *retentionFlags) run(ctx context.Context, store parley.Store, timeout func() time.Duration, log *slog.Logger) {
+// Each successful purge is counted in parley_retention_purges_total.
+func (f *retentionFlags) run(ctx context.Context, store parley.Store, timeout func() time.Duration, log *slog.Logger, m *metrics.Metrics) {
 	if f.every <= 0 {
 		log.Info("retention worker off (--retention-every 0)")
 		return
 	}
-	retention.New(retention.Options{Store: store, Every: f.every, Timeout: timeout(), Log: log}).Run(ctx)
+	retention.New(retention.Options{
+		Store: store, Every: f.every, Timeout: timeout(), Log: log,
+		OnPurge: func(res parley.PurgeResult, err error) {
+			if err == nil {
+				m.RetentionPurge(int(res.Deleted))
+			}
+		},
+	}).Run(ctx)
 }

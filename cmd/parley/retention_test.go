@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,11 @@ func TestServeRetentionWorker(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no conv.purge of c-team by system:retention in %+v", audit.Entries)
+	}
+	// The purge is counted: keep_last 1 deleted at least the 3 old messages.
+	m := scrape(t, p.http)
+	if !regexp.MustCompile(`(?m)^parley_retention_purges_total [1-9]`).MatchString(m) ||
+		!regexp.MustCompile(`(?m)^parley_retention_purged_events_total ([3-9]|[1-9][0-9])`).MatchString(m) {
+		t.Errorf("retention metrics after a purge:\n%s", grepLines(m, "parley_retention_"))
 	}
 }

@@ -309,7 +309,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	})
 	wg.Go(func() { sweepTokens(hubCtx, store, f.tokens.sweep, sweepBatch, sweepBatches, log) })
-	wg.Go(func() { f.retention.run(hubCtx, store, cfg.Current().StoreTimeout, log) })
+	wg.Go(func() { f.retention.run(hubCtx, store, cfg.Current().StoreTimeout, log, m) })
 	if f.exportJobs > 0 {
 		wg.Go(func() {
 			if err := worker.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
