@@ -46,6 +46,11 @@ type Exports interface {
 	// out (the export janitor asks for every job that has files).
 	ExportJobs(ctx context.Context, ids []string) ([]ExportJob, error)
 
+	// ExportCounts returns how many jobs of every user are in each state,
+	// in one read (the metric parley_export_jobs{state}); a state with no
+	// job is absent.
+	ExportCounts(ctx context.Context) (map[ExportState]int64, error)
+
 	// ClaimExport leases one claimable job to owner until the database
 	// clock plus lease: the oldest queued job whose NotBefore has passed,
 	// or a running job whose lease has ended (its worker died); on

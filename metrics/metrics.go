@@ -361,6 +361,61 @@ func (m *Metrics) funcMetric(name, help string, typ prometheus.ValueType, f func
 	}
 }
 
+// LabeledGaugeFunc exports a gauge with one label whose values are read
+// from f at scrape time, in one call for all of them (parley_export_jobs
+// by state, counted by one store query). Every value of values is
+// exported, 0 when f leaves it out, so the series exist from the start;
+// when f reports failure (ok false: the store did not answer) or panics,
+// the gauge is left out of that scrape. Names are checked as GaugeFunc's.
+func (m *Metrics) LabeledGaugeFunc(name, help, label string, values []string, f func() (map[string]float64, bool)) {
+	if m == nil {
+		return
+	}
+	name = normalize(name)
+	defer m.rescue(name)
+	m.callHook(name)
+	if f == nil {
+		m.fail(name, reasonRegister, "error", "nil function")
+		return
+	}
+	if !model.LegacyValidation.IsValidMetricName(name) {
+		m.fail(name, reasonRegister, "error", "invalid metric name")
+		return
+	}
+	c := &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), values: values, f: f}
+	if err := m.reg.Register(c); err != nil {
+		m.fail(name, reasonRegister, "error", err.Error())
+	}
+}
+
+type labeledCollector struct {
+	m      *Metrics
+	name   string
+	desc   *prometheus.Desc
+	values []string
+	f      func() (map[string]float64, bool)
+}
+
+func (c *labeledCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *labeledCollector) Collect(ch chan<- prometheus.Metric) {
+	got, ok := c.read()
+	if !ok {
+		return
+	}
+	for _, v := range c.values {
+		if metric, err := prometheus.NewConstMetric(c.desc, prometheus.GaugeValue, got[v], v); err == nil {
+			ch <- metric
+		}
+	}
+}
+
+func (c *labeledCollector) read() (got map[string]float64, ok bool) {
+	defer c.m.rescue(c.name)
+	c.m.callHook(c.name)
+	return c.f()
+}
+
 // funcCollector reads one value at scrape time. A panicking f yields no
 // sample rather than an invalid metric, so the scrape stays complete.
 type funcCollector struct {

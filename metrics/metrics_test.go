@@ -613,3 +613,46 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("duplicate registrations of parley_c_0_0 = %v, want %d", got, (iterations+2)/3-1)
 	}
 }
+
+// TestLabeledGaugeFunc: every listed value is exported, 0 when the function
+// leaves it out; a failed read or a panic leaves the gauge out of that
+// scrape and the others are served.
+func TestLabeledGaugeFunc(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	var mode string
+	m.LabeledGaugeFunc("parley_test_jobs", "Jobs by state.", "state", []string{"queued", "done"}, func() (map[string]float64, bool) {
+		switch mode {
+		case "fail":
+			return nil, false
+		case "panic":
+			panic("broken")
+		}
+		return map[string]float64{"queued": 4, "other": 9}, true
+	})
+	m.GaugeFunc("parley_ws_connections", "Open WebSocket connections.", func() float64 { return 3 })
+	for _, tc := range []struct {
+		mode    string
+		present bool
+	}{{"", true}, {"fail", false}, {"panic", false}, {"", true}} {
+		mode = tc.mode
+		fams := scrape(t, m)
+		_, present := fams["parley_test_jobs"]
+		if present != tc.present {
+			t.Fatalf("mode %q: present %v, want %v", tc.mode, present, tc.present)
+		}
+		if got, _ := sample(fams, "parley_ws_connections", map[string]string{}); got != 3 {
+			t.Errorf("mode %q: the other gauge = %v, want 3", tc.mode, got)
+		}
+		if !tc.present {
+			continue
+		}
+		for state, want := range map[string]float64{"queued": 4, "done": 0} {
+			if got, ok := sample(fams, "parley_test_jobs", map[string]string{"state": state}); !ok || got != want {
+				t.Errorf("state %s = %v (%v), want %v", state, got, ok, want)
+			}
+		}
+		if _, ok := sample(fams, "parley_test_jobs", map[string]string{"state": "other"}); ok {
+			t.Error("a value not listed is exported")
+		}
+	}
+}

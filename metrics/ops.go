@@ -27,6 +27,7 @@ const (
 	NameExportAttempts    = "parley_export_attempts_total"
 	NameExportDuration    = "parley_export_attempt_duration_seconds"
 	NameExportRunning     = "parley_export_jobs_running"
+	NameExportJobs        = "parley_export_jobs"
 	NameRetentionPurges   = "parley_retention_purges_total"
 	NameRetentionPurged   = "parley_retention_purged_events_total"
 	exportOutcomeDone     = "done"

@@ -33,6 +33,7 @@ var StoreOps = []string{
 	"CreateUser",
 	"DeleteHook",
 	"ExpireExports",
+	"ExportCounts",
 	"ExportEvents",
 	"ExportJob",
 	"ExportJobs",
@@ -370,4 +371,9 @@ func (s *store) ConvMembers(ctx context.Context, a1 string) (_ []string, err err
 func (s *store) SetPassword(ctx context.Context, a1 string, a2 string) (err error) {
 	defer s.observe("SetPassword", time.Now(), &err)
 	return s.Store.SetPassword(ctx, a1, a2)
+}
+
+func (s *store) ExportCounts(ctx context.Context) (_ map[parley.ExportState]int64, err error) {
+	defer s.observe("ExportCounts", time.Now(), &err)
+	return s.Store.ExportCounts(ctx)
 }

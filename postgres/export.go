@@ -197,6 +197,25 @@ func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob,
 	return jobs, wrap("export jobs", err)
 }
 
+// ExportCounts implements parley.Exports.
+func (db *DB) ExportCounts(ctx context.Context) (map[parley.ExportState]int64, error) {
+	rows, err := db.pool.Query(ctx, `SELECT state, count(*) FROM export_jobs GROUP BY state`)
+	if err != nil {
+		return nil, wrap("export counts", err)
+	}
+	out := map[parley.ExportState]int64{}
+	var state string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		out[parley.ExportState(state)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("export counts", err)
+	}
+	return out, nil
+}
+
 // validExportIDs returns the well-formed ids of ids.
 func validExportIDs(ids []string) []string {
 	var out []string

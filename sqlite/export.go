@@ -138,6 +138,31 @@ func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
 }
 
 // ExportJobs implements parley.Exports.
+// ExportCounts implements parley.Exports.
+func (db *DB) ExportCounts(ctx context.Context) (map[parley.ExportState]int64, error) {
+	out := map[parley.ExportState]int64{}
+	err := db.read(ctx, "export counts", func(tx *txn) error {
+		rows, err := tx.QueryContext(ctx, `SELECT state, count(*) FROM export_jobs GROUP BY state`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var state string
+			var n int64
+			if err := rows.Scan(&state, &n); err != nil {
+				return err
+			}
+			out[parley.ExportState(state)] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (db *DB) ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error) {
 	var valid []string
 	for _, id := range ids {

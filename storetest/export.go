@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -1618,6 +1619,37 @@ func testExportJobsByIDs(t *testing.T, e *env) {
 			e.exportUnchanged(t, before)
 		})
 	}
+}
+
+// testExportCounts: ExportCounts counts every user's jobs by state, and a
+// state without jobs is absent.
+func testExportCounts(t *testing.T, e *env) {
+	got, err := e.st.ExportCounts(ctx(t))
+	ok(t, err, "export counts")
+	if len(got) != 0 {
+		t.Errorf("counts with no job: %v", got)
+	}
+	ps := e.users(t, "ana", "ben")
+	ana, ben := ps[0], ps[1]
+	e.group(t, ana, "c-ab")
+	e.fill(t, ana, "c-ab", 3)
+	a1 := e.newExport(t, ana, "k1", "all")
+	a2 := e.newExport(t, ana, "k2", "all")
+	b1 := e.newExport(t, ben, "k1", "all")
+	b2 := e.newExport(t, ben, "k2", "all")
+	e.claim(t, e.st, "w1", time.Hour, a1.ID)
+	ok(t, e.st.FinishExport(ctx(t), "w1", a1.ID, shaOf("a"), 10, time.Hour), "finish")
+	_, err = e.st.RevokeExport(ctx(t), a2.ID)
+	ok(t, err, "revoke")
+	e.claim(t, e.st, "w1", time.Hour, b1.ID)
+	before := e.exportRows(t)
+	got, err = e.st.ExportCounts(ctx(t))
+	ok(t, err, "export counts")
+	want := map[parley.ExportState]int64{parley.ExportDone: 1, parley.ExportRevoked: 1, parley.ExportRunning: 1, parley.ExportQueued: 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("counts %v; want %v (b2 %s)", got, want, b2.ID)
+	}
+	e.exportUnchanged(t, before)
 }
 
 // testExportSigningKey: the store keeps one export link signing key for

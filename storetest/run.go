@@ -127,6 +127,7 @@ var behaviours = []behaviour{
 	{name: "export_rollback_fails_pinned", run: testExportRollbackFailsPinned},
 	{name: "export_concurrent_claims", run: testExportConcurrentClaims},
 	{name: "export_jobs_by_ids", run: testExportJobsByIDs},
+	{name: "export_counts", run: testExportCounts},
 	{name: "export_signing_key", run: testExportSigningKey},
 }
 

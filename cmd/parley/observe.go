@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/export"
@@ -101,7 +103,30 @@ func instrument(m *metrics.Metrics, store parley.Store) parley.Store {
 	return m.Store(store)
 }
 
-// registerExportMetrics exposes the export jobs this process runs now.
-func registerExportMetrics(m *metrics.Metrics, w *export.Worker) {
+// registerExportMetrics exposes the export jobs this process runs now,
+// and the jobs of the whole deployment by state, read from the store at
+// scrape time (one grouped count, bounded by exportCountTimeout; while the
+// store does not answer the gauge is left out of the scrape).
+func registerExportMetrics(m *metrics.Metrics, w *export.Worker, store parley.Store) {
 	m.GaugeFunc(metrics.NameExportRunning, "Export jobs this process is running now.", func() float64 { return float64(w.Running()) })
+	states := []string{string(parley.ExportQueued), string(parley.ExportRunning), string(parley.ExportDone),
+		string(parley.ExportFailed), string(parley.ExportRevoked), string(parley.ExportExpired)}
+	m.LabeledGaugeFunc(metrics.NameExportJobs, "Export jobs of every user by state (read from the store at scrape time).", "state", states,
+		func() (map[string]float64, bool) {
+			ctx, cancel := context.WithTimeout(context.Background(), exportCountTimeout)
+			defer cancel()
+			counts, err := store.ExportCounts(ctx)
+			if err != nil {
+				return nil, false
+			}
+			out := make(map[string]float64, len(counts))
+			for s, n := range counts {
+				out[string(s)] = float64(n)
+			}
+			return out, true
+		})
 }
+
+// exportCountTimeout bounds the store read behind parley_export_jobs, so a
+// slow store cannot hold a scrape.
+const exportCountTimeout = 2 * time.Second

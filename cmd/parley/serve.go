@@ -275,7 +275,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Store: store, Dir: f.exportDir, Log: log, Config: cfg.Current, Workers: f.exportJobs, Lease: f.exportLease,
 		Attempt: m.ExportAttempt,
 	})
-	registerExportMetrics(m, worker)
+	registerExportMetrics(m, worker, store)
 	download := &export.Download{
 		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
 		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
