@@ -333,32 +333,9 @@ func (m *Metrics) CounterFunc(name, help string, f func() float64) {
 }
 
 func (m *Metrics) funcMetric(name, help string, typ prometheus.ValueType, f func() float64) {
-	if m == nil {
-		return
-	}
-	name = normalize(name)
-	defer m.rescue(name)
-	m.callHook(name)
-	if f == nil {
-		m.fail(name, reasonRegister, "error", "nil function")
-		return
-	}
-	// Prometheus now accepts any UTF-8 name, but older scrapers and
-	// PromQL without quoting do not: keep to the classic character set.
-	if !model.LegacyValidation.IsValidMetricName(name) {
-		m.fail(name, reasonRegister, "error", "invalid metric name")
-		return
-	}
-	c := &funcCollector{
-		m:    m,
-		name: name,
-		desc: prometheus.NewDesc(name, help, nil, nil),
-		typ:  typ,
-		f:    f,
-	}
-	if err := m.reg.Register(c); err != nil {
-		m.fail(name, reasonRegister, "error", err.Error())
-	}
+	m.registerFunc(name, f == nil, func(name string) prometheus.Collector {
+		return &funcCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, nil, nil), typ: typ, f: f}
+	})
 }
 
 // LabeledGaugeFunc exports a gauge with one label whose values are read
@@ -368,22 +345,33 @@ func (m *Metrics) funcMetric(name, help string, typ prometheus.ValueType, f func
 // when f reports failure (ok false: the store did not answer) or panics,
 // the gauge is left out of that scrape. Names are checked as GaugeFunc's.
 func (m *Metrics) LabeledGaugeFunc(name, help, label string, values []string, f func() (map[string]float64, bool)) {
+	m.registerFunc(name, f == nil, func(name string) prometheus.Collector {
+		return &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), values: values, f: f}
+	})
+}
+
+// registerFunc registers the collector that collector makes for the
+// normalised name, unless the function behind it is missing (noFunc) or
+// the name is not a classic Prometheus name; each refusal is logged and
+// counted, and nothing is registered.
+func (m *Metrics) registerFunc(name string, noFunc bool, collector func(name string) prometheus.Collector) {
 	if m == nil {
 		return
 	}
 	name = normalize(name)
 	defer m.rescue(name)
 	m.callHook(name)
-	if f == nil {
+	if noFunc {
 		m.fail(name, reasonRegister, "error", "nil function")
 		return
 	}
+	// Prometheus now accepts any UTF-8 name, but older scrapers and
+	// PromQL without quoting do not: keep to the classic character set.
 	if !model.LegacyValidation.IsValidMetricName(name) {
 		m.fail(name, reasonRegister, "error", "invalid metric name")
 		return
 	}
-	c := &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), values: values, f: f}
-	if err := m.reg.Register(c); err != nil {
+	if err := m.reg.Register(collector(name)); err != nil {
 		m.fail(name, reasonRegister, "error", err.Error())
 	}
 }

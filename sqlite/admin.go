@@ -135,19 +135,9 @@ func (db *DB) ClaimRetention(ctx context.Context, every time.Duration, limit int
 	}
 	var ids []string
 	err := db.write(ctx, "claim retention", func(tx *txn) error {
-		rows, err := tx.QueryContext(ctx, qClaimRetention, every.Milliseconds(), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		return rows.Err()
+		var err error
+		ids, err = scanIDs(tx.QueryContext(ctx, qClaimRetention, every.Milliseconds(), limit))
+		return err
 	})
 	if err != nil {
 		return nil, err

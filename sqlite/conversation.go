@@ -70,6 +70,24 @@ func periodsOf(ctx context.Context, tx *txn, convID, user string) (parley.Period
 }
 
 // scanPeriods reads (from_seq, to_seq) rows, to_seq 0 for an open period.
+// scanIDs reads the one string column of rows (the ids a statement
+// returned) and closes them.
+func scanIDs(rows *sql.Rows, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 func scanPeriods(rows *sql.Rows, err error) (parley.Periods, error) {
 	if err != nil {
 		return nil, err

@@ -490,22 +490,12 @@ func (db *DB) RevokeExport(ctx context.Context, id string) (parley.ExportJob, er
 
 // ExpireExports implements parley.Exports.
 func (db *DB) ExpireExports(ctx context.Context) ([]string, error) {
-	ids := []string{}
+	var ids []string
 	err := db.write(ctx, "expire exports", func(tx *txn) error {
-		rows, err := tx.QueryContext(ctx, `UPDATE export_jobs SET state = 'expired', updated_at = `+nowMS+`
-			WHERE state = 'done' AND expires_at < `+nowMS+` RETURNING id`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		return rows.Err()
+		var err error
+		ids, err = scanIDs(tx.QueryContext(ctx, `UPDATE export_jobs SET state = 'expired', updated_at = `+nowMS+`
+			WHERE state = 'done' AND expires_at < `+nowMS+` RETURNING id`))
+		return err
 	})
 	if err != nil {
 		return nil, err
