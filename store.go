@@ -51,16 +51,6 @@ type Store interface {
 	// password ValidateNewPassword refuses), NOT_FOUND.
 	SetPassword(ctx context.Context, id, password string) error
 
-	// AllUsers returns every account, ordered by id, for the command line
-	// (`parley user list`): one read, not paged, so it is meant for
-	// operators on a console, not for the API.
-	AllUsers(ctx context.Context) ([]User, error)
-
-	// AllConversations returns every conversation's header (as
-	// Conversation), ordered by id, for the command line (`parley conv
-	// list`): one read, not paged.
-	AllConversations(ctx context.Context) ([]Conversation, error)
-
 	// ConvMembers returns the users who are members of conv now (an open
 	// membership period), ordered by user id, for operators (`parley conv
 	// show`). Errors: INVALID_ARGUMENT, NOT_FOUND (no such conversation).

@@ -17,8 +17,6 @@ var StoreOps = []string{
 	"AdminExports",
 	"AdminHooks",
 	"AdminUsers",
-	"AllConversations",
-	"AllUsers",
 	"AppendAudit",
 	"Audit",
 	"Authenticate",
@@ -346,16 +344,6 @@ func (s *store) AdminHooks(ctx context.Context, a1 parley.AdminQuery) (_ parley.
 func (s *store) AdminUsers(ctx context.Context, a1 parley.AdminQuery) (_ parley.AdminPage[parley.AdminUser], err error) {
 	defer s.observe("AdminUsers", time.Now(), &err)
 	return s.Store.AdminUsers(ctx, a1)
-}
-
-func (s *store) AllConversations(ctx context.Context) (_ []parley.Conversation, err error) {
-	defer s.observe("AllConversations", time.Now(), &err)
-	return s.Store.AllConversations(ctx)
-}
-
-func (s *store) AllUsers(ctx context.Context) (_ []parley.User, err error) {
-	defer s.observe("AllUsers", time.Now(), &err)
-	return s.Store.AllUsers(ctx)
 }
 
 func (s *store) ClaimRetention(ctx context.Context, a1 time.Duration, a2 int) (_ []string, err error) {

@@ -233,33 +233,6 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 	return c, nil
 }
 
-// AllConversations implements parley.Store.
-func (db *DB) AllConversations(ctx context.Context) ([]parley.Conversation, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, kind, title, owner, next_seq - 1, min_seq, epoch, retain_max_age_ms, retain_last_n, created_at
-		FROM conversations ORDER BY id COLLATE "C"`)
-	if err != nil {
-		return nil, wrap("all conversations", err)
-	}
-	defer rows.Close()
-	var out []parley.Conversation
-	for rows.Next() {
-		var c parley.Conversation
-		var kind string
-		var maxAgeMS int64
-		if err := rows.Scan(&c.ID, &kind, &c.Title, &c.Owner, &c.Head, &c.MinSeq, &c.Epoch, &maxAgeMS, &c.Retention.KeepLast, &c.CreatedAt); err != nil {
-			return nil, wrap("all conversations", err)
-		}
-		c.Kind = parley.ConvKind(kind)
-		c.Retention.MaxAge = time.Duration(maxAgeMS) * time.Millisecond
-		c.CreatedAt = ms(c.CreatedAt)
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("all conversations", err)
-	}
-	return out, nil
-}
-
 // ConvMembers implements parley.Store.
 func (db *DB) ConvMembers(ctx context.Context, id string) ([]string, error) {
 	if err := parley.CheckConvID(id); err != nil {

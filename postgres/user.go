@@ -191,29 +191,6 @@ func (db *DB) SetPassword(ctx context.Context, id, password string) error {
 	return nil
 }
 
-// AllUsers implements parley.Store.
-func (db *DB) AllUsers(ctx context.Context) ([]parley.User, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, coalesce(email, ''), role, disabled, created_at FROM users ORDER BY id COLLATE "C"`)
-	if err != nil {
-		return nil, wrap("all users", err)
-	}
-	defer rows.Close()
-	var out []parley.User
-	for rows.Next() {
-		var u parley.User
-		var role string
-		if err := rows.Scan(&u.ID, &u.Email, &role, &u.Disabled, &u.CreatedAt); err != nil {
-			return nil, wrap("all users", err)
-		}
-		u.Role, u.CreatedAt = parley.Role(role), ms(u.CreatedAt)
-		out = append(out, u)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("all users", err)
-	}
-	return out, nil
-}
-
 // qSetPassword sets the hash and deletes the user's tokens (over
 // tokens_by_user); it returns how many users it found.
 const qSetPassword = `WITH u AS (UPDATE users SET password_hash = $1 WHERE id = $2 RETURNING id),

@@ -301,28 +301,6 @@ func (db *DB) Conversation(ctx context.Context, id string) (parley.Conversation,
 	return out, err
 }
 
-// AllConversations implements parley.Store.
-func (db *DB) AllConversations(ctx context.Context) ([]parley.Conversation, error) {
-	var out []parley.Conversation
-	err := db.read(ctx, "all conversations", func(tx *txn) error {
-		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT `+convColumns+` FROM conversations ORDER BY id`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			c, err := scanConv(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, c.public())
-		}
-		return rows.Err()
-	})
-	return out, err
-}
-
 // ConvMembers implements parley.Store.
 func (db *DB) ConvMembers(ctx context.Context, id string) ([]string, error) {
 	if err := parley.CheckConvID(id); err != nil {

@@ -116,31 +116,6 @@ func (db *DB) SetPassword(ctx context.Context, id, password string) error {
 	})
 }
 
-// AllUsers implements parley.Store.
-func (db *DB) AllUsers(ctx context.Context) ([]parley.User, error) {
-	var out []parley.User
-	err := db.read(ctx, "all users", func(tx *txn) error {
-		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT id, COALESCE(email, ''), role, disabled, created_at FROM users ORDER BY id`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var u parley.User
-			var role string
-			var created int64
-			if err := rows.Scan(&u.ID, &u.Email, &role, &u.Disabled, &created); err != nil {
-				return err
-			}
-			u.Role, u.CreatedAt = parley.Role(role), msTime(created)
-			out = append(out, u)
-		}
-		return rows.Err()
-	})
-	return out, err
-}
-
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
 	if err := parley.ValidateLogin(r); err != nil {

@@ -74,7 +74,6 @@ var behaviours = []behaviour{
 	{name: "convs_paging", run: testConvsPaging},
 	{name: "convs_paging_stable", run: testConvsPagingStable},
 	{name: "convs_page_bounds", run: testConvsPageBounds},
-	{name: "all_conversations", run: testAllConversations},
 
 	// Cursors (conversation.go).
 	{name: "cursor_ahead", run: testCursorAhead},
@@ -87,7 +86,6 @@ var behaviours = []behaviour{
 	{name: "login_replaced", run: testLoginReplaced},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "set_password", run: testSetPassword},
-	{name: "all_users", run: testAllUsers},
 	{name: "logout", run: testLogout},
 	{name: "identity_outage_is_unavailable", run: testIdentityOutageIsUnavailable},
 	{name: "token_idle_lifetime", opts: parley.Options{TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenIdleLifetime},

@@ -493,33 +493,3 @@ func testSetPassword(t *testing.T, e *env) {
 		t.Errorf("another user's token after ben's password change: %+v %v", p, err)
 	}
 }
-
-// testAllUsers: every account, ordered by id (byte order, so '-' sorts
-// before '.' and digits), with role, email and the disabled flag.
-func testAllUsers(t *testing.T, e *env) {
-	if us, err := e.st.AllUsers(ctx(t)); err != nil || len(us) != 0 {
-		t.Fatalf("AllUsers on an empty store: %+v %v", us, err)
-	}
-	for _, id := range []string{"b.x", "b-x", "a", "b0", "b_x"} {
-		e.bystander(t, id)
-	}
-	_, err := e.st.CreateUser(ctx(t), parley.NewUser{ID: "root", Email: "Root@Example.com", Role: parley.RoleAdmin})
-	ok(t, err, "create root")
-	ok(t, e.st.SetUserDisabled(ctx(t), "a", true), "disable a")
-	us, err := e.st.AllUsers(ctx(t))
-	ok(t, err, "all users")
-	var ids []string
-	for _, u := range us {
-		ids = append(ids, u.ID)
-		want := parley.User{ID: u.ID, Role: parley.RoleUser, Disabled: u.ID == "a"}
-		if u.ID == "root" {
-			want.Role, want.Email = parley.RoleAdmin, "root@example.com"
-		}
-		if u.Role != want.Role || u.Email != want.Email || u.Disabled != want.Disabled || u.CreatedAt.IsZero() {
-			t.Errorf("AllUsers entry %+v, want %+v with a creation time", u, want)
-		}
-	}
-	if want := []string{"a", "b-x", "b.x", "b0", "b_x", "root"}; !slices.Equal(ids, want) {
-		t.Errorf("AllUsers ids %v, want %v", ids, want)
-	}
-}

@@ -79,20 +79,34 @@ func runConv(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return tw.Flush()
 	}
-	convs, err := store.AllConversations(ctx)
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tMEMBERS\tHEAD\tRETENTION\tTITLE")
+	err = walkAdmin(ctx, store.AdminConvs, func(c parley.AdminConv) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", c.ID, c.Kind, c.Members, c.Head, retentionText(c.Retention), c.Title)
+	})
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tMEMBERS\tHEAD\tRETENTION\tTITLE")
-	for _, c := range convs {
-		members, err := store.ConvMembers(ctx, c.ID)
+	return tw.Flush()
+}
+
+// walkAdmin calls each for every item of an admin listing (the same paged
+// reads as GET /api/admin/users and /convs), page by page in id order.
+func walkAdmin[T any](ctx context.Context, list func(context.Context, parley.AdminQuery) (parley.AdminPage[T], error), each func(T)) error {
+	q := parley.AdminQuery{Limit: parley.MaxAdminPage}
+	for {
+		page, err := list(ctx, q)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", c.ID, c.Kind, len(members), c.Head, retentionText(c.Retention), c.Title)
+		for _, it := range page.Items {
+			each(it)
+		}
+		if !page.HasMore {
+			return nil
+		}
+		q.After = page.Next
 	}
-	return tw.Flush()
 }
 
 // retentionText says a retention policy in the words of the operations

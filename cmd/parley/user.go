@@ -145,18 +145,17 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "set the password of user %s; its tokens are revoked\n", id)
 	case "list":
-		users, err := store.AllUsers(ctx)
-		if err != nil {
-			return err
-		}
 		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tDISABLED\tEMAIL\tCREATED")
-		for _, u := range users {
+		err := walkAdmin(ctx, store.AdminUsers, func(u parley.AdminUser) {
 			email := u.Email
 			if email == "" {
 				email = "-"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.ID, u.Role, yesNo(u.Disabled), email, u.CreatedAt.UTC().Format(time.RFC3339))
+		})
+		if err != nil {
+			return err
 		}
 		return tw.Flush()
 	}
