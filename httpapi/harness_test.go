@@ -94,6 +94,8 @@ type serverOptions struct {
 	// jsonLog writes the log as JSON lines (slog.JSONHandler), as
 	// --log-format json does.
 	jsonLog bool
+	// onPublish sees every notice the HTTP API publishes, before the hub.
+	onPublish func(parley.Notice)
 }
 
 // testSigningKey is the export link key of test servers.
@@ -153,10 +155,17 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	})
 	var once sync.Once
 	s.runExports = func() { once.Do(func() { wg.Go(func() { worker.Run(ctx) }) }) }
+	publish := s.hub.Publish
+	if o.onPublish != nil {
+		publish = func(n parley.Notice) {
+			o.onPublish(n)
+			s.hub.Publish(n)
+		}
+	}
 	h := httpapi.NewHandler(httpapi.Deps{
 		Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
 		Limiter: func() ratelimit.Store { return limits },
-		Metrics: s.metrics, Publish: s.hub.Publish, Draining: s.hub.Draining,
+		Metrics: s.metrics, Publish: publish, Draining: s.hub.Draining,
 		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
 		ExportLink:  func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
 		KickExports: worker.Kick,
@@ -243,7 +252,13 @@ func (s *server) do(method, path, token string, body any, hdr ...string) reply {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json") // hdr may replace it
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if http.CanonicalHeaderKey(hdr[i]) == "Content-Type" {
+			req.Header.Del("Content-Type")
+		}
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

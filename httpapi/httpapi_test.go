@@ -60,6 +60,9 @@ func TestRoutes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+		if tt.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -50,9 +50,15 @@ type Deps struct {
 	// RevokeUser ends a user's sockets whose tokens stopped working and
 	// tells every gateway to do the same, after a disable (nil: none).
 	RevokeUser func(user string)
-	// SecureCookie sets the Secure attribute on the session cookie (serve
-	// over TLS, or behind a TLS-terminating proxy).
+	// SecureCookie names the session cookie __Host-parley_session and
+	// marks it Secure (serve behind a TLS-terminating proxy); a request
+	// that came over TLS gets that cookie anyway.
 	SecureCookie bool
+	// Origins are the browser origins besides the server's own that may
+	// make state-changing requests (--origins; the patterns the gateway
+	// allows for /ws: "https://app.example.com", "app.example.com",
+	// "*.example.com").
+	Origins []string
 	// ExportLink signs a download link for a done export job, valid until
 	// exp (export.Keyring.Link); nil: GET /exports/{id} gives no url.
 	ExportLink func(job, user string, exp time.Time) string
@@ -61,7 +67,10 @@ type Deps struct {
 	KickExports func()
 	// Download serves GET /download/{id} (export.Download); nil: 404.
 	Download http.Handler
-	Now      func() time.Time
+	// Web serves the browser app (web.Site): GET /assets/ and the shell
+	// for navigation requests (nil: no app; those paths answer 404).
+	Web http.Handler
+	Now func() time.Time
 
 	// Login protections, built in (no configuration turns them off).
 	// Hashes caps concurrent password hashes (nil: a gate of
@@ -85,15 +94,17 @@ func NewHandler(d Deps) http.Handler {
 	d = d.withDefaults()
 	chain := &middleware.Chain{
 		Identifier: d.Identifier, Limiter: d.Limiter, Config: d.Config, Log: d.Log, Now: d.Now,
+		SecureCookie: d.SecureCookie,
 	}
 	if d.Metrics != nil {
 		chain.Metrics = d.Metrics
 		d.Metrics.InitRateLimited(bucketLoginFailures, "http")
 	}
 	mux := http.NewServeMux()
+	safety := newBrowserSafety(d.Origins)
 	route := func(pattern string, p middleware.Policy, h http.Handler) {
 		p.Pattern = pattern
-		mux.Handle(pattern, chain.Wrap(p, h))
+		mux.Handle(pattern, chain.Wrap(p, safety.wrap(pattern, h)))
 	}
 	public := func(bucket string) middleware.Policy {
 		return middleware.Policy{Bucket: bucket, Access: middleware.Public}
@@ -106,6 +117,7 @@ func NewHandler(d Deps) http.Handler {
 	// Sessions and the socket.
 	route("POST /api/login", public(middleware.BucketLogin), handleLogin(d))
 	route("POST /api/logout", public(""), handleLogout(d))
+	route("GET /api/me", user(middleware.BucketRead), handleMe())
 	route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
 
 	// Conversations and members.
@@ -157,11 +169,26 @@ func NewHandler(d Deps) http.Handler {
 	if d.Metrics != nil && !d.MetricsElsewhere {
 		route("GET /metrics", public(""), d.Metrics.Handler())
 	}
-	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/"}
-	for _, prefix := range catchAll {
-		route(prefix, public(""), handleNotFound(mux, catchAll...))
+	// The browser app (SPEC §6 "SPA hosting"): hashed assets, and the
+	// shell for a navigation to any path no route above owns. Everything
+	// else nobody serves is 404 (405 with Allow) problem+json.
+	if d.Web != nil {
+		route("GET /assets/", public(""), d.Web)
 	}
-	return mux
+	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/", "/assets/", "/", "GET /exports"}
+	notFound := handleNotFound(mux, catchAll...)
+	for _, prefix := range catchAll[:4] {
+		route(prefix, public(""), notFound)
+	}
+	if d.Web == nil {
+		route("/assets/", public(""), notFound)
+	}
+	route("/", public(""), handleNavigation(d.Web, notFound))
+	// /exports is a page of the app as well as the path jobs are created
+	// at (POST): without its own GET route the mux would redirect a reload
+	// of the page to /exports/, the API's 404.
+	route("GET /exports", public(""), handleNavigation(d.Web, notFound))
+	return nosniff(mux)
 }
 
 // NewStarting returns what a server answers while its store is not open yet

@@ -29,9 +29,10 @@ func withStoreTimeout(t *testing.T, store parley.Store) (*server, string) {
 	s := start(t, store, serverOptions{})
 	ana := s.user("ana", parley.RoleUser)
 	s.do("POST", "/api/convs", ana, map[string]any{"id": "g"}).want(201)
+	root := s.user("root", parley.RoleAdmin) // logged in before the 1s bound: a login under load can take longer
 	s.writeConfig(storeTimeoutConfig)
 	eventually(t, "the store timeout in force", func() bool {
-		return strings.Contains(s.do("GET", "/api/admin/config", s.user("root", parley.RoleAdmin), nil).want(200).String(), `"store":"1s"`)
+		return strings.Contains(s.do("GET", "/api/admin/config", root, nil).want(200).String(), `"store":"1s"`)
 	})
 	return s, ana
 }

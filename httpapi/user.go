@@ -26,11 +26,13 @@ type loginBody struct {
 type loginReply struct {
 	User     string `json:"user"`
 	DeviceID string `json:"device_id"`
-	Token    string `json:"token"`
+	Token    string `json:"token,omitempty"` // not to a browser: the cookie is its credential
 }
 
 // handleLogin checks a password and issues a device token, also set as an
-// HttpOnly SameSite=Strict cookie for browsers.
+// HttpOnly SameSite=Strict cookie for browsers (sessionCookie). A browser's
+// login (fromBrowser) gets the cookie only: the token stays out of reach
+// of the page's scripts.
 //
 // Before any hash: the login name's failures (LoginBackoff, from any
 // address; an unknown name is treated exactly like a known one) may refuse
@@ -105,12 +107,32 @@ func handleLogin(d Deps) http.Handler {
 				d.RevokeUser(s.User)
 			}
 		}
-		http.SetCookie(w, &http.Cookie{
-			Name: wire.SessionCookie, Value: s.Token, Path: "/",
-			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie,
-		})
-		encode(w, http.StatusOK, loginReply{User: s.User, DeviceID: s.DeviceID, Token: s.Token})
+		http.SetCookie(w, d.sessionCookie(r, s.Token))
+		reply := loginReply{User: s.User, DeviceID: s.DeviceID, Token: s.Token}
+		if fromBrowser(r) {
+			reply.Token = ""
+		}
+		encode(w, http.StatusOK, reply)
 	})
+}
+
+// sessionCookie is the session cookie for token: HttpOnly, SameSite=Strict,
+// Path=/; named __Host-parley_session and Secure when the server is told it
+// is reached over TLS (--secure-cookie) or the request came over TLS, else
+// parley_session (a browser drops a Secure cookie set over plain HTTP).
+func (d Deps) sessionCookie(r *http.Request, token string) *http.Cookie {
+	secure := d.SecureCookie || r.TLS != nil
+	return &http.Cookie{
+		Name: wire.SessionCookieName(secure), Value: token, Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure,
+	}
+}
+
+// fromBrowser reports whether a browser made r: every current browser
+// sends Sec-Fetch-Mode (and Origin on a POST) with a fetch; the Go client
+// and curl send neither.
+func fromBrowser(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Mode") != "" || r.Header.Get("Origin") != ""
 }
 
 // bucketLoginFailures labels logins refused by the per-account backoff in
@@ -120,7 +142,7 @@ const bucketLoginFailures = "login_account"
 // handleLogout revokes the caller's token and clears the cookie.
 func handleLogout(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token := wire.BearerToken(r)
+		token := wire.SessionToken(r, d.SecureCookie)
 		if token == "" {
 			wire.WriteProblem(w, parley.CodeUnauthenticated, "a bearer token or session cookie is required", "")
 			return
@@ -142,8 +164,38 @@ func handleLogout(d Deps) http.Handler {
 			d.RevokeUser(c.Principal.User)
 		}
 		d.Log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
-		http.SetCookie(w, &http.Cookie{Name: wire.SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: d.SecureCookie})
+		gone := d.sessionCookie(r, "")
+		gone.MaxAge = -1
+		http.SetCookie(w, gone)
 		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// meReply is GET /api/me: who the request's token or cookie signs in.
+// Parley users have no display name: name is the login, which is also the
+// id; a client shows name and may later get a real one there.
+type meReply struct {
+	User   meUser `json:"user"`
+	Device string `json:"device"`
+}
+
+type meUser struct {
+	ID    string `json:"id"`
+	Login string `json:"login"`
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+}
+
+// handleMe answers the signed-in user and device, so a browser, which
+// cannot read its HttpOnly session cookie, learns who it is (401 when the
+// cookie is missing or no longer valid).
+func handleMe() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := caller(r)
+		encode(w, http.StatusOK, meReply{
+			User:   meUser{ID: p.User, Login: p.User, Name: p.User, Role: string(p.Role)},
+			Device: p.DeviceID,
+		})
 	})
 }
 
@@ -189,7 +241,7 @@ func handleNotFound(mux *http.ServeMux, catchAll ...string) http.Handler {
 			}
 		}
 		if len(allow) == 0 {
-			wire.WriteProblem(w, parley.CodeNotFound, "no such API route", "")
+			wire.WriteProblem(w, parley.CodeNotFound, "no such route", "")
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))

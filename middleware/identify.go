@@ -245,7 +245,7 @@ func (i *Identifier) indexConsistent() bool {
 // not establish).
 func (c *Chain) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller := Caller{Token: wire.BearerToken(r)}
+		caller := Caller{Token: wire.SessionToken(r, c.SecureCookie)}
 		cfg := c.Config()
 		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cfg.TrustedProxies())
 		if c.Identifier != nil {

@@ -93,6 +93,9 @@ type Chain struct {
 	Metrics Recorder // nil: none
 	Log     *slog.Logger
 	Now     func() time.Time // default time.Now
+	// SecureCookie: the session cookie is wire.SecureSessionCookie on every
+	// request, not only on those that came over TLS (wire.SessionToken).
+	SecureCookie bool
 }
 
 // Wrap returns h behind the chain, configured by p.

@@ -7,9 +7,25 @@ import (
 	"github.com/parleychat/parley"
 )
 
-// SessionCookie is the cookie login sets for browsers; the gateway and the
-// HTTP API accept it where they accept a bearer token.
+// SessionCookie is the cookie login sets for browsers when the server is
+// not told it is reached over TLS; the gateway and the HTTP API accept it
+// where they accept a bearer token.
 const SessionCookie = "parley_session"
+
+// SecureSessionCookie is the session cookie's name over TLS (or with
+// --secure-cookie): the __Host- prefix makes the browser accept it only
+// Secure, for this host alone (no Domain) and Path=/, so a sibling
+// subdomain cannot plant one.
+const SecureSessionCookie = "__Host-" + SessionCookie
+
+// SessionCookieName is the session cookie in use: SecureSessionCookie when
+// secure, else SessionCookie.
+func SessionCookieName(secure bool) string {
+	if secure {
+		return SecureSessionCookie
+	}
+	return SessionCookie
+}
 
 // Problem is an HTTP error body: RFC 9457 problem details with the protocol
 // code as an extension member, so HTTP clients read the same code a frame
@@ -52,16 +68,24 @@ func WriteProblem(w http.ResponseWriter, code parley.Code, detail, requestID str
 	})
 }
 
-// BearerToken returns the token of an HTTP request: the Authorization
-// bearer token, else the session cookie, else "".
-func BearerToken(r *http.Request) string {
+// BearerToken returns the token of an HTTP request to a server that
+// serves plain HTTP without --secure-cookie: SessionToken(r, false).
+func BearerToken(r *http.Request) string { return SessionToken(r, false) }
+
+// SessionToken returns the token of an HTTP request: the Authorization
+// bearer token, else the value of the session cookie in use, else "". The
+// cookie in use is SecureSessionCookie when secureCookie is set or the
+// request came over TLS, else SessionCookie; a cookie of the other name is
+// ignored (over TLS a plain-named cookie may have been planted by a sibling
+// subdomain).
+func SessionToken(r *http.Request, secureCookie bool) string {
 	if a := r.Header.Get("Authorization"); a != "" {
 		if len(a) > 7 && (a[:7] == "Bearer " || a[:7] == "bearer ") {
 			return a[7:]
 		}
 		return ""
 	}
-	if c, err := r.Cookie(SessionCookie); err == nil {
+	if c, err := r.Cookie(SessionCookieName(secureCookie || r.TLS != nil)); err == nil {
 		return c.Value
 	}
 	return ""

@@ -1,0 +1,676 @@
+// store.js is the core of the page: the Client owns the signed-in user's
+// conversations, the timelines the user opened, the outbox and the one
+// connection. Views read its state and listen to its events; they never
+// talk to the socket. It keeps the client obligations of SPEC §3.5:
+//   - a message is written to the outbox (IndexedDB) before it is first
+//     sent, resent with the same cmid after every reconnect and reload until
+//     the server answers, dropped on success, kept with its reason on a
+//     terminal code (ORIGINAL_EXPIRED: "sent, expired"), kept on
+//     UNAVAILABLE / RATE_LIMITED (retried after retry_after_ms) / no reply;
+//   - only one tab of the browser sends at a time (the outbox lock), and a
+//     timeline shows each event once: events are keyed by seq, outbox items
+//     by cmid, and an item is hidden once its seq is on the timeline;
+//   - a timeline opens at the newest page and reads older pages only when
+//     asked (loadOlder): history the user does not scroll to is never read;
+//   - a timeline's cursor (hi) moves only after a whole page is applied; a
+//     push is applied only when it is the next seq, anything else (a gap, a
+//     hint ahead, resync, reconnect) syncs from the cursor; EPOCH_CHANGED or
+//     CURSOR_AHEAD rebuild the timeline;
+//   - read state from the user's other devices (read hints) clears unread.
+//
+// Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
+// "timeline" (conv, change) with change.kind "reset" | "append" (events) |
+// "prepend" (events) | "update" (ev) | "outbox".
+
+import { api, ApiError, RETRYABLE } from "./api.js";
+import { Conn } from "./conn.js";
+import { Outbox, newID } from "./outbox.js";
+
+/** Events per page when opening a timeline or reading older history. */
+export const PAGE = 50;
+const FORWARD_LIMIT = 200;
+
+/** Client is the page's core; app.js makes one per signed-in session. */
+export class Client {
+  /** @param {{user: {id: string, name?: string, role: string}, device: string}} me from GET /api/me */
+  constructor(me) {
+    this.me = me;
+    this.user = me.user.id;
+    this.device = me.device;
+    /** @type {Map<string, object>} conv id → convs entry */
+    this.convMap = new Map();
+    /** @type {Map<string, object>} conv id → timeline */
+    this.tls = new Map();
+    this.listeners = new Map();
+    /** @type {Map<string, object>} cmid → outbox item not yet confirmed */
+    this.items = new Map();
+    /** @type {Map<string, {item: object, seq: number}>} cmid → item the server confirmed, until its event is shown */
+    this.sent = new Map();
+    /** @type {Map<string, number>} cmid → seq of an own event matched to a pending item before its reply */
+    this.claims = new Map();
+    this.outbox = null;
+    this.pumping = false;
+    this.pumpAgain = false;
+    this.retryTimer = 0;
+    this.retryAttempt = 0;
+    this.refreshTimer = 0;
+    this.stopped = false;
+    this.convsLoaded = false;
+    this.readWanted = new Map(); // conv → seq to mark read once possible
+    this.conn = new Conn({
+      onPush: (f) => this.push(f),
+      onOpen: () => this.opened(),
+      onState: (s) => this.emit("conn", s),
+      onAuth: (code, detail) => this.emit("auth", code, detail),
+    });
+  }
+
+  /**
+   * on registers a listener; it returns the function that removes it.
+   * @param {string} name
+   * @param {Function} fn
+   * @returns {function(): void}
+   */
+  on(name, fn) {
+    if (!this.listeners.has(name)) this.listeners.set(name, new Set());
+    this.listeners.get(name).add(fn);
+    return () => this.listeners.get(name).delete(fn);
+  }
+
+  emit(name, ...args) {
+    const set = this.listeners.get(name);
+    if (!set) return;
+    for (const fn of [...set]) {
+      try {
+        fn(...args);
+      } catch (e) {
+        console.error(e);
+      }
+    }
+  }
+
+  /** start opens the outbox and the connection. */
+  async start() {
+    try {
+      this.outbox = await Outbox.open(this.user);
+      this.outbox.onChange((c) => this.outboxChanged(c));
+      for (const it of await this.outbox.list()) this.items.set(it.cmid, it);
+      for (const it of this.items.values()) this.emit("timeline", it.conv, { kind: "outbox" });
+    } catch (e) {
+      console.error("outbox unavailable", e);
+    }
+    if (this.stopped) return;
+    this.conn.start();
+    // Show the list at once, over HTTP, while the socket connects.
+    this.refreshConversations().catch(() => {});
+  }
+
+  /** stop closes the connection and the outbox (sign-out). */
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    clearTimeout(this.refreshTimer);
+    this.conn.stop();
+    if (this.outbox) this.outbox.close();
+  }
+
+  /** @returns {string} "connecting" | "online" | "offline" */
+  connState() {
+    return this.conn.state;
+  }
+
+  // --- requests: over the socket when it is up, else over HTTP ---
+
+  sync(conv, after, limit, epoch) {
+    if (this.conn.online()) {
+      const f = { t: "sync", conv, after, limit };
+      if (epoch) f.epoch = epoch;
+      return this.conn.request(f);
+    }
+    const q = new URLSearchParams({ after: String(after), limit: String(limit) });
+    if (epoch) q.set("epoch", String(epoch));
+    return api("GET", "/api/convs/" + encodeURIComponent(conv) + "/events?" + q);
+  }
+
+  // --- conversations ---
+
+  /**
+   * conversations returns the conversations, latest activity first.
+   * @returns {object[]} convs entries (docs/protocol.md "convs")
+   */
+  conversations() {
+    return [...this.convMap.values()].sort((a, b) => {
+      const ta = a.last ? a.last.at : "";
+      const tb = b.last ? b.last.at : "";
+      if (ta !== tb) return ta < tb ? 1 : -1;
+      return a.conv < b.conv ? -1 : a.conv > b.conv ? 1 : 0;
+    });
+  }
+
+  /**
+   * conversation returns one entry, or undefined.
+   * @param {string} id
+   */
+  conversation(id) {
+    return this.convMap.get(id);
+  }
+
+  /** @returns {boolean} whether the list has been read once */
+  conversationsLoaded() {
+    return this.convsLoaded;
+  }
+
+  /** @returns {number} unread messages over every conversation */
+  totalUnread() {
+    let n = 0;
+    for (const c of this.convMap.values()) n += c.unread || 0;
+    return n;
+  }
+
+  /**
+   * refreshConversations reads every page of the list again and announces "convs".
+   * @returns {Promise<void>}
+   */
+  async refreshConversations() {
+    const next = new Map();
+    let before = "";
+    for (let i = 0; i < 100; i++) {
+      let page;
+      if (this.conn.online()) {
+        const f = { t: "convs", limit: 200 };
+        if (before) f.before = before;
+        page = await this.conn.request(f);
+      } else {
+        page = await api("GET", "/api/convs?limit=200" + (before ? "&before=" + encodeURIComponent(before) : ""));
+      }
+      for (const c of page.convs || []) {
+        // A push applied while this page was on its way is newer than it.
+        const old = this.convMap.get(c.conv);
+        if (old && old.head > c.head) {
+          c.head = old.head;
+          c.last = old.last;
+          c.unread = Math.max(old.unread || 0, c.unread || 0);
+        }
+        if (old && old.read > c.read) c.read = old.read;
+        next.set(c.conv, c);
+      }
+      if (!page.has_more || !page.next) break;
+      before = page.next;
+    }
+    this.convMap = next;
+    this.convsLoaded = true;
+    this.emit("convs");
+  }
+
+  /** scheduleRefresh refreshes the list soon, once for a burst of causes. */
+  scheduleRefresh() {
+    if (this.refreshTimer) return;
+    this.refreshTimer = setTimeout(() => {
+      this.refreshTimer = 0;
+      this.refreshConversations().catch(() => {});
+    }, 300);
+  }
+
+  // --- connection events ---
+
+  opened() {
+    this.retryAttempt = 0;
+    this.refreshConversations()
+      .catch(() => {})
+      .then(() => {
+        for (const tl of this.tls.values()) {
+          if (tl.state === "ready") this.syncForward(tl);
+          else if (tl.wanted && tl.state === "empty") this.openTimeline(tl.conv);
+        }
+      });
+    for (const [conv, seq] of this.readWanted) this.markRead(conv, seq);
+    this.pump();
+  }
+
+  push(f) {
+    if (f.t === "event" && f.ev) this.pushedEvent(f.ev);
+    else if (f.t === "hint") this.hint(f);
+    else if (f.t === "resync") {
+      this.scheduleRefresh();
+      for (const tl of this.tls.values()) if (tl.state === "ready") this.syncForward(tl);
+    }
+  }
+
+  pushedEvent(ev) {
+    const c = this.convMap.get(ev.conv);
+    if (!c) {
+      this.scheduleRefresh(); // a conversation we did not know: we were added
+    } else if (ev.seq > c.head) {
+      c.head = ev.seq;
+      c.last = ev;
+      if (ev.kind === "message" && ev.sender !== this.user && ev.seq > c.read) c.unread = (c.unread || 0) + 1;
+      // Unread after a recall, and "member" after a join or leave, come from the server.
+      if (ev.kind === "recall" || ev.kind === "member_left" || ev.kind === "member_joined") this.scheduleRefresh();
+      this.emit("convs");
+      this.notify(c, ev);
+    }
+    const tl = this.tls.get(ev.conv);
+    if (!tl) return;
+    if (tl.state === "loading") {
+      // The newest page is on its way and may predate this event: sync after it.
+      tl.seenHead = Math.max(tl.seenHead || 0, ev.seq);
+      return;
+    }
+    if (tl.state !== "ready") return;
+    if (ev.seq === tl.hi + 1) {
+      this.applyForward(tl, [ev], ev.seq);
+    } else if (ev.seq > tl.hi + 1) {
+      this.syncForward(tl);
+    }
+  }
+
+  hint(f) {
+    const c = this.convMap.get(f.conv);
+    if (f.read !== undefined) {
+      // The user read on another device.
+      if (c && f.read > c.read) {
+        c.read = f.read;
+        this.recountUnread(c);
+        this.emit("convs");
+      }
+      return;
+    }
+    if (!c || f.head > c.head) this.scheduleRefresh();
+    const tl = this.tls.get(f.conv);
+    if (tl && tl.state === "loading") tl.seenHead = Math.max(tl.seenHead || 0, f.head);
+    if (tl && tl.state === "ready" && f.head > tl.hi) this.syncForward(tl);
+  }
+
+  notify(c, ev) {
+    if (ev.kind !== "message" || ev.sender === this.user) return;
+    if (!document.hidden || typeof Notification === "undefined" || Notification.permission !== "granted") return;
+    try {
+      const n = new Notification(c.title || c.conv, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
+      n.onclick = () => {
+        window.focus();
+        history.pushState(null, "", "/c/" + encodeURIComponent(c.conv));
+        window.dispatchEvent(new PopStateEvent("popstate"));
+      };
+    } catch {
+      // Some browsers allow notifications only from a service worker.
+    }
+  }
+
+  recountUnread(c) {
+    if (c.read >= c.head) {
+      c.unread = 0;
+      return;
+    }
+    const tl = this.tls.get(c.conv);
+    if (tl && tl.state === "ready" && tl.lo <= c.read + 1) {
+      let n = 0;
+      for (const ev of tl.events.values()) {
+        if (ev.seq > c.read && ev.kind === "message" && ev.sender !== this.user && !ev.recalled) n++;
+      }
+      c.unread = n;
+    } else {
+      this.scheduleRefresh();
+    }
+  }
+
+  // --- timelines ---
+
+  /**
+   * timeline returns the state of a conversation's timeline:
+   * {conv, events: Map<seq, ev>, lo, hi, hasOlder, state: "empty"|"loading"|"ready", error?}.
+   * @param {string} conv
+   */
+  timeline(conv) {
+    let tl = this.tls.get(conv);
+    if (!tl) {
+      tl = { conv, events: new Map(), lo: 1, hi: 0, epoch: 0, minSeq: 1, hasOlder: false, state: "empty", chain: Promise.resolve(), wanted: false, error: null };
+      this.tls.set(conv, tl);
+    }
+    return tl;
+  }
+
+  serial(tl, fn) {
+    const p = tl.chain.then(fn, fn);
+    tl.chain = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * openTimeline loads the newest page of a conversation (once); "timeline"
+   * reset is announced when it is there.
+   * @param {string} conv
+   * @returns {Promise<void>}
+   */
+  openTimeline(conv) {
+    const tl = this.timeline(conv);
+    tl.wanted = true;
+    if (tl.state !== "empty") return tl.chain;
+    tl.state = "loading";
+    return this.serial(tl, async () => {
+      try {
+        await this.loadNewest(tl);
+      } catch (e) {
+        tl.state = "empty";
+        tl.error = e;
+        this.emit("timeline", conv, { kind: "reset" });
+      }
+    });
+  }
+
+  async loadNewest(tl) {
+    let c = this.convMap.get(tl.conv);
+    if (!c) {
+      await this.refreshConversations();
+      c = this.convMap.get(tl.conv);
+    }
+    if (!c) throw new ApiError("NOT_MEMBER", 404, "conversation not found or not visible", 0);
+    const floor = Math.max(0, c.min_seq - 1);
+    const after = Math.max(floor, c.head - PAGE);
+    const page = await this.sync(tl.conv, after, PAGE, 0);
+    tl.events = new Map();
+    tl.epoch = page.epoch;
+    tl.minSeq = page.min_seq;
+    tl.lo = after + 1;
+    tl.hasOlder = after > Math.max(0, page.min_seq - 1);
+    this.applyPage(tl, page.events);
+    tl.hi = page.next_after; // only after the whole page is applied
+    tl.state = "ready";
+    tl.error = null;
+    this.emit("timeline", tl.conv, { kind: "reset" });
+    if (page.has_more || (tl.seenHead || 0) > tl.hi) await this.forward(tl);
+    tl.seenHead = 0;
+    this.ack(tl);
+  }
+
+  /** forward pages from the cursor until the head; serialised by the caller. */
+  async forward(tl) {
+    for (;;) {
+      const page = await this.sync(tl.conv, tl.hi, FORWARD_LIMIT, tl.epoch);
+      this.applyForward(tl, page.events, page.next_after);
+      if (!page.has_more) return;
+    }
+  }
+
+  /**
+   * syncForward brings a ready timeline up to the head (after a gap, a hint,
+   * a resync, a reconnect).
+   * @param {object} tl
+   */
+  syncForward(tl) {
+    if (tl.syncQueued) return tl.chain;
+    tl.syncQueued = true;
+    return this.serial(tl, async () => {
+      tl.syncQueued = false;
+      if (tl.state !== "ready") return;
+      try {
+        await this.forward(tl);
+        this.ack(tl);
+      } catch (e) {
+        if (e.code === "EPOCH_CHANGED" || e.code === "CURSOR_AHEAD") this.rebuild(tl);
+        else if (e.code === "NOT_MEMBER") {
+          tl.error = e;
+          this.emit("timeline", tl.conv, { kind: "reset" });
+        }
+        // UNAVAILABLE and the like: the next push, hint or reconnect syncs again.
+      }
+    });
+  }
+
+  rebuild(tl) {
+    tl.state = "empty";
+    tl.events = new Map();
+    tl.hi = 0;
+    this.emit("timeline", tl.conv, { kind: "reset" });
+    this.scheduleRefresh();
+    setTimeout(() => this.openTimeline(tl.conv), 0);
+  }
+
+  ack(tl) {
+    if (!this.conn.online() || tl.hi <= 0 || tl.hi <= (tl.acked || 0)) return;
+    const seq = tl.hi;
+    this.conn.request({ t: "ack", conv: tl.conv, seq }).then(() => {
+      tl.acked = Math.max(tl.acked || 0, seq);
+    }, () => {});
+  }
+
+  /** applyForward applies a page (or one push) at the cursor, then moves the cursor. */
+  applyForward(tl, events, nextAfter) {
+    const { added, updated } = this.applyPage(tl, events, true);
+    if (nextAfter > tl.hi) tl.hi = nextAfter;
+    if (added.length) this.emit("timeline", tl.conv, { kind: "append", events: added });
+    for (const ev of updated) this.emit("timeline", tl.conv, { kind: "update", ev });
+  }
+
+  /**
+   * applyPage adds events not yet known (by seq) and applies recalls. An own
+   * event of this device is matched to a pending outbox item with its body
+   * (claim): any new event (forward, after the cursor), but an event of
+   * history only when it is at most 5 minutes older than the item (by the
+   * two clocks), so an old message cannot hide a new pending one.
+   */
+  applyPage(tl, events, forward) {
+    const added = [];
+    const updated = [];
+    for (const ev of events || []) {
+      if (tl.events.has(ev.seq)) continue;
+      tl.events.set(ev.seq, ev);
+      added.push(ev);
+      if (ev.kind === "recall") {
+        const t = tl.events.get(ev.target);
+        if (t && !t.recalled) {
+          t.recalled = true;
+          t.body = "";
+          updated.push(t);
+        }
+      } else if (ev.kind === "message" && ev.sender === this.user && ev.device === this.device) {
+        this.claim(ev, forward);
+      }
+    }
+    added.sort((a, b) => a.seq - b.seq);
+    return { added, updated };
+  }
+
+  /** claim matches an own event that came before its send's reply to its outbox item, so it shows once. */
+  claim(ev, forward) {
+    for (const [, s] of this.sent) if (s.seq === ev.seq) return;
+    const taken = new Set(this.claims.values());
+    if (taken.has(ev.seq)) return;
+    const at = Date.parse(ev.at) || 0;
+    for (const it of this.items.values()) {
+      if (!forward && at < it.created - 5 * 60 * 1000) continue;
+      if (it.conv === ev.conv && it.state === "pending" && it.body === ev.body && !this.claims.has(it.cmid)) {
+        this.claims.set(it.cmid, ev.seq);
+        return;
+      }
+    }
+  }
+
+  /**
+   * loadOlder reads the page before the oldest loaded event; "prepend" is announced.
+   * @param {string} conv
+   * @returns {Promise<number>} how many events were added
+   */
+  loadOlder(conv) {
+    const tl = this.timeline(conv);
+    return this.serial(tl, async () => {
+      if (tl.state !== "ready" || !tl.hasOlder) return 0;
+      const floor = Math.max(0, tl.minSeq - 1);
+      const after = Math.max(floor, tl.lo - 1 - PAGE);
+      const limit = tl.lo - 1 - after;
+      if (limit < 1) {
+        tl.hasOlder = false;
+        return 0;
+      }
+      const page = await this.sync(conv, after, limit, tl.epoch);
+      const lo = tl.lo;
+      const older = (page.events || []).filter((ev) => ev.seq < lo);
+      const { added, updated } = this.applyPage(tl, older);
+      tl.lo = after + 1;
+      tl.minSeq = page.min_seq;
+      tl.hasOlder = after > Math.max(0, page.min_seq - 1);
+      this.emit("timeline", conv, { kind: "prepend", events: added });
+      for (const ev of updated) this.emit("timeline", conv, { kind: "update", ev });
+      return added.length;
+    });
+  }
+
+  // --- outbox ---
+
+  /**
+   * outgoing lists the conversation's own messages not (yet) shown as
+   * events: pending, failed, expired, or confirmed but not yet on the timeline.
+   * @param {string} conv
+   * @returns {Array<{cmid: string, body: string, state: string, reason?: string, created: number}>}
+   */
+  outgoing(conv) {
+    const tl = this.tls.get(conv);
+    const shown = (seq) => tl && tl.events.has(seq);
+    const out = [];
+    for (const it of this.items.values()) {
+      if (it.conv !== conv) continue;
+      const claimed = this.claims.get(it.cmid);
+      if (claimed && shown(claimed)) continue;
+      out.push(it);
+    }
+    for (const [cmid, s] of this.sent) {
+      if (s.item.conv !== conv || this.items.has(cmid)) continue;
+      if (shown(s.seq)) continue;
+      out.push({ ...s.item, state: "sent", seq: s.seq });
+    }
+    return out.sort((a, b) => a.created - b.created);
+  }
+
+  outboxChanged(c) {
+    if (c.type === "added" || c.type === "updated") {
+      this.items.set(c.item.cmid, c.item);
+      this.emit("timeline", c.item.conv, { kind: "outbox" });
+      if (c.type === "added") this.pump();
+    } else if (c.type === "removed") {
+      const it = this.items.get(c.cmid);
+      this.items.delete(c.cmid);
+      this.claims.delete(c.cmid);
+      if (it && c.seq) {
+        this.sent.set(c.cmid, { item: it, seq: c.seq });
+        // Forget confirmations once their event had time to arrive.
+        setTimeout(() => this.sent.delete(c.cmid), 10 * 60 * 1000);
+        const tl = this.tls.get(it.conv);
+        if (tl && tl.state === "ready" && c.seq > tl.hi) this.syncForward(tl);
+      }
+      if (it) this.emit("timeline", it.conv, { kind: "outbox" });
+    }
+  }
+
+  /**
+   * send writes a message to the outbox (durably) and starts sending it.
+   * @param {string} conv
+   * @param {string} body
+   * @returns {Promise<object>} the outbox item
+   */
+  async send(conv, body) {
+    if (!this.outbox) throw new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0);
+    return this.outbox.add(conv, body); // "added" starts the pump
+  }
+
+  /**
+   * dismiss drops a failed or expired item the user is done with.
+   * @param {string} cmid
+   */
+  async dismiss(cmid) {
+    const it = this.items.get(cmid);
+    if (it && it.state !== "pending") await this.outbox.remove(cmid);
+  }
+
+  /** pump sends the pending items, oldest first, while this tab holds the outbox lock. */
+  async pump() {
+    if (!this.outbox || this.stopped) return;
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return;
+    }
+    this.pumping = true;
+    try {
+      await this.outbox.exclusive(async () => {
+        do {
+          this.pumpAgain = false;
+          const items = (await this.outbox.list()).filter((it) => it.state === "pending");
+          for (const it of items) {
+            if (!this.conn.online() || this.stopped) return;
+            let r;
+            try {
+              r = await this.conn.request({ t: "send", conv: it.conv, cmid: it.cmid, body: it.body });
+            } catch (e) {
+              if (RETRYABLE.has(e.code)) {
+                this.retryLater(e.retryAfterMs);
+                return;
+              }
+              const cur = await this.outbox.get(it.cmid);
+              if (!cur) continue;
+              if (e.code === "ORIGINAL_EXPIRED") await this.outbox.put({ ...cur, state: "expired", reason: e.message });
+              else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
+              continue;
+            }
+            this.retryAttempt = 0;
+            await this.outbox.remove(it.cmid, { conv: r.conv, seq: r.seq });
+          }
+        } while (this.pumpAgain);
+      });
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  retryLater(ms) {
+    clearTimeout(this.retryTimer);
+    const ceil = Math.min(30000, 500 * 2 ** this.retryAttempt);
+    this.retryAttempt = Math.min(this.retryAttempt + 1, 16);
+    const wait = ms > 0 ? ms : Math.random() * ceil;
+    this.retryTimer = setTimeout(() => this.pump(), wait);
+  }
+
+  // --- recall and read ---
+
+  /**
+   * recall asks the server to recall one of the user's messages.
+   * @param {string} conv
+   * @param {number} seq
+   * @returns {Promise<object>} the recalled reply
+   * @throws {ApiError} e.g. NOT_SENDER, RECALL_WINDOW_EXPIRED
+   */
+  async recall(conv, seq) {
+    const cmid = newID();
+    let r;
+    if (this.conn.online()) r = await this.conn.request({ t: "recall", conv, target: seq, cmid });
+    else r = await api("POST", "/api/convs/" + encodeURIComponent(conv) + "/recall", { target: seq }, { "Idempotency-Key": cmid });
+    const tl = this.tls.get(conv);
+    if (tl) this.syncForward(tl);
+    return r;
+  }
+
+  /**
+   * markRead moves the user's read cursor forward to seq (never back).
+   * @param {string} conv
+   * @param {number} seq
+   */
+  async markRead(conv, seq) {
+    const c = this.convMap.get(conv);
+    if (!c || seq <= c.read) {
+      this.readWanted.delete(conv);
+      return;
+    }
+    if (!this.conn.online()) {
+      this.readWanted.set(conv, Math.max(seq, this.readWanted.get(conv) || 0));
+      return;
+    }
+    try {
+      const r = await this.conn.request({ t: "read", conv, seq });
+      this.readWanted.delete(conv);
+      if (r.read > c.read) {
+        c.read = r.read;
+        this.recountUnread(c);
+        this.emit("convs");
+      }
+    } catch (e) {
+      if (RETRYABLE.has(e.code)) this.readWanted.set(conv, Math.max(seq, this.readWanted.get(conv) || 0));
+    }
+  }
+}

@@ -1,0 +1,310 @@
+// Package web is Parley's browser client as the server hosts it (SPEC §6
+// "SPA hosting"): the app under app/ is embedded in the binary, hashed at
+// start and served under content-addressed names, so every asset is cached
+// for a year and a new release is picked up by the next page load.
+//
+// At start (Load) every file is named NAME.HASH.EXT after the sha256 of its
+// served bytes. A JavaScript module's relative import specifiers
+// (`from "./x.js"`, `from "../x.js"`, `import "./x.js"`) are rewritten to the
+// hashed names first, so a module's hash covers the hashes of what it imports
+// (a Merkle tree: changing dom.js renames every module that imports it,
+// directly or not). That needs an acyclic import graph; a cycle is refused at
+// start. index.html is the shell: its `/assets/NAME.EXT` references are
+// rewritten the same way, and it is served with no-store for every
+// navigation path.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/wire"
+)
+
+//go:embed app
+var embedded embed.FS
+
+// ShellFile is the app's entry page inside the app directory.
+const ShellFile = "index.html"
+
+// AssetsPrefix is the URL path under which the hashed assets are served.
+const AssetsPrefix = "/assets/"
+
+// hashLen is how many hex digits of the sha256 go into a name: 48 bits,
+// plenty to tell releases of one file apart.
+const hashLen = 12
+
+// AssetCacheControl is what a hashed asset is served with: its name changes
+// with its content, so a cached copy never goes stale.
+const AssetCacheControl = "public, max-age=31536000, immutable"
+
+// ContentSecurityPolicy is the shell's policy: scripts, styles, fetches and
+// sockets only from the page's own origin, no inline script or style, no
+// plugins, no framing, no <base> tricks, forms post only here.
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+
+// Site is the hashed app: its assets by served path and the rendered shell.
+type Site struct {
+	assets map[string]*asset // served name ("app.3f2a1b0c9d8e.js") → the asset
+	names  map[string]string // app name ("app.js") → served name
+	order  []string          // app names, sorted
+	shell  []byte            // index.html with hashed references
+}
+
+type asset struct {
+	name  string // served name, relative to AssetsPrefix
+	body  []byte
+	ctype string
+	etag  string // the hash, quoted: conditional requests answer 304
+}
+
+// New loads the app embedded in the binary.
+func New() (*Site, error) {
+	sub, err := fs.Sub(embedded, "app")
+	if err != nil {
+		return nil, err
+	}
+	return Load(sub)
+}
+
+// contentTypes are the types of the files an app is made of; others come
+// from mime.TypeByExtension.
+var contentTypes = map[string]string{
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".svg":  "image/svg+xml",
+	".png":  "image/png",
+	".ico":  "image/x-icon",
+	".json": "application/json",
+	".txt":  "text/plain; charset=utf-8",
+}
+
+// importRE finds a static import's relative specifier in a module: `from
+// "./x.js"`, `from "../x.js"` and the side-effect form `import "./x.js"`.
+// Group 2 is the specifier.
+var importRE = regexp.MustCompile(`(\bfrom\s*|\bimport\s*)"(\.\.?/[^"\n]*)"`)
+
+// shellRefRE finds an asset reference in the shell: "/assets/NAME.EXT".
+var shellRefRE = regexp.MustCompile(`"/assets/([^"\n]+)"`)
+
+// Load hashes the app in fsys: every file but the shell becomes an asset;
+// the shell (index.html) is required. It fails on a relative import that
+// names no file of the app, on an import cycle, and on a shell reference to
+// a missing asset: each would break the page, so the server must not start
+// with it.
+func Load(fsys fs.FS) (*Site, error) {
+	src := map[string][]byte{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		src[p] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("web: reading the app: %w", err)
+	}
+	shell, ok := src[ShellFile]
+	if !ok {
+		return nil, fmt.Errorf("web: the app has no %s", ShellFile)
+	}
+	delete(src, ShellFile)
+
+	s := &Site{assets: map[string]*asset{}, names: map[string]string{}}
+	for name := range src {
+		s.order = append(s.order, name)
+	}
+	slices.Sort(s.order)
+
+	// Hash modules after what they import (depth-first, post-order),
+	// tracking the path being visited to report a cycle with its members.
+	const (
+		unvisited = iota
+		visiting
+		done
+	)
+	state := map[string]int{}
+	var stack []string
+	var visit func(name string) error
+	visit = func(name string) error {
+		switch state[name] {
+		case done:
+			return nil
+		case visiting:
+			i := slices.Index(stack, name)
+			cycle := append(slices.Clone(stack[i:]), name)
+			return fmt.Errorf("web: import cycle: %s (modules must import each other without cycles)", strings.Join(cycle, " → "))
+		}
+		state[name] = visiting
+		stack = append(stack, name)
+		body := src[name]
+		if path.Ext(name) == ".js" {
+			var rerr error
+			body = importRE.ReplaceAllFunc(body, func(m []byte) []byte {
+				if rerr != nil {
+					return m
+				}
+				sub := importRE.FindSubmatch(m)
+				spec := string(sub[2])
+				dep := path.Join(path.Dir(name), spec)
+				if _, ok := src[dep]; !ok || path.Ext(spec) != ".js" || strings.HasPrefix(dep, "../") {
+					rerr = fmt.Errorf("web: %s imports %q, which is no module of the app (relative, ending .js)", name, spec)
+					return m
+				}
+				if err := visit(dep); err != nil {
+					rerr = err
+					return m
+				}
+				hashed := s.names[dep]
+				rel := path.Join(path.Dir(spec), path.Base(hashed))
+				if strings.HasPrefix(spec, "./") {
+					rel = "./" + rel
+				}
+				return slices.Concat(sub[1], []byte(`"`+rel+`"`))
+			})
+			if rerr != nil {
+				return rerr
+			}
+		}
+		s.add(name, body)
+		stack = stack[:len(stack)-1]
+		state[name] = done
+		return nil
+	}
+	for _, name := range s.order {
+		if err := visit(name); err != nil {
+			return nil, err
+		}
+	}
+
+	var rerr error
+	s.shell = shellRefRE.ReplaceAllFunc(shell, func(m []byte) []byte {
+		name := string(shellRefRE.FindSubmatch(m)[1])
+		hashed, ok := s.names[name]
+		if !ok {
+			if rerr == nil {
+				rerr = fmt.Errorf("web: %s references /assets/%s, which is not in the app", ShellFile, name)
+			}
+			return m
+		}
+		return []byte(`"` + AssetsPrefix + hashed + `"`)
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	return s, nil
+}
+
+// add records name's served body under its hashed name.
+func (s *Site) add(name string, body []byte) {
+	sum := sha256.Sum256(body)
+	h := hex.EncodeToString(sum[:])[:hashLen]
+	ext := path.Ext(name)
+	hashed := strings.TrimSuffix(name, ext) + "." + h + ext
+	ctype, ok := contentTypes[ext]
+	if !ok {
+		ctype = mime.TypeByExtension(ext)
+	}
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	s.assets[hashed] = &asset{name: hashed, body: body, ctype: ctype, etag: strconv.Quote(h)}
+	s.names[name] = hashed
+}
+
+// Path returns the URL path an asset is served under, by its name in the
+// app ("app.js", "views/list.js"), and whether the app has it.
+func (s *Site) Path(name string) (string, bool) {
+	hashed, ok := s.names[name]
+	if !ok {
+		return "", false
+	}
+	return AssetsPrefix + hashed, true
+}
+
+// Assets lists the app's asset names (not hashed), sorted.
+func (s *Site) Assets() []string { return slices.Clone(s.order) }
+
+// Shell returns the rendered index.html.
+func (s *Site) Shell() []byte { return slices.Clone(s.shell) }
+
+// Sizes returns the served size in bytes of the shell (under ShellFile)
+// and of every asset (under its app name).
+func (s *Site) Sizes() map[string]int {
+	m := map[string]int{ShellFile: len(s.shell)}
+	for name, hashed := range s.names {
+		m[name] = len(s.assets[hashed].body)
+	}
+	return m
+}
+
+// Size is what a first load costs in bytes, uncompressed: the shell and
+// every asset as served.
+func (s *Site) Size() int {
+	n := len(s.shell)
+	for _, a := range s.assets {
+		n += len(a.body)
+	}
+	return n
+}
+
+// ServeHTTP serves a hashed asset for a path under AssetsPrefix (404
+// problem+json NOT_FOUND for any other name, the unhashed one included) and
+// the shell for every other path. Which paths reach it is the caller's
+// choice: httpapi sends /assets/ and navigation requests only.
+func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if name, ok := strings.CutPrefix(r.URL.Path, AssetsPrefix); ok {
+		s.serveAsset(w, r, name)
+		return
+	}
+	s.ServeShell(w, r)
+}
+
+func (s *Site) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
+	a, ok := s.assets[name]
+	if !ok {
+		wire.WriteProblem(w, parley.CodeNotFound, "no such asset; the page may be from an older release: reload it", "")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", a.ctype)
+	h.Set("Cache-Control", AssetCacheControl)
+	h.Set("ETag", a.etag)
+	h.Set("X-Content-Type-Options", "nosniff")
+	http.ServeContent(w, r, a.name, time.Time{}, bytes.NewReader(a.body))
+}
+
+// ServeShell writes the shell: never cached (it names the current
+// release's assets), with the browser-safety headers of SPEC §6.
+func (s *Site) ServeShell(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", ContentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Length", strconv.Itoa(len(s.shell)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write(s.shell)
+	}
+}

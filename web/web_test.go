@@ -1,0 +1,308 @@
+package web_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/web"
+	"github.com/parleychat/parley/wire"
+)
+
+// MaxFirstLoad is the budget of issue 13: the shell and every asset,
+// uncompressed, at most 150 KiB.
+const MaxFirstLoad = 150 << 10
+
+// TestEmbeddedApp: the app compiled into the binary loads — every relative
+// import names a module of the app, there is no import cycle, every shell
+// reference names an asset — and every asset is reachable under its hashed
+// name from the rendered shell.
+func TestEmbeddedApp(t *testing.T) {
+	s, err := web.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell := string(s.Shell())
+	for _, name := range []string{"app.js", "app.css", "boot.js"} {
+		p, ok := s.Path(name)
+		if !ok {
+			t.Fatalf("core asset %s missing from the app", name)
+		}
+		if !strings.Contains(shell, `"`+p+`"`) {
+			t.Errorf("shell does not reference %s as %s:\n%s", name, p, shell)
+		}
+	}
+	if strings.Contains(shell, `"/assets/app.js"`) {
+		t.Errorf("shell still names an unhashed asset:\n%s", shell)
+	}
+	if !strings.Contains(shell, `<div id="app"></div>`) {
+		t.Errorf("shell has no mount point:\n%s", shell)
+	}
+	// No inline script: every <script> has a src (CSP script-src 'self').
+	for _, tag := range regexp.MustCompile(`<script[^>]*>`).FindAllString(shell, -1) {
+		if !strings.Contains(tag, ` src="/assets/`) {
+			t.Errorf("inline or foreign script in the shell: %s", tag)
+		}
+	}
+	if strings.Contains(shell, " style=") {
+		t.Errorf("inline style in the shell")
+	}
+}
+
+// TestFirstLoadBudget: the shell and all assets stay within 150 KiB
+// uncompressed (issue 13, performance). This is a size budget: it fails
+// when the app outgrows it.
+func TestFirstLoadBudget(t *testing.T) {
+	s, err := web.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := s.Sizes()
+	sum := 0
+	for _, name := range append([]string{web.ShellFile}, s.Assets()...) {
+		t.Logf("%-20s %7d bytes", name, sizes[name])
+		sum += sizes[name]
+	}
+	if sum != s.Size() {
+		t.Fatalf("sizes add up to %d, Size says %d", sum, s.Size())
+	}
+	t.Logf("first load: %d bytes (%.1f KiB) in %d assets and the shell; budget %d KiB",
+		s.Size(), float64(s.Size())/1024, len(s.Assets()), MaxFirstLoad>>10)
+	if s.Size() > MaxFirstLoad {
+		t.Fatalf("first load is %d bytes, over the %d-byte budget", s.Size(), MaxFirstLoad)
+	}
+}
+
+// app is a small app with modules in two directories, a side-effect
+// import, a re-export and a bare specifier that must stay as it is.
+func app() fstest.MapFS {
+	return fstest.MapFS{
+		"index.html":    {Data: []byte(`<link rel="stylesheet" href="/assets/app.css"><script src="/assets/boot.js"></script><script type="module" src="/assets/app.js"></script><div id="app"></div>`)},
+		"app.css":       {Data: []byte("body{}")},
+		"boot.js":       {Data: []byte(`"use strict";`)},
+		"app.js":        {Data: []byte("import { h } from \"./dom.js\";\nimport { list } from \"./views/list.js\";\nimport \"./side.js\";\nlist(h);\n")},
+		"dom.js":        {Data: []byte("export function h() {}\n")},
+		"side.js":       {Data: []byte("window.x = 1;\n")},
+		"views/list.js": {Data: []byte("import { h } from \"../dom.js\";\nexport { h as hh } from \"../dom.js\";\nexport function list() {}\n")},
+	}
+}
+
+// TestLoadRewritesImports: relative specifiers become hashed names, kept
+// relative to the importing module; the shell names hashed assets.
+func TestLoadRewritesImports(t *testing.T) {
+	s, err := web.Load(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashed := func(name string) string {
+		p, ok := s.Path(name)
+		if !ok {
+			t.Fatalf("%s not served", name)
+		}
+		if !regexp.MustCompile(`^/assets/` + regexp.QuoteMeta(strings.TrimSuffix(name, path.Ext(name))) + `\.[0-9a-f]{12}` + regexp.QuoteMeta(path.Ext(name)) + `$`).MatchString(p) {
+			t.Fatalf("%s served as %s, want /assets/NAME.HASH.EXT", name, p)
+		}
+		return path.Base(p)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	get := func(name string) string {
+		p, _ := s.Path(name)
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", p, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	appJS := get("app.js")
+	for _, want := range []string{
+		`from "./` + hashed("dom.js") + `"`,
+		`from "./views/` + hashed("views/list.js") + `"`,
+		`import "./` + hashed("side.js") + `"`,
+	} {
+		if !strings.Contains(appJS, want) {
+			t.Errorf("app.js lacks %s:\n%s", want, appJS)
+		}
+	}
+	listJS := get("views/list.js")
+	if n := strings.Count(listJS, `from "../`+hashed("dom.js")+`"`); n != 2 {
+		t.Errorf("views/list.js has %d rewritten imports of dom.js, want 2:\n%s", n, listJS)
+	}
+	shell := string(s.Shell())
+	for _, name := range []string{"app.css", "boot.js", "app.js"} {
+		if !strings.Contains(shell, `"/assets/`+hashed(name)+`"`) {
+			t.Errorf("shell lacks %s:\n%s", hashed(name), shell)
+		}
+	}
+}
+
+// TestHashCoversImports: changing a module renames it and every module
+// that imports it, directly or not, and nothing else.
+func TestHashCoversImports(t *testing.T) {
+	before, err := web.Load(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := app()
+	changed["dom.js"] = &fstest.MapFile{Data: []byte("export function h() { return 1; }\n")}
+	after, err := web.Load(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, wantRenamed := range map[string]bool{
+		"dom.js": true, "views/list.js": true, "app.js": true, "side.js": false, "boot.js": false, "app.css": false,
+	} {
+		p1, _ := before.Path(name)
+		p2, _ := after.Path(name)
+		if renamed := p1 != p2; renamed != wantRenamed {
+			t.Errorf("%s: %s → %s, renamed %v, want %v", name, p1, p2, renamed, wantRenamed)
+		}
+	}
+}
+
+// TestLoadRefuses: an app that would break in the browser does not load,
+// with an error naming the problem.
+func TestLoadRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(fstest.MapFS)
+		error string
+	}{
+		{"cycle", func(a fstest.MapFS) {
+			a["dom.js"] = &fstest.MapFile{Data: []byte("import { list } from \"./views/list.js\";\n")}
+		}, "import cycle: dom.js → views/list.js → dom.js"},
+		{"self import", func(a fstest.MapFS) {
+			a["side.js"] = &fstest.MapFile{Data: []byte("import \"./side.js\";\n")}
+		}, "import cycle: side.js → side.js"},
+		{"missing module", func(a fstest.MapFS) {
+			a["side.js"] = &fstest.MapFile{Data: []byte("import { x } from \"./nope.js\";\n")}
+		}, `side.js imports "./nope.js"`},
+		{"specifier without .js", func(a fstest.MapFS) {
+			a["side.js"] = &fstest.MapFile{Data: []byte("import { h } from \"./dom\";\n")}
+		}, `side.js imports "./dom"`},
+		{"outside the app", func(a fstest.MapFS) {
+			a["side.js"] = &fstest.MapFile{Data: []byte("import { h } from \"../dom.js\";\n")}
+		}, `side.js imports "../dom.js"`},
+		{"shell names a missing asset", func(a fstest.MapFS) {
+			a["index.html"] = &fstest.MapFile{Data: []byte(`<script src="/assets/gone.js"></script>`)}
+		}, "references /assets/gone.js"},
+		{"no shell", func(a fstest.MapFS) { delete(a, "index.html") }, "no index.html"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := app()
+			tc.edit(a)
+			_, err := web.Load(a)
+			if err == nil || !strings.Contains(err.Error(), tc.error) {
+				t.Fatalf("Load: %v, want an error with %q", err, tc.error)
+			}
+		})
+	}
+}
+
+// TestServe: hashed assets are immutable with their Content-Type; any
+// other name under /assets/ (the unhashed one, an old hash) is 404
+// problem+json; every other path is the shell, no-store, with the
+// browser-safety headers.
+func TestServe(t *testing.T) {
+	s, err := web.Load(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	js, _ := s.Path("app.js")
+	css, _ := s.Path("app.css")
+	list, _ := s.Path("views/list.js")
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		header       map[string]string
+	}{
+		{"GET", js, 200, map[string]string{"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": web.AssetCacheControl, "X-Content-Type-Options": "nosniff"}},
+		{"HEAD", js, 200, map[string]string{"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": web.AssetCacheControl}},
+		{"GET", css, 200, map[string]string{"Content-Type": "text/css; charset=utf-8", "Cache-Control": web.AssetCacheControl}},
+		{"GET", list, 200, map[string]string{"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": web.AssetCacheControl}},
+		{"GET", "/assets/app.js", 404, map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}},
+		{"GET", "/assets/app.000000000000.js", 404, map[string]string{"Content-Type": "application/problem+json"}},
+		{"GET", "/assets/index.html", 404, map[string]string{"Content-Type": "application/problem+json"}},
+		{"GET", "/", 200, map[string]string{"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store",
+			"Content-Security-Policy": web.ContentSecurityPolicy, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}},
+		{"GET", "/c/some-conversation", 200, map[string]string{"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}},
+		{"HEAD", "/signin", 200, map[string]string{"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
+			}
+			for k, want := range tc.header {
+				if got := resp.Header.Get(k); got != want {
+					t.Errorf("%s: %q, want %q", k, got, want)
+				}
+			}
+			switch {
+			case tc.method == "HEAD":
+				if len(body) != 0 {
+					t.Errorf("HEAD answered a body of %d bytes", len(body))
+				}
+			case tc.status == 404:
+				var p wire.Problem
+				if err := json.Unmarshal(body, &p); err != nil || p.Code != parley.CodeNotFound || p.Status != 404 {
+					t.Errorf("404 body %s (%v), want a NOT_FOUND problem", body, err)
+				}
+			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html"):
+				if string(body) != string(s.Shell()) {
+					t.Errorf("shell body:\n%s", body)
+				}
+			}
+		})
+	}
+}
+
+// TestConditional: the hash is the ETag; a revalidation answers 304.
+func TestConditional(t *testing.T) {
+	s, err := web.Load(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	js, _ := s.Path("app.js")
+	resp, err := http.Get(srv.URL + js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	etag := resp.Header.Get("ETag")
+	if !strings.Contains(js, strings.Trim(etag, `"`)) || etag == "" {
+		t.Fatalf("ETag %q does not carry the hash of %s", etag, js)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+js, nil)
+	req.Header.Set("If-None-Match", etag)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotModified {
+		t.Fatalf("revalidation: %d, want 304", resp.StatusCode)
+	}
+}
