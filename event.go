@@ -44,13 +44,17 @@ type SendRequest struct {
 }
 
 // Sent is the reply to a send: the event's seq and mid, whether this was a
-// replay of an earlier request (Dup), and the conversation's epoch.
+// replay of an earlier request (Dup), and the conversation's epoch. At is
+// the event's commit time as Event.At reads it back, when the store
+// reports it (zero otherwise, and on a Dup): with it the gateway's notice
+// carries the whole event (SentNotice).
 type Sent struct {
 	Conv  string
 	Seq   int64
 	MID   string
 	Dup   bool
 	Epoch int64
+	At    time.Time
 }
 
 // SyncRequest is the input of Store.Sync. Limit must be at least 1 and is

@@ -4,10 +4,26 @@
 //	func TestBusContract(t *testing.T) { bustest.Run(t, backend{}) }
 //
 // Each behaviour is a named subtest with a fresh deployment of its own. The
-// suite checks what a healthy deployment does: under no failure, notices
-// arrive, all of them, in publish order, and Lost is never called. What a
-// bus does under failure (a dropped connection, an overflow) is specific to
-// each backend and tested next to it.
+// suite checks what a healthy deployment does: under no failure, every
+// notice of a receiver's declared interest (parley.Bus.Interest) arrives,
+// in publish order per conversation and per user, and Lost is never
+// called; a Selective backend delivers nothing outside the interest. What
+// a bus does under failure (a dropped connection, an overflow) is specific
+// to each backend and tested next to it.
+//
+// Carried events. A notice published with an event (Notice.Event, Epoch)
+// arrives with the same event, or, when the event's body is over the
+// backend's bound (Backend.MaxCarried), as ids only (Event nil, Epoch 0);
+// never with an event that differs. The bounds of our buses:
+//
+//	inmem     none: the notice itself is handed over
+//	nats      none below nats.Options.MaxMessage (64 KiB), ids only above
+//	postgres  parley.MaxNoticeBody, the most a publisher attaches
+//	          (Notice.WithEvent): every event a notice may carry fits in
+//	          one NOTIFY payload
+//
+// So every bus carries every event a publisher attaches, and a gateway
+// that watches the conversation pushes it without reading the store.
 package bustest
 
 import (
@@ -15,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +53,19 @@ type Backend interface {
 	// SingleNode reports that New returns one bus twice, so a deployment
 	// has no second instance to test against (cross_instance is skipped).
 	SingleNode() bool
+	// Selective reports that a receiver hears only notices of its declared
+	// interest; otherwise it may hear more (interest_routing checks only
+	// that it hears what it must).
+	Selective() bool
+	// MaxCarried is the longest Event.Body, in bytes, of a notice that
+	// arrives with its carried event (Notice.Event, Epoch); a notice whose
+	// event has a longer body arrives as ids only. NoBound: every carried
+	// event arrives.
+	MaxCarried() int
 }
+
+// NoBound is the MaxCarried of a bus that carries every event.
+const NoBound = -1
 
 // Run runs every behaviour against be.
 func Run(t *testing.T, be Backend) {
@@ -54,6 +83,9 @@ var behaviours = []struct {
 	{"publish_never_blocks", testPublishNeverBlocks},
 	{"batched", testBatched},
 	{"stops_on_cancel", testStopsOnCancel},
+	{"interest_routing", testInterestRouting},
+	{"interest_removed", testInterestRemoved},
+	{"carries_events", testCarriesEvents},
 }
 
 // Generous limits: the suite runs under -race on busy CI machines.
@@ -67,13 +99,14 @@ const (
 // intact, however Publish was called.
 func testDeliversInOrder(t *testing.T, be Backend) {
 	a, _ := be.New(t)
+	watchAll(a, "order")
 	ra := newRecorder(t)
 	start(t, a, ra)
 	waitReady(t, a, ra)
 
 	want := Notices("order", 1000)
 	publishInGroups(a, want)
-	ra.waitFor(t, "own handler", "order", want)
+	ra.waitFor(t, "own handler", expect(be, want), nil)
 	if n := ra.lostCount(); n != 0 {
 		t.Errorf("Lost called %d times on a healthy bus", n)
 	}
@@ -89,6 +122,8 @@ func testCrossInstance(t *testing.T, be Backend) {
 	if a == b {
 		t.Fatal("New returned the same bus twice, but SingleNode is false")
 	}
+	watchAll(a, "froma", "fromb")
+	watchAll(b, "froma", "fromb")
 	ra, rb := newRecorder(t), newRecorder(t)
 	start(t, a, ra)
 	start(t, b, rb)
@@ -103,15 +138,14 @@ func testCrossInstance(t *testing.T, be Backend) {
 	for _, c := range []struct {
 		name string
 		r    *recorder
-		tag  string
 		want []parley.Notice
 	}{
-		{"b hears a", rb, "froma", fromA},
-		{"a hears b", ra, "fromb", fromB},
-		{"a hears itself", ra, "froma", fromA},
-		{"b hears itself", rb, "fromb", fromB},
+		{"b hears a", rb, fromA},
+		{"a hears b", ra, fromB},
+		{"a hears itself", ra, fromA},
+		{"b hears itself", rb, fromB},
 	} {
-		c.r.waitFor(t, c.name, c.tag, c.want)
+		c.r.waitFor(t, c.name, expect(be, c.want), nil)
 	}
 	if n := ra.lostCount() + rb.lostCount(); n != 0 {
 		t.Errorf("Lost called %d times on a healthy bus", n)
@@ -129,6 +163,7 @@ func testPublishNeverBlocks(t *testing.T, be Backend) {
 		}
 	})
 
+	watchAll(a, "burst")
 	ra := newRecorder(t)
 	ra.stuck = make(chan struct{})
 	start(t, a, ra)
@@ -146,6 +181,7 @@ func testPublishNeverBlocks(t *testing.T, be Backend) {
 // than notices.
 func testBatched(t *testing.T, be Backend) {
 	a, _ := be.New(t)
+	watchAll(a, "batch")
 	ra := newRecorder(t)
 	start(t, a, ra)
 	waitReady(t, a, ra)
@@ -155,7 +191,7 @@ func testBatched(t *testing.T, be Backend) {
 	for _, x := range want {
 		a.Publish(x)
 	}
-	ra.waitFor(t, "burst", "batch", want)
+	ra.waitFor(t, "burst", expect(be, want), nil)
 	calls := ra.callsWith("batch")
 	t.Logf("%d notices in %d Notify calls", n, calls)
 	if calls >= n {
@@ -168,6 +204,8 @@ func testBatched(t *testing.T, be Backend) {
 func testStopsOnCancel(t *testing.T, be Backend) {
 	before := settledGoroutines()
 	a, b := be.New(t)
+	watchAll(a, "late")
+	watchAll(b, "late")
 	buses := []parley.Bus{a}
 	if b != a {
 		buses = append(buses, b)
@@ -219,6 +257,216 @@ func testStopsOnCancel(t *testing.T, be Backend) {
 	})
 }
 
+// A receiver hears every notice of its interest: event notices of the
+// conversations it watches, event notices naming a user it serves, and
+// read-cursor and account notices of the users it serves; each once, in
+// order per conversation and per user. A Selective bus delivers nothing
+// else.
+func testInterestRouting(t *testing.T, be Backend) {
+	a, b := be.New(t)
+	watched := []string{"route.w1", "route.w2"}
+	served := []string{"alice", "b0b.x-y_z"}
+	b.Interest(parley.Interest{Watch: append([]string{probeTag}, watched...), Serve: served})
+	rb := newRecorder(t)
+	recs := []*recorder{rb}
+	start(t, b, rb)
+	if a != b {
+		a.Interest(parley.Interest{Watch: []string{probeTag}})
+		ra := newRecorder(t)
+		start(t, a, ra)
+		recs = append(recs, ra)
+	}
+	waitReady(t, a, recs...)
+
+	entitled := func(n parley.Notice) bool {
+		if n.Account() || n.Read() {
+			return slices.Contains(served, n.User)
+		}
+		return slices.Contains(watched, n.Conv) || slices.Contains(served, n.User)
+	}
+	var all, want []parley.Notice
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)
+	for i := range 200 {
+		seq := int64(i + 1)
+		ev := parley.Event{Conv: "route.w2", Seq: seq, MID: fmt.Sprint("m", i), Kind: parley.EventMessage, Sender: "alice", Device: "d", Body: "hello " + strconv.Itoa(i), At: at}
+		round := []parley.Notice{
+			{Conv: "route.w1", Seq: seq},
+			parley.Notice{Conv: "route.w2", Seq: seq}.WithEvent(ev, 1),
+			{Conv: "route.other", Seq: seq},
+			{Conv: "route.other", Seq: seq, User: "alice"},
+			{Conv: "route.other", Seq: seq, User: "carol"},
+			{Conv: "route.w1", Seq: seq, User: "carol"},
+			{Conv: "route.w1", Seq: seq, User: "b0b.x-y_z"},
+			{Conv: "route.w1", Seq: seq, User: "alice", Device: "phone"},
+			{Conv: "route.other", Seq: seq, User: "b0b.x-y_z", Device: "tab 2"},
+			{Conv: "route.w1", Seq: seq, User: "carol", Device: "phone"},
+			parley.AccountNotice("alice"),
+			parley.AccountNotice("carol"),
+		}
+		for _, n := range round {
+			all = append(all, n)
+			if entitled(n) {
+				want = append(want, n)
+			}
+		}
+	}
+	publishInGroups(a, all)
+	rb.waitFor(t, "interested receiver", expect(be, want), entitled)
+	if n := rb.lostCount(); n != 0 {
+		t.Errorf("Lost called %d times on a healthy bus", n)
+	}
+	if !be.Selective() {
+		return
+	}
+	time.Sleep(200 * time.Millisecond) // let anything misrouted arrive
+	for _, n := range rb.heard() {
+		if n.Conv != probeTag && !entitled(n) {
+			t.Errorf("a selective bus delivered %+v outside the receiver's interest", n)
+		}
+	}
+}
+
+// A Selective bus stops delivering a conversation once it is unwatched and
+// a user's notices once the user is unserved; the rest of the interest
+// stays.
+func testInterestRemoved(t *testing.T, be Backend) {
+	a, b := be.New(t)
+	b.Interest(parley.Interest{Watch: []string{probeTag, "gone.x", "kept.y"}, Serve: []string{"alice", "cy"}})
+	rb := newRecorder(t)
+	recs := []*recorder{rb}
+	start(t, b, rb)
+	if a != b {
+		a.Interest(parley.Interest{Watch: []string{probeTag}})
+		ra := newRecorder(t)
+		start(t, a, ra)
+		recs = append(recs, ra)
+	}
+	waitReady(t, a, recs...)
+	before := []parley.Notice{{Conv: "gone.x", Seq: 1}, {Conv: "gone.x", Seq: 1, User: "alice", Device: "phone"}, {Conv: "kept.y", Seq: 1}}
+	a.Publish(before...)
+	rb.waitFor(t, "before removal", before, nil)
+
+	b.Interest(parley.Interest{Unwatch: []string{"gone.x"}, Unserve: []string{"alice"}})
+	b.Interest(parley.Interest{Unwatch: []string{"never.watched"}, Unserve: []string{"nobody"}}) // no-ops
+	after := []parley.Notice{
+		{Conv: "gone.x", Seq: 2},
+		{Conv: "gone.x", Seq: 2, User: "alice", Device: "phone"},
+		parley.AccountNotice("alice"),
+		{Conv: "kept.y", Seq: 2},
+		{Conv: "kept.y", Seq: 2, User: "cy", Device: "tab"},
+	}
+	a.Publish(after...)
+	rb.waitFor(t, "after removal", []parley.Notice{before[2], after[3], after[4]}, func(n parley.Notice) bool { return n.Conv == "kept.y" })
+	if !be.Selective() {
+		return
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, n := range rb.heard() {
+		if n.Seq == 2 && n.Conv == "gone.x" || n.Account() {
+			t.Errorf("delivered %+v after its interest was removed", n)
+		}
+	}
+}
+
+// watchAll declares on bus the interest that covers Notices(tag, ...) of
+// every tag, and the probes.
+func watchAll(bus parley.Bus, tags ...string) {
+	in := parley.Interest{Watch: []string{probeTag}}
+	for _, tag := range tags {
+		for _, n := range Notices(tag, 4) {
+			in.Watch = append(in.Watch, n.Conv)
+			if n.User != "" {
+				in.Serve = append(in.Serve, n.User)
+			}
+		}
+		in.Serve = append(in.Serve, noticeUsers...)
+	}
+	bus.Interest(in)
+}
+
+// expect is what a receiver on be hears of ns: ns, the notices whose event
+// is over be's bound as ids only.
+func expect(be Backend, ns []parley.Notice) []parley.Notice {
+	max := be.MaxCarried()
+	out := make([]parley.Notice, len(ns))
+	for i, n := range ns {
+		if max != NoBound && n.Event != nil && len(n.Event.Body) > max {
+			n.Event, n.Epoch = nil, 0
+		}
+		out[i] = n
+	}
+	return out
+}
+
+// A notice published with an event reaches the other instance (and its
+// own) with the same event, whatever the event: every kind, empty and
+// system fields, a body at parley.MaxNoticeBody of the bytes hardest to
+// carry (newlines, '%', spaces, 4-byte characters, control characters).
+// Bodies over the bound (which Notice.WithEvent never attaches, but a
+// publisher may) arrive as the backend's MaxCarried says.
+func testCarriesEvents(t *testing.T, be Backend) {
+	a, b := be.New(t)
+	watchAll(a, "carry")
+	ra := newRecorder(t)
+	recs := []*recorder{ra}
+	start(t, a, ra)
+	rb := ra
+	if b != a {
+		watchAll(b, "carry")
+		rb = newRecorder(t)
+		start(t, b, rb)
+		recs = append(recs, rb)
+	}
+	waitReady(t, a, recs...)
+
+	want := CarriedNotices("carry")
+	publishInGroups(a, want)
+	rb.waitFor(t, "other instance", expect(be, want), nil)
+	if b != a {
+		ra.waitFor(t, "own instance", expect(be, want), nil)
+	}
+	carried := 0
+	for _, n := range rb.heard() {
+		if n.Event != nil && tagOf(n.Conv) == "carry" {
+			carried++
+		}
+	}
+	t.Logf("%d of %d notices arrived with their event (MaxCarried %d)", carried, len(want), be.MaxCarried())
+	if n := ra.lostCount() + rb.lostCount(); n != 0 {
+		t.Errorf("Lost called %d times on a healthy bus", n)
+	}
+}
+
+// CarriedNotices returns event notices of conversations tagged tag, each
+// carrying its event: the edge cases of what an event holds, then events
+// with bodies over parley.MaxNoticeBody.
+func CarriedNotices(tag string) []parley.Notice {
+	at := time.Date(2026, 12, 3, 19, 0, 0, 0, time.UTC)
+	bound := parley.MaxNoticeBody
+	bodies := []string{
+		"", "hi", "a  b  ", " ", "%", "%41", "\n", "\r\n", "\t\x01\x7f",
+		strings.Repeat("\n", bound), strings.Repeat("%", bound), strings.Repeat(" ", bound),
+		strings.Repeat("🙂", bound/4), strings.Repeat("x\n%", bound/3), strings.Repeat("é", bound/2),
+	}
+	over := []string{strings.Repeat("x", bound+1), strings.Repeat("\n", 3*bound)}
+	users := noticeUsers
+	var ns []parley.Notice
+	add := func(conv, user string, ev parley.Event, epoch int64) {
+		seq := int64(len(ns) + 1)
+		ev.Conv, ev.Seq = conv, seq
+		ev.At = at.Add(time.Duration(seq) * time.Millisecond)
+		ns = append(ns, parley.Notice{Conv: conv, Seq: seq, User: user, Event: &ev, Epoch: epoch})
+	}
+	for i, body := range append(bodies, over...) {
+		add(tag, "", parley.Event{MID: parley.NewID(), Kind: parley.EventMessage, Sender: users[i%len(users)], Device: "dev " + strconv.Itoa(i), Body: body}, int64(1+i%3))
+	}
+	add(tag, "", parley.Event{MID: parley.NewID(), Kind: parley.EventMessage, Sender: users[0], Device: strings.Repeat("🙂", parley.MaxDeviceIDChars), Recalled: true}, 1)
+	add(tag, "", parley.Event{MID: parley.NewID(), Kind: parley.EventRecall, Sender: users[1], Device: "new\nline %", Target: 1}, 1)
+	add(tag, users[2], parley.Event{MID: parley.NewID(), Kind: parley.EventMemberJoined, Sender: users[0], User: users[2]}, 1<<40)
+	add(tag, users[1], parley.Event{MID: parley.NewID(), Kind: parley.EventMemberLeft, User: users[1]}, 1<<62) // by the system
+	return ns
+}
+
 // settledGoroutines counts goroutines once those of earlier tests that
 // were on their way out have gone.
 func settledGoroutines() int {
@@ -234,8 +482,12 @@ func settledGoroutines() int {
 	return n
 }
 
+// noticeUsers are the users of Notices.
+var noticeUsers = []string{"alice", "b0b.x-y_z", "u" + strings.Repeat("9", 31)}
+
 // Notices returns n notices of conversations tagged tag: event notices
-// (some naming a member) and read-cursor notices, with ids at the edges of what is valid (64-character
+// (some naming a member, some carrying their event, with bodies up to
+// MaxNoticeBody) and read-cursor notices, with ids at the edges of what is valid (64-character
 // conversation ids, 32-character user ids, device ids with spaces,
 // newlines, percent signs and non-ASCII text).
 func Notices(tag string, n int) []parley.Notice {
@@ -244,7 +496,9 @@ func Notices(tag string, n int) []parley.Notice {
 		tag + ".A:b-c_d.9",
 		tag + "." + strings.Repeat("z", 64-len(tag)-1),
 	}
-	users := []string{"alice", "b0b.x-y_z", "u" + strings.Repeat("9", 31)}
+	users := noticeUsers
+	bodies := []string{"", "hi", "привет 🙂\nline two", strings.Repeat("é", parley.MaxNoticeBody/2), strings.Repeat("x", parley.MaxNoticeBody)}
+	at := time.Date(2026, 12, 3, 15, 0, 0, 0, time.UTC)
 	devices := []string{
 		"phone", "laptop 2", "tab\there", "new\nline\r\n", "100% sure", "%41",
 		"телефон", "日本のデバイス", "🙂", "-", " ", strings.Repeat("d", 64),
@@ -253,6 +507,13 @@ func Notices(tag string, n int) []parley.Notice {
 	ns := make([]parley.Notice, n)
 	for i := range ns {
 		x := parley.Notice{Conv: convs[i%len(convs)], Seq: int64(i + 1)}
+		if i%4 == 0 && i%3 != 2 { // a message event carried
+			x = x.WithEvent(parley.Event{
+				Conv: x.Conv, Seq: x.Seq, MID: fmt.Sprintf("mid-%d", i), Kind: parley.EventMessage,
+				Sender: users[i%len(users)], Device: devices[i%len(devices)], Body: bodies[i%len(bodies)],
+				Recalled: i%5 == 0, At: at.Add(time.Duration(i) * time.Millisecond),
+			}, int64(1+i%3))
+		}
 		switch i % 4 {
 		case 1:
 			x.User, x.Device = users[i%len(users)], devices[i%len(devices)]
@@ -261,6 +522,10 @@ func Notices(tag string, n int) []parley.Notice {
 		case 3:
 			if i%8 == 3 {
 				x.User = users[i%len(users)] // an event notice naming a member
+				x = x.WithEvent(parley.Event{
+					Conv: x.Conv, Seq: x.Seq, MID: fmt.Sprintf("mid-%d", i), Kind: parley.EventMemberJoined,
+					Sender: "alice", User: x.User, At: at,
+				}, 1<<40)
 			} else {
 				x.Seq = 1<<62 + int64(i)
 			}
@@ -352,7 +617,9 @@ func within(t testing.TB, what string, d time.Duration, f func()) {
 	}
 }
 
-// recorder is a BusHandler that keeps what it hears, by tag.
+// recorder is a BusHandler that keeps what it hears, by stream: the
+// notices of one publisher's tag and one conversation (event notices) or
+// one user (read-cursor and account notices), which the contract orders.
 type recorder struct {
 	t       testing.TB
 	stuck   chan struct{} // if set, Notify waits for it to close
@@ -361,13 +628,23 @@ type recorder struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
-	byTag   map[string][]parley.Notice
+	all     []parley.Notice
+	byKey   map[string][]parley.Notice
+	byTag   map[string]int // notices by tag
 	calls   map[string]int // Notify calls that carried the tag
 	lost    int
 }
 
 func newRecorder(t testing.TB) *recorder {
-	return &recorder{t: t, changed: make(chan struct{}), byTag: map[string][]parley.Notice{}, calls: map[string]int{}}
+	return &recorder{t: t, changed: make(chan struct{}), byKey: map[string][]parley.Notice{}, byTag: map[string]int{}, calls: map[string]int{}}
+}
+
+// streamKey names the stream n belongs to.
+func streamKey(n parley.Notice) string {
+	if n.Account() || n.Read() {
+		return tagOf(n.Conv) + "|u:" + n.User
+	}
+	return tagOf(n.Conv) + "|c:" + n.Conv
 }
 
 func (r *recorder) Notify(ns []parley.Notice) {
@@ -382,7 +659,10 @@ func (r *recorder) Notify(ns []parley.Notice) {
 	seen := map[string]bool{}
 	for _, n := range ns {
 		tag := tagOf(n.Conv)
-		r.byTag[tag] = append(r.byTag[tag], n)
+		r.all = append(r.all, n)
+		k := streamKey(n)
+		r.byKey[k] = append(r.byKey[k], n)
+		r.byTag[tag]++
 		if !seen[tag] {
 			seen[tag] = true
 			r.calls[tag]++
@@ -411,7 +691,7 @@ func (r *recorder) enter() {
 func (r *recorder) count(tag string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.byTag[tag])
+	return r.byTag[tag]
 }
 
 func (r *recorder) callsWith(tag string) int {
@@ -426,38 +706,77 @@ func (r *recorder) lostCount() int {
 	return r.lost
 }
 
-// waitFor waits until r has heard the notices tagged tag that want holds,
-// and fails the test as soon as what it heard is not a prefix of want.
-func (r *recorder) waitFor(t testing.TB, what, tag string, want []parley.Notice) {
+func (r *recorder) heard() []parley.Notice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// waitFor waits until r has heard every notice of want, stream by stream,
+// and fails the test as soon as what a stream heard is not a prefix of
+// what want has in it. keep, when set, picks what counts of what r heard
+// on those streams (a bus that is not Selective delivers more).
+func (r *recorder) waitFor(t testing.TB, what string, want []parley.Notice, keep func(parley.Notice) bool) {
 	t.Helper()
+	streams := map[string][]parley.Notice{}
+	var keys []string
+	for _, n := range want {
+		k := streamKey(n)
+		if _, ok := streams[k]; !ok {
+			keys = append(keys, k)
+		}
+		streams[k] = append(streams[k], n)
+	}
 	timeout := time.After(deliverWithin)
 	for {
 		r.mu.Lock()
-		got, changed := r.byTag[tag], r.changed
-		r.mu.Unlock()
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Fatalf("%s: notice %d is %+v, want %+v", what, i, got[i], want[i])
+		changed := r.changed
+		done := true
+		var behind string
+		for _, k := range keys {
+			got, w := r.byKey[k], streams[k]
+			if keep != nil {
+				got = slices.DeleteFunc(slices.Clone(got), func(n parley.Notice) bool { return !keep(n) })
+			}
+			for i := range min(len(got), len(w)) {
+				if !got[i].Same(w[i]) {
+					r.mu.Unlock()
+					t.Fatalf("%s: stream %q: notice %d is %s, want %s", what, k, i, show(got[i]), show(w[i]))
+				}
+			}
+			if len(got) > len(w) {
+				r.mu.Unlock()
+				t.Fatalf("%s: stream %q: %d notices, want %d; the first extra is %s", what, k, len(got), len(w), show(got[len(w)]))
+			}
+			if len(got) < len(w) {
+				done = false
+				behind = fmt.Sprintf("stream %q: %s", k, summary(got, len(w)))
 			}
 		}
-		if len(got) > len(want) {
-			t.Fatalf("%s: %d notices, want %d; the first extra is %+v", what, len(got), len(want), got[len(want)])
-		}
-		if len(got) == len(want) {
+		r.mu.Unlock()
+		if done {
 			return
 		}
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatalf("%s: after %v: %s", what, deliverWithin, summary(got, len(want)))
+			t.Fatalf("%s: after %v: %s", what, deliverWithin, behind)
 		}
 	}
+}
+
+func show(n parley.Notice) string {
+	s := fmt.Sprintf("%+v", n)
+	if n.Event != nil {
+		s += fmt.Sprintf(" with event %+v", *n.Event)
+	}
+	return strconv.Quote(s)
 }
 
 func summary(got []parley.Notice, want int) string {
 	s := fmt.Sprintf("%d of %d notices delivered", len(got), want)
 	if len(got) > 0 {
-		s += ", the last " + strconv.Quote(fmt.Sprintf("%+v", got[len(got)-1]))
+		s += ", the last " + show(got[len(got)-1])
 	}
 	return s
 }

@@ -16,6 +16,7 @@ import (
 // The notices the suite publishes are valid, so every backend must carry
 // them.
 func TestNoticesValid(t *testing.T) {
+	events := 0
 	for _, n := range bustest.Notices("tag", 1000) {
 		if !parley.ValidConvID(n.Conv) {
 			t.Errorf("invalid conv in %+v", n)
@@ -26,6 +27,18 @@ func TestNoticesValid(t *testing.T) {
 		if n.User == "" && n.Device != "" {
 			t.Errorf("a device without a user: %+v", n)
 		}
+		if ev := n.Event; ev != nil {
+			events++
+			if ev.Conv != n.Conv || ev.Seq != n.Seq || n.Epoch < 1 || n.Read() || len(ev.Body) > parley.MaxNoticeBody {
+				t.Errorf("a carried event that does not fit its notice: %+v, %+v", n, *ev)
+			}
+			if !n.Same(n.WithEvent(*ev, n.Epoch)) {
+				t.Errorf("Same does not hold for a copy of %+v", n)
+			}
+		}
+	}
+	if events == 0 {
+		t.Error("no notice carries an event")
 	}
 }
 
@@ -46,6 +59,8 @@ func TestSuiteCatchesBrokenBuses(t *testing.T) {
 		{"unbatched", "batched"},
 		{"blocks", "publish_never_blocks"},
 		{"leaks", "stops_on_cancel"},
+		{"unselective", "interest_routing"},
+		{"strips", "carries_events"},
 	} {
 		t.Run(c.broken, func(t *testing.T) {
 			t.Parallel()
@@ -65,6 +80,12 @@ func TestSuiteCatchesBrokenBuses(t *testing.T) {
 type broken string
 
 func (b broken) SingleNode() bool { return true }
+
+// An "unselective" bus says it is Selective but delivers every notice.
+func (b broken) Selective() bool { return b == "unselective" }
+
+// A "strips" bus says it carries events but delivers ids only.
+func (b broken) MaxCarried() int { return bustest.NoBound }
 
 func (b broken) New(t testing.TB) (parley.Bus, parley.Bus) {
 	bus := &brokenBus{how: string(b), Bus: inmem.NewBus(), in: make(chan parley.Notice)}
@@ -96,6 +117,11 @@ func (b *brokenBus) Publish(ns ...parley.Notice) {
 	case "blocks":
 		for _, n := range ns {
 			b.in <- n
+		}
+	case "strips":
+		for _, n := range ns {
+			n.Event, n.Epoch = nil, 0
+			b.Bus.Publish(n)
 		}
 	default:
 		b.Bus.Publish(ns...)

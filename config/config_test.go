@@ -538,12 +538,11 @@ rate_limits:
 		fmt.Fprintf(&bomb, "f%d: *k, ", i)
 	}
 	bomb.WriteString("}\n")
-	start := time.Now()
+	// The decoder refuses it once the expansion outgrows the document; a
+	// parse that followed every alias would run into the test's timeout
+	// (no wall-clock assertion here: CI machines differ tenfold).
 	if _, _, err := config.Parse([]byte(bomb.String())); err == nil {
 		t.Error("Parse of an alias bomb: no error")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Parse of an alias bomb took %v", d)
 	}
 }
 

@@ -67,6 +67,7 @@ func BenchmarkSend(b *testing.B) {
 						i := n.Add(1)
 						req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/convs/c%d/messages", s.URL, i%convs), strings.NewReader(`{"body":"hello"}`))
 						req.Header.Set("Authorization", "Bearer "+token)
+						req.Header.Set("Content-Type", "application/json")
 						req.Header.Set("Idempotency-Key", fmt.Sprintf("h%d", i))
 						resp, err := client.Do(req)
 						if err != nil {

@@ -29,16 +29,18 @@ func handleSend(d Deps) http.Handler {
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		sent, err := d.Store.Send(ctx, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body})
-		d.answerSent(w, sent, err, "http")
+		p, req := caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body}
+		sent, err := d.Store.Send(ctx, p, req)
+		d.answerSent(w, p, req, sent, err, "http")
 	})
 }
 
-// answerSent finishes a send (HTTP or webhook): publish after the commit,
-// then count the outcome, then answer.
-func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error, transport string) {
+// answerSent finishes p's send req (HTTP or webhook): publish after the
+// commit (carrying the event, as a WebSocket send does), then count the
+// outcome, then answer.
+func (d Deps) answerSent(w http.ResponseWriter, p parley.Principal, req parley.SendRequest, sent parley.Sent, err error, transport string) {
 	if err == nil {
-		d.Publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
+		d.Publish(parley.SentNotice(p, req, sent))
 		err = fault.Hit(fault.APIAfterSendCommit)
 	}
 	d.Metrics.Send(transport, parley.SendOutcome(sent, err))
@@ -193,7 +195,7 @@ func handleRecall(d Deps) http.Handler {
 			writeError(w, d.Log, err, "recall")
 			return
 		}
-		d.Publish(parley.Notice{Conv: rec.Conv, Seq: rec.Seq})
+		d.Publish(parley.RecalledNotice(rec))
 		status := http.StatusCreated
 		if rec.Dup {
 			status = http.StatusOK

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -312,6 +314,81 @@ func TestPushesAfterHTTPWrites(t *testing.T) {
 			t.Errorf("read hint %+v", h)
 		}
 	})
+}
+
+// TestHTTPSendsCarryTheEvent: an HTTP or webhook send publishes its notice
+// with the event as a member reads it from the store (so gateways push it
+// without a read), when the store reports the commit time; a replay and a
+// recall publish ids only.
+func TestHTTPSendsCarryTheEvent(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		var mu sync.Mutex
+		var published []parley.Notice
+		s := start(t, open(t, parley.Options{}), serverOptions{onPublish: func(n parley.Notice) {
+			mu.Lock()
+			published = append(published, n)
+			mu.Unlock()
+		}})
+		notice := func(conv string, seq int64) []parley.Notice {
+			t.Helper()
+			mu.Lock()
+			defer mu.Unlock()
+			var ns []parley.Notice
+			for _, n := range published {
+				if n.Conv == conv && n.Seq == seq && !n.Read() {
+					ns = append(ns, n)
+				}
+			}
+			return ns
+		}
+		ana := s.user("ana", parley.RoleAdmin)
+		s.user("ben", parley.RoleUser)
+		s.do("POST", "/api/admin/users", ana, map[string]any{"id": "ci-bot"}).want(201)
+		s.do("POST", "/api/convs", ana, map[string]any{"id": "g", "members": []string{"ben", "ci-bot"}}).want(201)
+		var h hookInfo
+		s.do("POST", "/api/admin/hooks", ana, map[string]string{"conv": "g", "bot": "ci-bot"}).want(201).decode(&h)
+
+		sent := s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "100% sure\nof it"}, "Idempotency-Key", "k1").want(201).frame()
+		s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "100% sure\nof it"}, "Idempotency-Key", "k1").want(200)
+		hooked := s.postHook(h, "build-1", `{"body":"build 1 passed"}`, time.Now(), "").want(201).frame()
+		ben := parley.Principal{User: "ben", Role: parley.RoleUser, DeviceID: "d1"}
+		_, onSQLite := s.store.(*sqlite.DB)
+		for _, c := range []struct {
+			name    string
+			seq     int64
+			notices int // the send's, and a replay's (ids only)
+		}{{"http send", *sent.Seq, 2}, {"webhook send", *hooked.Seq, 1}} {
+			ns := notice("g", c.seq)
+			if len(ns) != c.notices || len(ns) == 2 && ns[1].Event != nil {
+				t.Fatalf("%s: published %v, want %d notices, a replay's of ids only", c.name, ns, c.notices)
+			}
+			n := ns[0]
+			if n.Event == nil {
+				if onSQLite {
+					t.Errorf("%s: published ids only, but SQLite reports the commit time", c.name)
+				}
+				continue
+			}
+			ev, err := s.store.Fetch(context.Background(), ben, "g", c.seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (parley.Notice{Conv: "g", Seq: c.seq}).WithEvent(ev, 1); !n.Same(want) {
+				t.Errorf("%s: published %s, want the stored event: %s", c.name, show(n), show(want))
+			}
+		}
+		rec := s.do("POST", "/api/convs/g/recall", ana, map[string]int64{"target": *sent.Seq}, "Idempotency-Key", "r1").want(201).frame()
+		if ns := notice("g", *rec.Seq); len(ns) != 1 || ns[0].Event != nil {
+			t.Errorf("recall: published %v, want one notice of ids only", ns)
+		}
+	})
+}
+
+func show(n parley.Notice) string {
+	if n.Event == nil {
+		return fmt.Sprintf("%+v", n)
+	}
+	return fmt.Sprintf("%+v with event %+v", n, *n.Event)
 }
 
 // TestNewInstallEndsOldSockets: logging a device in with a new install id

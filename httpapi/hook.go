@@ -125,7 +125,8 @@ func handleHook(d Deps) http.Handler {
 			return
 		}
 		bot := parley.Principal{User: h.Bot, Role: parley.RoleUser, DeviceID: "hook:" + h.ID}
-		sent, err := d.Store.Send(ctx, bot, parley.SendRequest{Conv: h.Conv, CMID: key, Body: b.Body})
-		d.answerSent(w, sent, err, "hook")
+		req := parley.SendRequest{Conv: h.Conv, CMID: key, Body: b.Body}
+		sent, err := d.Store.Send(ctx, bot, req)
+		d.answerSent(w, bot, req, sent, err, "hook")
 	})
 }

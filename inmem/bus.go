@@ -3,7 +3,8 @@
 //
 // Like Centrifuge's memory broker, it is single-node only: a notice never
 // leaves the process, so two servers each with an inmem.Bus do not hear
-// each other. Deployments with several gateways use postgres.Bus.
+// each other. Deployments with several gateways use postgres.Bus or
+// nats.Bus.
 package inmem
 
 import (
@@ -27,6 +28,10 @@ const DefaultMaxBuffered = 65536
 // DefaultMaxBuffered notices (a handler that has stopped keeping up),
 // everything buffered is dropped, and the handler's next call is Lost: it
 // recovers what the dropped notices would have said from the store.
+//
+// Interest is accepted and ignored: the one gateway of the process hears
+// every notice, as the parley.Bus contract allows (it is not Selective).
+// Notices are handed over as published, carried events included.
 type Bus struct {
 	max  int
 	wake chan struct{} // capacity 1: a publish since the last take
@@ -63,6 +68,9 @@ func (b *Bus) Publish(ns ...parley.Notice) {
 	default:
 	}
 }
+
+// Interest is a no-op: every notice reaches the handler.
+func (b *Bus) Interest(parley.Interest) {}
 
 // Run delivers published notices to h, in publish order, until ctx ends;
 // then it returns ctx.Err(). Notices still buffered then stay for the next

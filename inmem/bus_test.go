@@ -19,6 +19,8 @@ func (backend) New(t testing.TB) (a, b parley.Bus) {
 }
 
 func (backend) SingleNode() bool { return true }
+func (backend) Selective() bool  { return false }
+func (backend) MaxCarried() int  { return bustest.NoBound }
 
 func TestBusContract(t *testing.T) { bustest.Run(t, backend{}) }
 

@@ -86,6 +86,11 @@ type Config struct {
 	// KillEvery: how often one spawned gateway is killed (SIGKILL) and
 	// restarted on its address (0: never; needs Spawn).
 	KillEvery time.Duration
+	// DuringLoad, when set, runs in a goroutine of its own from the start
+	// of the load phase, with a context that ends with it; the run settles
+	// only after it returned. It is for faults the caller makes itself:
+	// killing or draining gateways it started behind a load balancer.
+	DuringLoad func(ctx context.Context)
 
 	// WorkDir holds the outbox files and the gateways' data and logs
 	// (default: a new temporary directory, removed at the end).
@@ -452,6 +457,9 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 	}
 	if cfg.KillEvery > 0 && len(r.gws) > 0 {
 		loops.Go(func() { r.every(loadCtx, cfg.KillEvery, func() { r.killOne(ctx) }) })
+	}
+	if cfg.DuringLoad != nil {
+		loops.Go(func() { cfg.DuringLoad(loadCtx) })
 	}
 	<-loadCtx.Done()
 	loadEnd := time.Now()

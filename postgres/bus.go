@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,6 +99,16 @@ func (o BusOptions) withDefaults() BusOptions {
 //     reading holds back the server's notification queue for everyone):
 //     notices are buffered for a delivery goroutine, bounded like the
 //     publish buffer, and an overflow becomes Lost.
+//   - Interest is accepted and ignored: every gateway LISTENs on the one
+//     channel and hears every notice (the bus is not Selective), so the
+//     cost per notice grows with the number of gateways (docs/capacity.md).
+//   - A carried event (Notice.Event) travels with its notice, so the
+//     gateways that push it need no store read: every event a notice may
+//     carry (a body up to parley.MaxNoticeBody) fits in one 8000-byte
+//     payload. Notices are packed into payloads as they come, so a payload
+//     holds a few dozen carried messages of ordinary length, or a single
+//     one near the bound. An event the format cannot hold exactly (a body
+//     over the bound, a time finer than a millisecond) goes as ids only.
 //   - Payloads on the channel that do not parse (another program notifying
 //     on it, a newer payload version) are logged and skipped.
 //
@@ -108,8 +119,8 @@ type Bus struct {
 	opts BusOptions
 	log  *slog.Logger
 
-	out     queue // published, not yet sent
-	in      queue // received, not yet delivered
+	out     parley.NoticeQueue // published, not yet sent
+	in      parley.NoticeQueue // received, not yet delivered
 	running atomic.Bool
 
 	// Backend pids of the two connections (0: none), for tests.
@@ -131,8 +142,8 @@ func NewBus(dsn string, opts BusOptions) (*Bus, error) {
 		return nil, fmt.Errorf("postgres: bus: channel %q must match [A-Za-z0-9_]{1,63}", opts.Channel)
 	}
 	b := &Bus{cfg: pcfg.ConnConfig, opts: opts, log: opts.Logger}
-	b.out.init(opts.MaxBuffered)
-	b.in.init(opts.MaxBuffered)
+	b.out.Init(opts.MaxBuffered)
+	b.in.Init(opts.MaxBuffered)
 	return b, nil
 }
 
@@ -154,9 +165,12 @@ func validChannel(s string) bool {
 // local fan-out and the publish together, as a dead publisher would.)
 func (b *Bus) Publish(ns ...parley.Notice) {
 	if len(ns) > 0 {
-		b.out.push(false, ns)
+		b.out.Push(false, ns)
 	}
 }
+
+// Interest is a no-op: every gateway hears every notice.
+func (b *Bus) Interest(parley.Interest) {}
 
 // Run connects, delivers notices to h until ctx ends, closes its
 // connections, and returns ctx.Err(). Notices still buffered when ctx ends
@@ -172,27 +186,9 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { b.flushLoop(ctx) })
 	wg.Go(func() { b.listenLoop(ctx) })
-	b.deliverLoop(ctx, h)
+	b.in.Deliver(ctx, h)
 	wg.Wait()
 	return ctx.Err()
-}
-
-// deliverLoop is the one goroutine that calls h.
-func (b *Bus) deliverLoop(ctx context.Context, h parley.BusHandler) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-b.in.wake:
-		}
-		ns, lost := b.in.take()
-		if lost {
-			h.Lost()
-		}
-		if len(ns) > 0 {
-			h.Notify(ns)
-		}
-	}
 }
 
 // connect opens one of the bus's connections, named app, within Timeout.
@@ -225,20 +221,20 @@ func (b *Bus) flushLoop(ctx context.Context) {
 	var next time.Time // no send before this
 	var used time.Time // last successful send (or connect)
 	failures := 0
-	b.out.signal() // connect now, not at the first publish
+	b.out.Signal() // connect now, not at the first publish
 	for {
 		select {
 		case <-ctx.Done():
 			if conn != nil && !conn.IsClosed() {
 				// A gateway shutting down still tells the others what it
 				// committed last, if it can do so quickly.
-				ns, lost := b.out.take()
+				ns, lost := b.out.Take()
 				if err := b.send(ctx, conn, lost, ns); err != nil {
 					b.log.Warn("postgres: bus: last send before shutdown failed", "notices", len(ns), "err", err)
 				}
 			}
 			return
-		case <-b.out.wake:
+		case <-b.out.Wake():
 		}
 		if !sleep(ctx, time.Until(next)) {
 			continue // ctx ended: the case above does the last send
@@ -267,17 +263,17 @@ func (b *Bus) flushLoop(ctx context.Context) {
 				failures++
 				b.log.Warn("postgres: bus: cannot connect to publish; notices wait", "err", err, "attempt", failures)
 				next = time.Now().Add(backoff(failures))
-				b.out.signal() // retry with what is buffered
+				b.out.Signal() // retry with what is buffered
 				continue
 			}
 			b.publishPID.Store(conn.PgConn().PID())
 			used = time.Now()
 		}
-		ns, lost := b.out.take()
+		ns, lost := b.out.Take()
 		if err := b.send(ctx, conn, lost, ns); err != nil {
 			failures++
 			b.log.Warn("postgres: bus: send failed; notices dropped, loss announced on reconnect", "notices", len(ns), "err", err, "attempt", failures)
-			b.out.push(true, nil)
+			b.out.Push(true, nil)
 			b.publishPID.Store(0)
 			b.closeConn(ctx, conn)
 			conn = nil
@@ -338,7 +334,7 @@ func (b *Bus) listenLoop(ctx context.Context) {
 			continue
 		}
 		if missed {
-			b.in.push(true, nil)
+			b.in.Push(true, nil)
 		}
 		start := time.Now()
 		err = b.receive(ctx, conn)
@@ -388,7 +384,7 @@ func (b *Bus) receive(ctx context.Context, conn *pgx.Conn) error {
 			if derr != nil {
 				b.log.Warn("postgres: bus: skipped a payload that is not ours", "channel", n.Channel, "sender_pid", n.PID, "err", derr)
 			} else {
-				b.in.push(lost, ns)
+				b.in.Push(lost, ns)
 			}
 		}
 		if err == nil {
@@ -439,79 +435,55 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// queue is a bounded buffer of notices between goroutines. Overflow drops
-// everything buffered and remembers the loss: the loss is reported (Lost),
-// and a resync supersedes the dropped notices anyway.
-type queue struct {
-	max  int
-	wake chan struct{} // capacity 1: something to take
-
-	mu   sync.Mutex
-	ns   []parley.Notice
-	lost bool
-}
-
-func (q *queue) init(max int) {
-	q.max = max
-	q.wake = make(chan struct{}, 1)
-}
-
-// push appends ns, and marks a loss if lost.
-func (q *queue) push(lost bool, ns []parley.Notice) {
-	q.mu.Lock()
-	if len(q.ns)+len(ns) > q.max {
-		q.ns, lost = nil, true
-	} else {
-		q.ns = append(q.ns, ns...)
-	}
-	q.lost = q.lost || lost
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *queue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take empties the queue.
-func (q *queue) take() (ns []parley.Notice, lost bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ns, lost = q.ns, q.lost
-	q.ns, q.lost = nil, false
-	return ns, lost
-}
-
-// The payload format, version 1. A payload is lines separated by "\n":
+// The payload format. A payload is lines separated by "\n":
 //
-//	p1                      header: the format and its version
+//	p1 | p2                 header: the format version (p2 when the payload
+//	                        has a carried event, so that a gateway of the
+//	                        version before still reads every payload of ids)
 //	!                       optional: the sender dropped notices before these
 //	CONV SEQ                an event notice
 //	CONV SEQ USER           an event notice naming a member
 //	CONV SEQ USER DEVICE    a read-cursor notice
 //	@USER                   an account notice
+//	+CONV SEQ USER EPOCH AT MID KIND SENDER DEVICE TARGET EVUSER FLAGS BODY
+//	                        (p2) an event notice with its event: USER is
+//	                        empty unless the notice names a member; AT is
+//	                        the event's time in Unix milliseconds; FLAGS is
+//	                        1 (recalled) + 2 (BODY is base64)
 //
-// Fields are separated by one space. CONV ([A-Za-z0-9._:-]{1,64}) and USER
-// ([a-z0-9][a-z0-9._-]{0,31}) cannot contain a space or newline. SEQ is a
-// non-negative decimal. DEVICE is any text (1–64 characters of UTF-8
-// without NUL), so it is escaped: '%', every byte up to ' ' and DEL become
-// %XX. A payload that does not parse entirely is rejected whole.
+// Fields are separated by one space; on a '+' line a field may be empty,
+// and BODY, the last, runs to the end of the line. CONV
+// ([A-Za-z0-9._:-]{1,64}) and USER ([a-z0-9][a-z0-9._-]{0,31}) cannot
+// contain a space or newline. SEQ, EPOCH, AT, TARGET are non-negative
+// decimals. DEVICE, MID, KIND and SENDER are text (up to 64 characters of
+// UTF-8 without NUL), so they are escaped: '%', every byte up to ' ' and
+// DEL become %XX. BODY (up to MaxNoticeBody bytes of UTF-8 without NUL)
+// has only '%' and '\n' escaped, or is in base64 (standard alphabet,
+// unpadded) when that is shorter: a body full of newlines then takes 4/3
+// of its size, not 3 times, and every event a notice may carry fits in a
+// payload (TestNoticeCodecLargestCarried). A payload that does not parse
+// entirely is rejected whole.
 const (
 	payloadHeader = "p1"
+	carriedHeader = "p2"
 	lostLine      = "!"
+	carriedPrefix = '+'
+	carriedFields = 13
+	flagRecalled  = 1
+	flagBase64    = 2
+	maxShortText  = 64 // characters of MID, KIND
 	// maxPayload: PostgreSQL refuses payloads of 8000 bytes or more.
-	maxPayload = 7999
+	maxPayload     = 7999
+	maxCarriedLine = maxPayload - len(carriedHeader) - 1
 )
 
 // encodeNotices packs ns into as few payloads of at most max bytes as it
-// can, the loss marker first if lost. It skips (and counts) notices that
-// the format cannot carry: malformed ids, a negative seq, a device without
-// a user.
+// can, the loss marker first if lost. A notice's carried event goes along
+// when carriable (and as ids only otherwise). It skips (and counts)
+// notices that the format cannot carry at all: malformed ids, a negative
+// seq, a device without a user.
 func encodeNotices(lost bool, ns []parley.Notice, max int) (payloads []string, bad int) {
-	var buf []byte
+	buf := make([]byte, 0, min(max, maxPayload)+1)
 	start := func() {
 		buf = append(buf[:0], payloadHeader...)
 	}
@@ -525,12 +497,22 @@ func encodeNotices(lost bool, ns []parley.Notice, max int) (payloads []string, b
 			bad++
 			continue
 		}
-		line = appendNotice(append(line[:0], '\n'), n)
+		carried := false
+		if n.Event != nil && carriable(n) {
+			line = appendCarried(append(line[:0], '\n'), n)
+			carried = len(line)-1 <= maxCarriedLine
+		}
+		if !carried {
+			line = appendNotice(append(line[:0], '\n'), n)
+		}
 		if len(buf)+len(line) > max && len(buf) > len(payloadHeader) {
 			payloads = append(payloads, string(buf))
 			start()
 		}
 		buf = append(buf, line...)
+		if carried {
+			copy(buf, carriedHeader)
+		}
 	}
 	if len(buf) > len(payloadHeader) {
 		payloads = append(payloads, string(buf))
@@ -572,11 +554,87 @@ func appendNotice(b []byte, n parley.Notice) []byte {
 		return b
 	}
 	b = append(b, ' ')
-	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(n.Device); i++ {
-		c := n.Device[i]
+	return appendEscaped(b, n.Device)
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// appendEscaped appends s with '%', every byte up to ' ' and DEL as %XX.
+func appendEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if c <= ' ' || c == '%' || c == 0x7f {
-			b = append(b, '%', hex[c>>4], hex[c&15])
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// carriable reports whether n's event (n encodable, n.Event set) can go in
+// a '+' line: it is the event of (Conv, Seq) on an event notice, its body
+// within MaxNoticeBody, its text fields within the format's bounds, its
+// time a whole millisecond after 1970 (the format's precision, which is
+// the stores').
+func carriable(n parley.Notice) bool {
+	ev := n.Event
+	if n.Account() || n.Read() || n.Epoch <= 0 || ev.Conv != n.Conv || ev.Seq != n.Seq {
+		return false
+	}
+	if len(ev.Body) > parley.MaxNoticeBody || !utf8.ValidString(ev.Body) || strings.IndexByte(ev.Body, 0) >= 0 {
+		return false
+	}
+	if !shortText(ev.MID) || !shortText(string(ev.Kind)) || ev.Target < 0 {
+		return false
+	}
+	if ev.Sender != "" && !parley.ValidUserID(ev.Sender) || ev.User != "" && !parley.ValidUserID(ev.User) {
+		return false
+	}
+	if ev.Device != "" && !validDevice(ev.Device) {
+		return false
+	}
+	return ev.At.UnixMilli() >= 0 && ev.At.Equal(time.UnixMilli(ev.At.UnixMilli()))
+}
+
+// shortText reports whether s is up to maxShortText characters of UTF-8
+// without NUL.
+func shortText(s string) bool {
+	return utf8.RuneCountInString(s) <= maxShortText && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// appendCarried appends n (carriable) as a '+' line.
+func appendCarried(b []byte, n parley.Notice) []byte {
+	ev := n.Event
+	b = append(b, carriedPrefix)
+	b = append(b, n.Conv...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, n.Seq, 10)
+	b = append(append(b, ' '), n.User...)
+	b = strconv.AppendInt(append(b, ' '), n.Epoch, 10)
+	b = strconv.AppendInt(append(b, ' '), ev.At.UnixMilli(), 10)
+	b = appendEscaped(append(b, ' '), ev.MID)
+	b = appendEscaped(append(b, ' '), string(ev.Kind))
+	b = append(append(b, ' '), ev.Sender...)
+	b = appendEscaped(append(b, ' '), ev.Device)
+	b = strconv.AppendInt(append(b, ' '), ev.Target, 10)
+	b = append(append(b, ' '), ev.User...)
+	flags := 0
+	if ev.Recalled {
+		flags |= flagRecalled
+	}
+	escaped := len(ev.Body) + 2*(strings.Count(ev.Body, "%")+strings.Count(ev.Body, "\n"))
+	if base64.RawStdEncoding.EncodedLen(len(ev.Body)) < escaped {
+		flags |= flagBase64
+	}
+	b = strconv.AppendInt(append(b, ' '), int64(flags), 10)
+	b = append(b, ' ')
+	if flags&flagBase64 != 0 {
+		return base64.RawStdEncoding.AppendEncode(b, []byte(ev.Body))
+	}
+	for i := 0; i < len(ev.Body); i++ {
+		if c := ev.Body[i]; c == '%' || c == '\n' {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		} else {
 			b = append(b, c)
 		}
@@ -587,18 +645,27 @@ func appendNotice(b []byte, n parley.Notice) []byte {
 // decodeNotices parses one payload.
 func decodeNotices(p string) (ns []parley.Notice, lost bool, err error) {
 	head, rest, more := strings.Cut(p, "\n")
-	if head != payloadHeader {
-		return nil, false, errors.New("not a parley payload (no p1 header)")
+	if head != payloadHeader && head != carriedHeader {
+		return nil, false, errors.New("not a parley payload (no p1 or p2 header)")
 	}
 	if !more {
 		return nil, false, nil
 	}
+	ns = make([]parley.Notice, 0, strings.Count(rest, "\n")+1)
 	for i, line := range strings.Split(rest, "\n") {
 		if line == lostLine {
 			lost = true
 			continue
 		}
-		n, err := decodeNotice(line)
+		var n parley.Notice
+		if len(line) > 0 && line[0] == carriedPrefix {
+			if head != carriedHeader {
+				return nil, false, fmt.Errorf("line %d: a carried event in a p1 payload", i+2)
+			}
+			n, err = decodeCarried(line[1:])
+		} else {
+			n, err = decodeNotice(line)
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("line %d: %w", i+2, err)
 		}
@@ -644,6 +711,76 @@ func decodeNotice(line string) (parley.Notice, error) {
 	return n, nil
 }
 
+// decodeCarried parses a '+' line (without the '+').
+func decodeCarried(line string) (parley.Notice, error) {
+	var f [carriedFields]string
+	for i := range carriedFields - 1 {
+		var ok bool
+		if f[i], line, ok = strings.Cut(line, " "); !ok {
+			return parley.Notice{}, fmt.Errorf("%d fields, want %d", i+1, carriedFields)
+		}
+	}
+	f[carriedFields-1] = line
+	fail := func(what string) (parley.Notice, error) { return parley.Notice{}, errors.New("bad " + what) }
+	n := parley.Notice{Conv: f[0], User: f[2]}
+	ev := parley.Event{Sender: f[7], User: f[10]}
+	var ok bool
+	if n.Seq, ok = parseSeq(f[1]); !ok {
+		return fail("seq")
+	}
+	if n.Epoch, ok = parseSeq(f[3]); !ok {
+		return fail("epoch")
+	}
+	at, ok := parseSeq(f[4])
+	if !ok {
+		return fail("time")
+	}
+	ev.Conv, ev.Seq, ev.At = n.Conv, n.Seq, time.UnixMilli(at).UTC()
+	if ev.MID, ok = unescape(f[5]); !ok {
+		return fail("mid")
+	}
+	kind, ok := unescape(f[6])
+	if !ok {
+		return fail("kind")
+	}
+	ev.Kind = parley.EventKind(kind)
+	if ev.Device, ok = unescape(f[8]); !ok {
+		return fail("device")
+	}
+	if ev.Target, ok = parseSeq(f[9]); !ok {
+		return fail("target")
+	}
+	flags := f[11]
+	if len(flags) != 1 || flags[0] < '0' || flags[0] > '3' {
+		return fail("flags")
+	}
+	ev.Recalled = (flags[0]-'0')&flagRecalled != 0
+	if (flags[0]-'0')&flagBase64 != 0 {
+		b, err := base64.RawStdEncoding.DecodeString(f[12])
+		if err != nil {
+			return fail("base64 body")
+		}
+		ev.Body = string(b)
+	} else if ev.Body, ok = unescapeBody(f[12]); !ok {
+		return fail("body")
+	}
+	n.Event = &ev
+	// What the encoder would not send is refused: a receiver gets only
+	// notices a publisher could have sent.
+	if !encodable(n) || !carriable(n) {
+		return parley.Notice{}, errors.New("invalid carried notice")
+	}
+	return n, nil
+}
+
+// unescapeBody undoes appendCarried's escaping of a body.
+func unescapeBody(s string) (string, bool) {
+	if strings.IndexByte(s, '%') < 0 {
+		return s, true
+	}
+	return unpercent(s, false)
+}
+
 func parseSeq(s string) (int64, bool) {
 	if s == "" || len(s) > 19 {
 		return 0, false
@@ -663,10 +800,15 @@ func unescape(s string) (string, bool) {
 	if strings.IndexByte(s, '%') < 0 {
 		return s, noEscapable(s)
 	}
+	return unpercent(s, true)
+}
+
+// unpercent decodes %XX escapes; strict also refuses a control byte or a
+// space left unescaped (what a device's encoding always escapes).
+func unpercent(s string, strict bool) (string, bool) {
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
+		switch c := s[i]; {
 		case c == '%':
 			if i+2 >= len(s) {
 				return "", false
@@ -678,7 +820,7 @@ func unescape(s string) (string, bool) {
 			}
 			b = append(b, hi<<4|lo)
 			i += 2
-		case c <= ' ' || c == 0x7f:
+		case strict && (c <= ' ' || c == 0x7f):
 			return "", false
 		default:
 			b = append(b, c)

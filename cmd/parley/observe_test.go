@@ -91,6 +91,7 @@ func TestMetricsDocumentedAndPresent(t *testing.T) {
 		}
 		req.Header.Set("Authorization", "Bearer "+tokens["ana/phone"])
 		req.Header.Set("Idempotency-Key", "k1")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -25,11 +25,11 @@ import (
 	"github.com/parleychat/parley/fault"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/httpapi"
-	"github.com/parleychat/parley/inmem"
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/web"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,6 +58,7 @@ type serveFlags struct {
 	retention    retentionFlags
 	stdout       io.Writer // where --demo says what it created
 	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
+	bus          string    // --bus (bus.go)
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -66,7 +67,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.storeFlags.register(fs)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	fs.BoolVar(&f.demo, "demo", false, "create demo users ana (admin), ben, cy (password parley-demo) and group c-team when missing")
-	fs.StringVar(&f.origins, "origins", "", "comma-separated browser origins allowed to open /ws besides the server's own host")
+	fs.StringVar(&f.origins, "origins", "", "comma-separated browser origins (https://app.example.com, or host patterns like *.example.com) allowed to open /ws and make state-changing API requests besides the server's own")
 	fs.IntVar(&f.hintMembers, "hint-members", 1000, "conversations with more members get hints instead of event pushes")
 	fs.IntVar(&f.queue, "send-queue", 0, "deprecated and ignored: the send queue is bounded in bytes (--send-budget)")
 	fs.IntVar(&f.sendBudget, "send-budget", gateway.DefaultSendBudget, "bytes queued per socket: over it the socket's requests wait and its pushes become hints, then close it")
@@ -77,7 +78,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
 	fs.DurationVar(&f.drainWindow, "drain-window", DefaultDrainWindow, "after SIGTERM, how long the server keeps listening with /readyz and new upgrades answered 503 (so a load balancer sees it not ready, not a refused connection) before it stops accepting; a second signal ends it early")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", middleware.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408 and its connection closed (WebSockets and downloads are not bounded by it)")
-	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "mark the session cookie Secure (serving over TLS)")
+	fs.BoolVar(&f.secureCookie, "secure-cookie", false, "name the session cookie __Host-parley_session and mark it Secure (the server is reached over TLS, e.g. behind a TLS-terminating proxy)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
 	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; empty (SQLite only): DATA-DIR/exports")
@@ -85,6 +86,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
 	f.retention.register(fs)
+	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
@@ -122,6 +124,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
+	// The browser app is part of the binary: a broken one (an import
+	// cycle, a missing module) stops the start here, not a user's page.
+	site, err := web.New()
+	if err != nil {
+		return err
+	}
 	var handler slog.Handler
 	switch f.logFormat {
 	case "text":
@@ -144,7 +152,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 
 	m := metrics.New(metrics.Options{Log: log})
 	var cfg *config.Watcher
-	cfg, err := config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: func(ok bool) {
+	cfg, err = config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: func(ok bool) {
 		m.ConfigReload(ok)
 		if ok {
 			warnUnusedBuckets(log, cfg.Current())
@@ -157,6 +165,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 
 	kind, err := storeKind(f.dsn())
 	if err != nil {
+		return err
+	}
+	if err := checkBus(f.bus, kind); err != nil {
 		return err
 	}
 	// SQLite is a file of this host: a store that does not open is a
@@ -234,12 +245,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		defer store.Close()
 	}
 
+	registerSendMetrics(m, store)
 	store = instrument(m, store)
-	var bus parley.Bus = inmem.NewBus()
-	if kind == "postgres" {
-		if bus, err = postgres.NewBus(f.dsn(), postgres.BusOptions{Logger: log}); err != nil {
-			return err
-		}
+	bus, err := newBus(f.bus, kind, f.dsn(), log)
+	if err != nil {
+		return err
 	}
 	var origins []string
 	for _, o := range strings.Split(f.origins, ",") {
@@ -254,7 +264,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	hub := gateway.New(gateway.Options{
 		Store: store, Bus: bus, Log: log,
 		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop,
-		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins,
+		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins, SecureCookie: f.secureCookie,
 		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
 			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), bucket, user)
 			if err != nil {
@@ -291,8 +301,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		KickExports: worker.Kick, Download: download,
 		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
 		Metrics: m, Publish: hub.Publish, Draining: hub.Draining, Revoke: hub.RevokeToken,
-		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie,
+		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie, Origins: origins,
 		MetricsElsewhere: f.adminAddr != "",
+		Web:              site,
 	})
 
 	hubCtx, stopHub := context.WithCancel(context.Background())
@@ -571,6 +582,19 @@ func (f *serveFlags) demoWhere() string {
 	return fmt.Sprintf("demo: data in %s (store), %s (data directory)", redact(dsn), dir)
 }
 
+// registerSendMetrics exposes the store's group commit on /metrics: both
+// stores batch concurrent sends (parley.SendQueue).
+func registerSendMetrics(m *metrics.Metrics, store parley.Store) {
+	s, ok := store.(interface{ SendStats() (batches, sends int64) })
+	if !ok {
+		return
+	}
+	m.CounterFunc("parley_send_batches_total", "Group-commit batches of sends the store committed or failed (one transaction each).",
+		func() float64 { b, _ := s.SendStats(); return float64(b) })
+	m.CounterFunc("parley_send_batched_total", "Sends those batches held: divided by parley_send_batches_total, the mean batch size.",
+		func() float64 { _, n := s.SendStats(); return float64(n) })
+}
+
 // registerHubMetrics exposes the gateway's counters on /metrics.
 func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 	st := hub.Stats()
@@ -589,6 +613,9 @@ func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 		{"parley_ws_bus_recoveries_total", "Bus losses covered by polling the store, without resync.", &st.Recovered},
 		{"parley_ws_backstops_total", "Conversations the backstop poll found behind.", &st.Backstops},
 		{"parley_ws_revoked_total", "Sockets closed because their token stopped working.", &st.Revoked},
+		{"parley_ws_carried_total", "Events pushed from the bus notice that carried them, without a store read.", &st.Carried},
+		{"parley_ws_member_reads_total", "Fan-out reads of a conversation's membership (no audience kept for it yet, or it was lost).", &st.MemberReads},
+		{"parley_ws_roster_lost_total", "Kept audiences dropped because the events read could not be followed (a gap, a purge, a new epoch).", &st.RosterLost},
 		{metrics.NameBusSent, "Notices this gateway handed to the bus.", &st.NoticesSent},
 		{metrics.NameBusReceived, "Notices the bus delivered to this gateway (its own echoes included).", &st.NoticesReceived},
 	} {
