@@ -1,8 +1,11 @@
 package parley
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -300,6 +303,17 @@ type Feeder interface {
 	// conversation).
 	Feed(ctx context.Context, conv string, after int64, limit int) (Feed, error)
 
+	// FeedEvents is Feed without the membership periods (Members nil),
+	// for a reader that keeps the audience itself between reads: within
+	// one epoch the periods change only at membership events of the log
+	// (a member_joined opens its User's period at its seq, unless one is
+	// open; a member_left ends it at its seq, which the leaver still
+	// sees), so a Roster known at the seq before the events, followed
+	// over them (Roster.Follow), gives exactly the periods Feed returns.
+	// A Rollback changes the epoch, and a purge can skip the events of a
+	// Roster's gap: the reader then reads Feed. Errors as Feed.
+	FeedEvents(ctx context.Context, conv string, after int64, limit int) (Feed, error)
+
 	// Heads returns the head and epoch of each named conversation that
 	// exists, in no particular order; unknown ids are left out.
 	Heads(ctx context.Context, convs []string) ([]Head, error)
@@ -362,6 +376,99 @@ func (f Feed) Audience(seq int64) []string {
 		}
 	}
 	return users
+}
+
+// Roster is the membership of a conversation as a reader of its log keeps
+// it between Feeds: the periods in force after seq At of epoch Epoch (that
+// cover At+1, as far as the events up to At tell), ordered by user (a user
+// has at most one such period). It is learned from a Feed
+// (RosterOf) and followed over the events of later reads (Follow), so a
+// reader that pushes every event in order needs the periods of the store
+// only when it has no Roster or cannot follow it.
+type Roster struct {
+	At    int64
+	Epoch int64
+	Open  []Membership // To is 0; never modified once in a Roster: Follow makes a new one
+}
+
+// RosterOf returns the Roster after f's last event, from f's Members (a
+// period that ends at the last event is out; one that ends later is in,
+// open: its end is an event still to come); ok is false when f has no
+// events (f's Members are then none).
+func RosterOf(f Feed) (r Roster, ok bool) {
+	if len(f.Events) == 0 {
+		return Roster{}, false
+	}
+	last := f.Events[len(f.Events)-1].Seq
+	r = Roster{At: last, Epoch: f.Epoch}
+	for _, m := range f.Members {
+		if m.Contains(last) && m.To != last {
+			// A period Feed reports ended after last was in force at
+			// last+1: its end is a member_left still to come.
+			r.Open = append(r.Open, Membership{User: m.User, Period: Period{From: m.From}})
+		}
+	}
+	return r, true
+}
+
+// Follow returns the periods overlapping f's events (Feed.Members, in its
+// order: by user, then from, except that a period ending after f's last
+// event is open: the events do not tell its end) and the Roster after them, from r and the
+// membership events of f (a FeedEvents read). ok is false when r cannot
+// say: f is of another epoch, its events do not run on from r.At without
+// a gap, or a membership event contradicts r (a leave of a user with no
+// open period); the caller then reads Feed. Without membership events the
+// periods are r.Open itself, shared, not copied.
+func (r Roster) Follow(f Feed) (members []Membership, next Roster, ok bool) {
+	if f.Epoch != r.Epoch || r.Epoch == 0 {
+		return nil, Roster{}, false
+	}
+	if len(f.Events) == 0 {
+		return nil, r, true
+	}
+	changed := false
+	for i, ev := range f.Events {
+		if ev.Seq != r.At+1+int64(i) {
+			return nil, Roster{}, false
+		}
+		if ev.Kind == EventMemberJoined || ev.Kind == EventMemberLeft {
+			changed = true
+		}
+	}
+	last := f.Events[len(f.Events)-1].Seq
+	if !changed {
+		return r.Open, Roster{At: last, Epoch: r.Epoch, Open: r.Open}, true
+	}
+	open := make(map[string]int, len(r.Open)) // user → index in members of their open period
+	members = make([]Membership, len(r.Open), len(r.Open)+4)
+	copy(members, r.Open)
+	for i, m := range members {
+		open[m.User] = i
+	}
+	for _, ev := range f.Events {
+		i, in := open[ev.User]
+		switch {
+		case ev.Kind == EventMemberJoined && !in:
+			open[ev.User] = len(members)
+			members = append(members, Membership{User: ev.User, Period: Period{From: ev.Seq}})
+		case ev.Kind == EventMemberLeft && in:
+			members[i].To = ev.Seq
+			delete(open, ev.User)
+		case ev.Kind == EventMemberLeft:
+			return nil, Roster{}, false
+		}
+		// A join of a member is the creation's: their period opened at 1.
+	}
+	slices.SortFunc(members, func(a, b Membership) int {
+		return cmp.Or(strings.Compare(a.User, b.User), cmp.Compare(a.From, b.From))
+	})
+	next = Roster{At: last, Epoch: r.Epoch}
+	for _, m := range members {
+		if m.Open() {
+			next.Open = append(next.Open, m)
+		}
+	}
+	return members, next, true
 }
 
 // CheckFeed validates the arguments of Feeder.Feed.

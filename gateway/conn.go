@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,11 +35,14 @@ type queued struct {
 	push bool
 }
 
-// conn is one socket. The reader goroutine answers requests in order; the
-// writer goroutine owns every write; the hub's keepalive loop pings it.
+// conn is one socket. The reader goroutine answers requests in order; a
+// writer goroutine, started when something is queued and gone once the
+// queue is empty, owns every write of frames; the hub's keepalive loop
+// pings it. An idle socket so costs one goroutine (its reader).
 type conn struct {
 	h     *Hub
 	ws    *websocket.Conn
+	raw   *corkConn // the TCP connection under ws; nil: not hijacked through hijackWriter
 	p     parley.Principal
 	token string // re-checked now and then: a revoked token ends the socket
 
@@ -46,9 +50,12 @@ type conn struct {
 	// written, so a write blocked on a peer that does not read still counts.
 	qmu       sync.Mutex
 	queue     []queued
-	bytes     int64         // everything queued
-	pushBytes int64         // the pushes among it
-	wake      chan struct{} // the writer has something to write
+	bytes     int64     // everything queued
+	pushBytes int64     // the pushes among it
+	writing   bool      // a writer goroutine runs (wwg counts it)
+	stopped   bool      // nothing more is queued or written
+	closing   *closeReq // write what is queued, then close
+	wwg       sync.WaitGroup
 	room      chan struct{} // the queue went back under its budget
 
 	// Guarded by h.mu.
@@ -61,7 +68,6 @@ type conn struct {
 	ctx       context.Context // ends when the socket is done
 	cancel    context.CancelFunc
 	closeOnce sync.Once
-	flush     chan closeReq
 	kicked    atomic.Bool
 	pinging   atomic.Bool
 	revoked   atomic.Bool // the token stopped working: frames are refused
@@ -118,24 +124,34 @@ func newConn(parent context.Context, h *Hub, ws *websocket.Conn, p parley.Princi
 	ctx, cancel := context.WithCancel(parent)
 	return &conn{
 		h: h, ws: ws, p: p, token: token, ctx: ctx, cancel: cancel,
-		wake:    make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
 		watched: map[string]struct{}{},
 		hinted:  map[string]bool{},
-		flush:   make(chan closeReq, 1),
 		started: time.Now(),
 	}
 }
 
-// serve runs the socket until it closes.
+// serve runs the socket until it closes. Once the reader ends nothing more
+// is queued; a write still blocked on a peer that does not read ends with
+// the connection, and whatever is still queued is uncounted.
 func (c *conn) serve() {
 	defer c.cancel()
-	var wg sync.WaitGroup
-	wg.Go(func() { c.writeLoop(c.ctx) })
+	// The reads are not given c.ctx (see read): the socket's end closes
+	// the connection instead, which ends a read the same way.
+	stop := context.AfterFunc(c.ctx, func() { c.ws.CloseNow() })
 	c.readLoop(c.ctx)
+	stop()
 	c.cancel()
-	wg.Wait()
+	c.qmu.Lock()
+	c.stopped = true
+	c.qmu.Unlock()
 	c.ws.CloseNow()
+	c.wwg.Wait()
+	c.qmu.Lock()
+	rest := c.queue
+	c.queue = nil
+	c.qmu.Unlock()
+	c.doneAll(rest)
 }
 
 func (c *conn) readLoop(ctx context.Context) {
@@ -143,28 +159,86 @@ func (c *conn) readLoop(ctx context.Context) {
 		if !c.waitRoom(ctx) {
 			return
 		}
-		typ, data, err := c.ws.Read(ctx)
+		typ, buf, err := c.read()
 		if err != nil {
 			c.readEnded(err)
 			return // closed, or over the read limit (the library closed it with 1009)
 		}
-		if typ != websocket.MessageText {
-			c.reply(wire.Error(parley.CodeInvalidArgument, "frames must be JSON text frames"), nil)
-			continue
-		}
-		if c.revoked.Load() {
-			c.refuse(data, parley.CodeUnauthenticated, parley.ErrBadToken.Msg)
-			continue
-		}
-		c.h.drainMu.RLock()
-		if c.h.draining.Load() {
-			c.h.drainMu.RUnlock()
-			c.refuse(data, parley.CodeUnavailable, "server is draining; reconnect and retry with the same request key")
-			continue
-		}
-		c.handle(ctx, data)
-		c.h.drainMu.RUnlock()
+		c.answer(ctx, typ, *buf)
+		putFrameBuf(buf)
 	}
+}
+
+// answer handles one frame read from the socket; data is not kept after
+// it returns (its buffer is reused).
+func (c *conn) answer(ctx context.Context, typ websocket.MessageType, data []byte) {
+	if typ != websocket.MessageText {
+		c.reply(wire.Error(parley.CodeInvalidArgument, "frames must be JSON text frames"), nil)
+		return
+	}
+	if c.revoked.Load() {
+		c.refuse(data, parley.CodeUnauthenticated, parley.ErrBadToken.Msg)
+		return
+	}
+	c.h.drainMu.RLock()
+	if c.h.draining.Load() {
+		c.h.drainMu.RUnlock()
+		c.refuse(data, parley.CodeUnavailable, "server is draining; reconnect and retry with the same request key")
+		return
+	}
+	c.handleOff(ctx, data)
+	c.h.drainMu.RUnlock()
+}
+
+// read reads one message into a pooled buffer (putFrameBuf gives it
+// back). It gives the library no context: with one, the library registers
+// a cancel callback on it (context.AfterFunc, a few allocations and the
+// parent's lock) for every frame header and every payload read; serve
+// closes the connection when c.ctx ends instead.
+func (c *conn) read() (websocket.MessageType, *[]byte, error) {
+	typ, r, err := c.ws.Reader(context.Background())
+	if err != nil {
+		return 0, nil, err
+	}
+	buf := frameBufs.Get().(*[]byte)
+	b := (*buf)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			*buf = b
+			return typ, buf, nil
+		}
+		if err != nil {
+			*buf = b
+			putFrameBuf(buf)
+			return 0, nil, err
+		}
+	}
+}
+
+// frameBufs holds the buffers frames are read into: a socket holds one
+// only while it reads and answers a frame, never while it is idle.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// putFrameBuf gives a frame's buffer back, unless a large frame grew it
+// (kept, a few of them would hold megabytes nobody needs).
+func putFrameBuf(buf *[]byte) {
+	if cap(*buf) <= 16<<10 {
+		frameBufs.Put(buf)
+	}
+}
+
+// handleOff answers one request on a pooled worker goroutine (reqPool)
+// and waits for it: requests stay in order, and the deep stack a store call
+// grows is the worker's, kept for the next request of any socket, so the
+// reader, which waits on an idle socket for its whole life, keeps a small
+// one.
+func (c *conn) handleOff(ctx context.Context, data []byte) {
+	c.h.reqs.run(c, ctx, data)
 }
 
 // refuse answers a frame with an error without handling it, echoing its
@@ -206,10 +280,20 @@ func (c *conn) add(q queued) {
 // addIf queues q when fits, asked under the queue's lock with what is
 // queued (all bytes, push bytes) and q's size, says yes (nil: always), so
 // concurrent pushes cannot both squeeze past a bound; it reports whether
-// q was queued.
+// q was queued (or dropped because the socket is done).
 func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
+	return c.addHeld(q, fits, false)
+}
+
+// addHeld is addIf that, when hold is set, leaves the writer to be started
+// by startWriter.
+func (c *conn) addHeld(q queued, fits func(bytes, pushBytes, n int64) bool, hold bool) bool {
 	n := q.f.size()
 	c.qmu.Lock()
+	if c.stopped {
+		c.qmu.Unlock()
+		return true // the socket is done: nobody will read it
+	}
 	if fits != nil && !fits(c.bytes, c.pushBytes, n) {
 		c.qmu.Unlock()
 		return false
@@ -220,6 +304,9 @@ func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
 		c.pushBytes += n
 	}
 	total := c.bytes
+	if !hold {
+		c.startWriterLocked()
+	}
 	c.qmu.Unlock()
 	c.h.stats.QueuedBytes.Add(n)
 	for peak := c.h.stats.PeakQueuedBytes.Load(); total > peak; peak = c.h.stats.PeakQueuedBytes.Load() {
@@ -227,38 +314,46 @@ func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
 			break
 		}
 	}
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
 	return true
 }
 
-// next returns the oldest queued frame, still counted, or false.
-func (c *conn) next() (queued, bool) {
+// startWriter starts the writer if something is queued and none runs.
+func (c *conn) startWriter() {
 	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if len(c.queue) == 0 {
-		return queued{}, false
+	if len(c.queue) > 0 {
+		c.startWriterLocked()
 	}
-	q := c.queue[0]
-	c.queue[0] = queued{}
-	c.queue = c.queue[1:]
-	if len(c.queue) == 0 {
-		c.queue = nil // let the backing array go
-	}
-	return q, true
+	c.qmu.Unlock()
 }
 
-// done uncounts a written (or abandoned) frame and lets the reader go on
+// startWriterLocked starts the writer goroutine unless one runs or the
+// socket is done; under qmu.
+func (c *conn) startWriterLocked() {
+	if c.writing || c.stopped {
+		return
+	}
+	c.writing = true
+	c.wwg.Add(1)
+	go c.writeLoop()
+}
+
+// doneAll uncounts written (or abandoned) frames and lets the reader go on
 // once the queue is back under its budget.
-func (c *conn) done(q queued) {
-	n := q.f.size()
+func (c *conn) doneAll(qs []queued) {
+	if len(qs) == 0 {
+		return
+	}
+	var n, pn int64
+	for _, q := range qs {
+		s := q.f.size()
+		n += s
+		if q.push {
+			pn += s
+		}
+	}
 	c.qmu.Lock()
 	c.bytes -= n
-	if q.push {
-		c.pushBytes -= n
-	}
+	c.pushBytes -= pn
 	under := c.bytes <= int64(c.h.o.SendBudget)
 	c.qmu.Unlock()
 	c.h.stats.QueuedBytes.Add(-n)
@@ -281,66 +376,84 @@ func (c *conn) underHighWater(bytes, _, n int64) bool {
 	return bytes+n <= int64(c.h.o.HighWater)
 }
 
-func (c *conn) writeLoop(ctx context.Context) {
-	// Whatever is still queued when the socket ends is uncounted.
-	defer func() {
-		for q, ok := c.next(); ok; q, ok = c.next() {
-			c.done(q)
-		}
-	}()
+// writeLoop writes what is queued, a batch at a time: every frame queued
+// when it looks is written as its own WebSocket message into the corked
+// connection, which sends the batch in one write under one deadline
+// (WriteTimeout). It returns once the queue is empty (the next frame
+// queued starts another), after a close asked by closeAfterFlush, or when
+// a write fails or times out (the socket ends).
+func (c *conn) writeLoop() {
+	defer c.wwg.Done()
 	for {
-		select {
-		case req := <-c.flush:
-			c.flushAndClose(ctx, req)
+		c.qmu.Lock()
+		batch := c.queue
+		c.queue = nil
+		req := c.closing
+		c.closing = nil
+		switch {
+		case req != nil:
+			c.stopped = true // what is queued now is the last
+		case c.stopped || len(batch) == 0:
+			c.writing = false
+			c.qmu.Unlock()
+			c.doneAll(batch)
 			return
-		default:
 		}
-		if q, ok := c.next(); ok {
-			if !c.write(ctx, q) {
-				c.ended(websocket.StatusAbnormalClosure, "write failed or timed out", "server")
-				c.cancel()
-				return
-			}
-			continue
-		}
-		select {
-		case <-c.wake:
-		case req := <-c.flush:
-			c.flushAndClose(ctx, req)
+		c.qmu.Unlock()
+		ok := c.writeBatch(batch)
+		if req != nil {
+			c.ended(req.code, req.reason, "server")
+			c.ws.Close(req.code, req.reason)
+			c.cancel()
 			return
-		case <-ctx.Done():
+		}
+		if !ok {
+			c.ended(websocket.StatusAbnormalClosure, "write failed or timed out", "server")
+			c.qmu.Lock()
+			c.stopped = true
+			c.qmu.Unlock()
+			c.cancel()
 			return
 		}
 	}
 }
 
-// flushAndClose writes what is queued now, then closes the socket.
-func (c *conn) flushAndClose(ctx context.Context, req closeReq) {
-	c.qmu.Lock()
-	n := len(c.queue)
-	c.qmu.Unlock()
-	for range n {
-		q, ok := c.next()
-		if !ok || !c.write(ctx, q) {
+// writeBatch writes batch, corked, and uncounts it; false when a write
+// failed or timed out.
+func (c *conn) writeBatch(batch []queued) bool {
+	defer c.doneAll(batch)
+	for _, q := range batch {
+		if q.f.hint != "" {
+			c.hmu.Lock()
+			delete(c.hinted, q.f.hint)
+			c.hmu.Unlock()
+		}
+	}
+	if c.raw == nil { // not hijacked by us: a deadline per frame
+		for _, q := range batch {
+			ctx, cancel := context.WithTimeout(c.ctx, c.h.o.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, q.f.b)
+			cancel()
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	c.raw.cork()
+	ok := true
+	for _, q := range batch {
+		// No context deadline: the corked connection takes the bytes
+		// without waiting, and the batch's write has the deadline.
+		if c.ws.Write(context.Background(), websocket.MessageText, q.f.b) != nil {
+			ok = false
 			break
 		}
 	}
-	c.ended(req.code, req.reason, "server")
-	c.ws.Close(req.code, req.reason)
-	c.cancel()
-}
-
-func (c *conn) write(ctx context.Context, q queued) bool {
-	defer c.done(q)
-	f := q.f
-	if f.hint != "" {
-		c.hmu.Lock()
-		delete(c.hinted, f.hint)
-		c.hmu.Unlock()
+	if c.raw.uncork() != nil {
+		ok = false
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.h.o.WriteTimeout)
-	defer cancel()
-	return c.ws.Write(wctx, websocket.MessageText, f.b) == nil
+	return ok
 }
 
 // ping checks that the peer answers; one that does not within PongTimeout
@@ -373,9 +486,11 @@ func (c *conn) control(f *frame) {
 	}
 }
 
-// push queues an event; above the high-water mark it becomes a hint.
-func (c *conn) push(f *frame, conv string, head int64) {
-	if !c.addIf(queued{f: f, push: true}, c.underHighWater) {
+// pushHeld queues an event; above the high-water mark it becomes a hint.
+// When hold is set the writer is left to be started by startWriter (a hint
+// starts it at once).
+func (c *conn) pushHeld(f *frame, conv string, head int64, hold bool) {
+	if !c.addHeld(queued{f: f, push: true}, c.underHighWater, hold) {
 		c.hint(conv, head)
 		return
 	}
@@ -425,9 +540,18 @@ func (c *conn) revoke(code parley.Code, msg string) {
 	c.closeAfterFlush(websocket.StatusPolicyViolation, "token revoked")
 }
 
-// closeAfterFlush closes the socket once what is queued is written.
+// closeAfterFlush closes the socket once what is queued now is written;
+// frames queued after it are dropped.
 func (c *conn) closeAfterFlush(code websocket.StatusCode, reason string) {
-	c.closeOnce.Do(func() { c.flush <- closeReq{code, reason} })
+	c.closeOnce.Do(func() {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		if c.stopped {
+			return
+		}
+		c.closing = &closeReq{code, reason}
+		c.startWriterLocked()
+	})
 }
 
 // reply queues a reply frame with the request's rid.
@@ -487,6 +611,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	defer cancel()
 	s, p := c.h.store, c.p
 	var f wire.Frame
+	var sentReply []byte // a send's reply, written without reflection
 	if c.limited(ctx, req) {
 		return
 	}
@@ -503,9 +628,9 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 			}
 		}
 		if err == nil {
-			c.h.Publish(parley.Notice{Conv: sent.Conv, Seq: sent.Seq})
+			c.h.Publish(parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent))
 			err = fault.Hit(fault.APIAfterSendCommit)
-			f = wire.Sent(sent)
+			sentReply = wire.MarshalSent(sent, req.RID)
 		}
 		c.h.metric(func(m Metrics) { m.Send("ws", parley.SendOutcome(sent, err)) })
 	case wire.TRecall:
@@ -547,11 +672,14 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		err = c.h.subscribe(ctx, c)
 		f = wire.Subscribed()
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		c.replyErr(req.RID, err, req.T)
-		return
+	case sentReply != nil:
+		c.enqueue(&frame{b: sentReply})
+	default:
+		c.reply(f, req.RID)
 	}
-	c.reply(f, req.RID)
 }
 
 // Publish announces a committed change: to this gateway's fan-out at once

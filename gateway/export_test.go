@@ -22,3 +22,6 @@ func IndexConsistent(h *Hub) bool {
 
 // SocketsOf reports how many open sockets the index holds for user.
 func SocketsOf(h *Hub, user string) int { return len(h.socketsOf(user)) }
+
+// RequestWorkers reports how many pooled request goroutines run now.
+func RequestWorkers(h *Hub) int64 { return h.reqs.live.Load() }

@@ -26,6 +26,9 @@ type worker struct {
 	heads map[string]parley.Head // conv → head the backstop read
 	reads map[readKey]parley.Notice
 
+	carried map[string][]parley.Notice // conv → notices carrying events (carried.go)
+	forget  bool                       // the bus lost notices: drop the kept audiences
+
 	states map[string]*convState // owned by run
 }
 
@@ -35,6 +38,19 @@ type readKey struct{ conv, user, device string }
 type convState struct {
 	pushed int64 // every seq up to here was handed to the sockets
 	epoch  int64
+	aud    audience // who the last event pushed went to
+
+	// roster is the conversation's membership after the last event read
+	// (from the store's periods, then followed over the membership events
+	// pushed), so a steady-state batch reads only events (FeedEvents). It
+	// is nil until a Feed taught it, and dropped whenever it cannot be
+	// followed: a gap, a purge, a new epoch, a bus loss.
+	roster *parley.Roster
+}
+
+// kept reports whether st's roster holds for the event after pushed.
+func (st *convState) kept() bool {
+	return st.roster != nil && st.roster.At == st.pushed && st.roster.Epoch == st.epoch && st.epoch != 0
 }
 
 func newWorker(h *Hub) *worker {
@@ -67,6 +83,9 @@ func (w *worker) notice(n parley.Notice) {
 		if n.User != "" {
 			w.named[n.Conv] = append(w.named[n.Conv], n.User)
 		}
+		if n.Event != nil {
+			w.keepCarriedLocked(n)
+		}
 	}
 	w.mu.Unlock()
 	w.wake()
@@ -96,6 +115,16 @@ func (w *worker) join(p parley.OpenPeriod) {
 	w.wake()
 }
 
+// forgetRosters makes the worker read the periods again (Feed) for every
+// conversation: after a bus loss it trusts nothing it kept but what it
+// pushed. The roster follows the log, not the notices, so this is caution.
+func (w *worker) forgetRosters() {
+	w.mu.Lock()
+	w.forget = true
+	w.mu.Unlock()
+	w.wake()
+}
+
 func (w *worker) check(hd parley.Head) {
 	w.mu.Lock()
 	w.heads[hd.Conv] = hd
@@ -111,7 +140,7 @@ func (w *worker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-prune.C:
-			for conv := range w.states {
+			for conv := range w.states { // their rosters with them
 				if !w.h.isWatched(conv) {
 					delete(w.states, conv)
 				}
@@ -122,7 +151,15 @@ func (w *worker) run(ctx context.Context) {
 		w.mu.Lock()
 		want, named, base, start, heads, reads := w.want, w.named, w.base, w.start, w.heads, w.reads
 		w.want, w.named, w.base, w.start, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]int64{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
+		forget := w.forget
+		w.forget = false
 		w.mu.Unlock()
+
+		if forget {
+			for _, st := range w.states {
+				st.roster = nil
+			}
+		}
 
 		for conv, seq := range start { // before base and heads: they would start at the head
 			if w.states[conv] == nil {
@@ -148,6 +185,7 @@ func (w *worker) run(ctx context.Context) {
 				}
 			}
 		}
+		carried := w.takeCarried()
 		for conv, seq := range want {
 			if ctx.Err() != nil {
 				return
@@ -155,6 +193,7 @@ func (w *worker) run(ctx context.Context) {
 			if w.states[conv] == nil && !w.h.isWatched(conv) && !w.h.anySubscribed(named[conv]) {
 				continue // none of our sockets may see it: not worth a read
 			}
+			w.pushCarried(conv, carried[conv], seq)
 			w.advance(ctx, conv, seq)
 		}
 		for _, n := range reads {
@@ -174,8 +213,15 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 		w.states[conv] = st
 	}
 	for st.pushed < target {
+		kept := st.kept()
+		read := w.h.store.Feed
+		if kept {
+			read = w.h.store.FeedEvents
+		} else {
+			w.h.stats.MemberReads.Add(1)
+		}
 		fctx, cancel := context.WithTimeout(ctx, w.h.timeout())
-		f, err := w.h.store.Feed(fctx, conv, st.pushed, parley.MaxPage)
+		f, err := read(fctx, conv, st.pushed, parley.MaxPage)
 		cancel()
 		if err != nil {
 			if parley.ErrorCode(err) == parley.CodeNotFound {
@@ -194,22 +240,65 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 		if len(f.Events) == 0 {
 			return // nothing committed past pushed (a stale notice)
 		}
-		w.deliver(f)
+		if kept && !w.follow(st, &f) {
+			continue // read again, with the periods
+		}
+		w.deliver(st, f)
 		st.pushed = f.Events[len(f.Events)-1].Seq
+		if !kept {
+			r, _ := parley.RosterOf(f)
+			st.roster = &r
+		}
 	}
+}
+
+// follow fills f's Members from st's roster and the membership events of
+// f, and moves the roster past f. It reports false, dropping the roster,
+// when the roster cannot tell (Roster.Follow): f must then be read with
+// its periods. f's head is capped at its last event when it is above:
+// the events do not say who left after it, and a former member must learn
+// nothing of activity after their leaving (a later push tells the rest).
+func (w *worker) follow(st *convState, f *parley.Feed) bool {
+	members, next, ok := st.roster.Follow(*f)
+	if !ok {
+		st.roster = nil
+		w.h.stats.RosterLost.Add(1)
+		return false
+	}
+	f.Members = members
+	if last := f.Events[len(f.Events)-1].Seq; f.Head > last {
+		f.Head = last
+	}
+	st.roster = &next
+	return true
 }
 
 // deliver queues each event to every subscribed socket of every user who
 // may see it, encoded once; large conversations get a hint instead. A hint
 // (here, or a push over the high-water mark) carries the head capped for
 // its user: a former member learns nothing above their last visible seq.
-func (w *worker) deliver(f parley.Feed) {
+//
+// When the Feed holds several events (the fan-out fell behind, e.g. under
+// pipelined sends), each socket's writer is started only after up to
+// holdEvents of them are queued to it, so they leave in one batch (one
+// write) instead of one write each.
+func (w *worker) deliver(st *convState, f parley.Feed) {
 	caps := formerCaps(f)
-	for _, ev := range f.Events {
+	steady := steadyMembers(f)
+	var held heldConns
+	if len(f.Events) > 1 {
+		held.set = map[*conn]struct{}{}
+		defer held.release()
+	}
+	for i, ev := range f.Events {
+		if held.set != nil && i > 0 && i%holdEvents == 0 {
+			held.release()
+		}
 		if fault.Hit(fault.GatewayPush) != nil {
 			continue // lab fault: this push is lost (the client must notice the gap)
 		}
-		audience := f.Audience(ev.Seq)
+		w.audienceOf(&st.aud, f, ev.Seq, steady)
+		audience := st.aud.users
 		if len(audience) == 0 {
 			continue
 		}
@@ -218,7 +307,7 @@ func (w *worker) deliver(f parley.Feed) {
 		if !large {
 			fr = &frame{b: wire.MarshalFrame(wire.EventPush(ev))}
 		}
-		for _, c := range w.h.subscribers(f.Conv, audience...) {
+		for _, c := range st.aud.conns {
 			head := f.Head
 			if hd, ok := caps[c.p.User]; ok {
 				head = hd
@@ -226,18 +315,126 @@ func (w *worker) deliver(f parley.Feed) {
 			if large {
 				c.hint(f.Conv, head)
 			} else {
-				c.push(fr, f.Conv, head)
+				c.pushHeld(fr, f.Conv, head, held.set != nil)
+				held.add(c)
 			}
 		}
 	}
+}
+
+// holdEvents bounds the events queued to a socket before its writer starts:
+// the first of them waits for at most this many to be queued everywhere.
+const holdEvents = 16
+
+// heldConns are sockets with pushes queued but their writer not started.
+type heldConns struct{ set map[*conn]struct{} }
+
+func (h *heldConns) add(c *conn) {
+	if h.set != nil {
+		h.set[c] = struct{}{}
+	}
+}
+
+// release starts the writers of the held sockets.
+func (h *heldConns) release() {
+	for c := range h.set {
+		c.startWriter()
+	}
+	clear(h.set)
+}
+
+// audience is who a conversation's last pushed event went to: the users
+// who may see it and their subscribed sockets. Consecutive events of a
+// conversation nearly always have the same audience (it changes only at a
+// membership event), so the worker keeps it between events and batches and
+// asks the hub for the sockets again only when the users changed or the
+// hub's subscriptions did.
+type audience struct {
+	users []string
+	conns []*conn
+	gen   uint64 // the hub's subscription generation conns were read at
+	valid bool
+
+	// from and n name the periods users was made of, when every one of
+	// them covered its whole batch (steadyMembers). A roster's periods
+	// are shared between batches and never modified, so the same periods
+	// again, steady again, mean the same users without a look at them.
+	from *parley.Membership
+	n    int
+}
+
+// steadyMembers reports whether every period of f covers all of f's
+// events: the audience is then the same for each of them.
+func steadyMembers(f parley.Feed) bool {
+	if len(f.Events) == 0 || len(f.Members) == 0 {
+		return false
+	}
+	first, last := f.Events[0].Seq, f.Events[len(f.Events)-1].Seq
+	for _, m := range f.Members {
+		if !m.Contains(first) || !m.Contains(last) {
+			return false
+		}
+	}
+	return true
+}
+
+// audienceOf makes a the audience of seq in f: kept when the users who may
+// see seq are the same as a's (the same steady periods, or compared in
+// f.Members' order, which the stores and Roster.Follow keep stable) and no
+// socket subscribed or left since.
+func (w *worker) audienceOf(a *audience, f parley.Feed, seq int64, steady bool) {
+	gen := w.h.subGen.Load()
+	if steady && a.valid && a.from == &f.Members[0] && a.n == len(f.Members) {
+		if a.gen != gen {
+			a.conns = w.h.subscribers(f.Conv, a.users...)
+			a.gen = gen
+		}
+		return
+	}
+	a.from, a.n = nil, 0
+	if steady {
+		a.from, a.n = &f.Members[0], len(f.Members)
+	}
+	same := a.valid
+	i := 0
+	for _, m := range f.Members {
+		if !m.Contains(seq) {
+			continue
+		}
+		if same && (i >= len(a.users) || a.users[i] != m.User) {
+			same = false
+		}
+		i++
+	}
+	if same && i == len(a.users) {
+		if a.gen != gen {
+			a.conns = w.h.subscribers(f.Conv, a.users...)
+			a.gen = gen
+		}
+		return
+	}
+	a.users = f.Audience(seq)
+	a.conns = w.h.subscribers(f.Conv, a.users...)
+	a.gen = gen
+	a.valid = true
 }
 
 // formerCaps returns, for each user of f whose last period in f has ended,
 // the head capped for them (Periods.Head): the end of that period. Users
 // with an open period see f.Head and are left out. A period that starts
 // after f's events is not in f; its join event comes in a later Feed, with
-// its own heads.
+// its own heads. When every period is open (the usual case) it is nil.
 func formerCaps(f parley.Feed) map[string]int64 {
+	ended := false
+	for _, m := range f.Members {
+		if !m.Open() {
+			ended = true
+			break
+		}
+	}
+	if !ended {
+		return nil
+	}
 	last := map[string]parley.Period{}
 	for _, m := range f.Members {
 		if p, ok := last[m.User]; !ok || m.From > p.From {

@@ -4,9 +4,11 @@
 //
 // Delivery model. A send's reply is written only after its commit, and the
 // (conv, seq) of every committed event is published on the Bus after the
-// commit. Every gateway hears every notice and reads the event and the
-// membership periods around it from the Store (Feeder.Feed), so a push is
-// decided by the same visibility rules as a sync. Notices are hints: a seq
+// commit. A gateway declares what it hears (the conversations its sockets
+// watch, the users it has sockets of: interest.go), hears at least that,
+// and reads the event and the membership periods around it from the Store
+// (Feeder.Feed), so a push is decided by the same visibility rules as a
+// sync. Notices are hints: a seq
 // gap is filled by reading the store, a slow poll of the heads of watched
 // conversations backs up a publisher that died between commit and publish,
 // and a bus that lost notices makes the gateway poll the store for what it
@@ -102,6 +104,10 @@ type Options struct {
 	// server's own host (see websocket.AcceptOptions); a request without
 	// an Origin header (a non-browser client) is always allowed.
 	OriginPatterns []string
+	// SecureCookie: the upgrade's session cookie is
+	// wire.SecureSessionCookie, as login sets it with --secure-cookie
+	// (wire.SessionToken).
+	SecureCookie bool
 	// Workers is the number of fan-out goroutines (default 8). A
 	// conversation is always handled by the same one, in seq order.
 	Workers int
@@ -224,11 +230,17 @@ type Hub struct {
 	subs    map[string]map[*conn]struct{} // subscribed sockets by user
 	sockets map[string]int                // open (and upgrading) sockets by user
 	watch   map[string]int                // conv → subscribed sockets watching it
+	// subGen changes whenever a socket subscribes or stops being
+	// subscribed (under mu), so the fan-out's kept audiences know when
+	// their sockets are stale.
+	subGen atomic.Uint64
 
 	// drainMu: request handlers hold it shared; Drain takes it exclusively,
 	// so when Drain has it no accepted request is still running.
 	drainMu  sync.RWMutex
 	draining atomic.Bool
+
+	reqs *reqPool // the goroutines that answer requests
 
 	workers []*worker
 	lost    chan struct{} // the bus lost notices: recover
@@ -254,6 +266,9 @@ type Stats struct {
 	Resyncs         atomic.Int64 // resync frames sent after a bus loss the store poll could not cover
 	Recovered       atomic.Int64 // bus losses covered by polling the store (no resync)
 	Backstops       atomic.Int64 // conversations the backstop found behind
+	Carried         atomic.Int64 // events pushed from the notice that carried them, without a store read
+	MemberReads     atomic.Int64 // fan-out reads of the membership periods (Feed): no audience kept for the conversation
+	RosterLost      atomic.Int64 // kept audiences dropped because the events read could not be followed (a gap, a purge, a new epoch)
 	Revoked         atomic.Int64 // sockets closed because their token stopped working
 	// Bus notices this gateway handed to the bus, and those the bus
 	// delivered to it (its own echoes included). Losses are BusGap.
@@ -274,6 +289,7 @@ func New(o Options) *Hub {
 		sockets: map[string]int{},
 		watch:   map[string]int{},
 		lost:    make(chan struct{}, 1),
+		reqs:    newReqPool(DefaultRequestLinger),
 	}
 	h.workers = make([]*worker, o.Workers)
 	for i := range h.workers {
@@ -315,6 +331,8 @@ func (h *Hub) Run(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	wg.Wait()
+	// The sockets end with ctx; their requests see it and end too.
+	h.reqs.close()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -357,6 +375,7 @@ func (h *Hub) Shutdown(ctx context.Context) error {
 	go func() { h.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		h.reqs.close() // no socket is left to make a request
 		return nil
 	case <-ctx.Done():
 		for _, c := range h.snapshot() {
@@ -389,7 +408,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteProblem(w, parley.CodeUnavailable, "server is draining; reconnect to another gateway", "")
 		return
 	}
-	token := wire.BearerToken(r)
+	token := wire.SessionToken(r, h.o.SecureCookie)
 	if token == "" {
 		wire.WriteProblem(w, parley.CodeUnauthenticated, "a bearer token or session cookie is required", "")
 		return
@@ -421,7 +440,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteProblem(w, parley.CodeRateLimited, fmt.Sprintf("too many open sockets for this user (at most %d); close one, or retry after Retry-After", h.o.MaxUserSockets), "")
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hw := &hijackWriter{ResponseWriter: w, timeout: h.o.WriteTimeout}
+	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		OriginPatterns:  h.o.OriginPatterns,
 		CompressionMode: websocket.CompressionDisabled,
 	})
@@ -431,12 +451,14 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(parley.MaxFrameBytes)
 	c := newConn(h.ctx(), h, ws, p, token)
+	c.raw = hw.raw
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	mine := h.byUser[p.User]
 	if mine == nil {
 		mine = map[*conn]struct{}{}
 		h.byUser[p.User] = mine
+		h.declareLocked(parley.Interest{Serve: []string{p.User}})
 	}
 	mine[c] = struct{}{}
 	late := h.revokedSinceLocked(looked, "t:"+token, "u:"+p.User)
@@ -446,18 +468,26 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx := h.ctx()
 		h.wg.Go(func() { h.recheck(ctx, []*conn{c}) })
 	}
-	c.serve()
-	h.remove(c)
-	h.logLifetime(r, c)
+	// The socket runs on its reader's goroutine and the handler returns:
+	// net/http's goroutine, its stack and its buffers for the request are
+	// not kept for the socket's life (an idle socket is one goroutine).
+	method, rid := r.Method, middleware.RequestID(r.Context())
+	h.wg.Add(1) // before this handler's Done: Shutdown still waits for the socket
+	go func() {
+		defer h.wg.Done()
+		c.serve()
+		h.remove(c)
+		h.logLifetime(method, rid, c)
+	}()
 }
 
 // logLifetime writes a socket's access line when it ends, at info: who,
 // how long, and its close code and reason (the HTTP access line leaves
 // the 101 of an upgrade to this one).
-func (h *Hub) logLifetime(r *http.Request, c *conn) {
+func (h *Hub) logLifetime(method, requestID string, c *conn) {
 	code, reason, by := c.end()
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "ws connection",
-		slog.String("method", r.Method),
+	h.log.LogAttrs(context.Background(), slog.LevelInfo, "ws connection",
+		slog.String("method", method),
 		slog.String("route", "GET /ws"),
 		slog.Int("status", http.StatusSwitchingProtocols),
 		slog.Int("close_code", int(code)),
@@ -466,7 +496,7 @@ func (h *Hub) logLifetime(r *http.Request, c *conn) {
 		slog.Float64("duration_ms", float64(time.Since(c.started))/float64(time.Millisecond)),
 		slog.String("user", c.p.User),
 		slog.String("device", c.p.DeviceID),
-		slog.String("request_id", middleware.RequestID(r.Context())),
+		slog.String("request_id", requestID),
 	)
 }
 
@@ -506,6 +536,7 @@ func (h *Hub) remove(c *conn) {
 		delete(mine, c)
 		if len(mine) == 0 {
 			delete(h.byUser, c.p.User)
+			h.declareLocked(parley.Interest{Unserve: []string{c.p.User}})
 		}
 	}
 	h.unsubscribeLocked(c)
@@ -516,6 +547,7 @@ func (h *Hub) remove(c *conn) {
 func (h *Hub) unsubscribeLocked(c *conn) {
 	if set := h.subs[c.p.User]; set != nil {
 		if _, ok := set[c]; ok {
+			h.subGen.Add(1)
 			delete(set, c)
 			if len(set) == 0 {
 				delete(h.subs, c.p.User)
@@ -532,6 +564,7 @@ func (h *Hub) unsubscribeLocked(c *conn) {
 func (h *Hub) unwatchLocked(conv string) {
 	if h.watch[conv] <= 1 {
 		delete(h.watch, conv)
+		h.declareLocked(parley.Interest{Unwatch: []string{conv}})
 	} else {
 		h.watch[conv]--
 	}
@@ -562,10 +595,15 @@ func (h *Hub) subscribe(ctx context.Context, c *conn) error {
 		h.subs[c.p.User] = set
 	}
 	set[c] = struct{}{}
+	var fresh []string
+	h.subGen.Add(1)
 	for _, hd := range heads {
 		c.watched[hd.Conv] = struct{}{}
-		h.watch[hd.Conv]++
+		if h.watchLocked(hd.Conv) {
+			fresh = append(fresh, hd.Conv)
+		}
 	}
+	h.declareLocked(parley.Interest{Watch: fresh})
 	return nil
 }
 
@@ -591,7 +629,9 @@ func (h *Hub) subscribers(conv string, users ...string) []*conn {
 			if _, ok := c.watched[conv]; !ok && c.subscribed {
 				if _, still := h.conns[c]; still {
 					c.watched[conv] = struct{}{}
-					h.watch[conv]++
+					if h.watchLocked(conv) {
+						h.declareLocked(parley.Interest{Watch: []string{conv}})
+					}
 				}
 			}
 		}
@@ -866,6 +906,9 @@ func (h *Hub) recoverLoop(ctx context.Context) {
 			return
 		case <-h.lost:
 		}
+		for _, w := range h.workers {
+			w.forgetRosters()
+		}
 		err := h.recoverLoss(ctx)
 		if ctx.Err() != nil {
 			return
@@ -931,7 +974,9 @@ func (h *Hub) relearn(p parley.OpenPeriod) {
 	for c := range h.subs[p.User] {
 		if _, ok := c.watched[p.Conv]; !ok {
 			c.watched[p.Conv] = struct{}{}
-			h.watch[p.Conv]++
+			if h.watchLocked(p.Conv) {
+				h.declareLocked(parley.Interest{Watch: []string{p.Conv}})
+			}
 		}
 	}
 	h.mu.Unlock()

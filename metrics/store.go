@@ -41,6 +41,7 @@ var StoreOps = []string{
 	"ExtendExport",
 	"FailExport",
 	"Feed",
+	"FeedEvents",
 	"Fetch",
 	"FinishAudit",
 	"FinishExport",
@@ -206,6 +207,11 @@ func (s *store) Feed(ctx context.Context, a1 string, a2 int64, a3 int) (_ parley
 	return s.Store.Feed(ctx, a1, a2, a3)
 }
 
+func (s *store) FeedEvents(ctx context.Context, a1 string, a2 int64, a3 int) (_ parley.Feed, err error) {
+	defer s.observe("FeedEvents", time.Now(), &err)
+	return s.Store.FeedEvents(ctx, a1, a2, a3)
+}
+
 func (s *store) Fetch(ctx context.Context, a1 parley.Principal, a2 string, a3 int64) (_ parley.Event, err error) {
 	defer s.observe("Fetch", time.Now(), &err)
 	return s.Store.Fetch(ctx, a1, a2, a3)
@@ -276,9 +282,9 @@ func (s *store) Recall(ctx context.Context, a1 parley.Principal, a2 parley.Recal
 	return s.Store.Recall(ctx, a1, a2)
 }
 
-func (s *store) RecordShard(ctx context.Context, a1 string, a2 parley.ExportShard) (err error) {
+func (s *store) RecordShard(ctx context.Context, a1 string, a2 ...parley.ExportShard) (err error) {
 	defer s.observe("RecordShard", time.Now(), &err)
-	return s.Store.RecordShard(ctx, a1, a2)
+	return s.Store.RecordShard(ctx, a1, a2...)
 }
 
 func (s *store) RemoveMember(ctx context.Context, a1 parley.Principal, a2 string, a3 string) (_ parley.MemberChange, err error) {

@@ -34,13 +34,33 @@ LEFT JOIN m ON m.lo = e.seq
 WHERE c.id = $1
 ORDER BY e.seq`
 
+// feedEventsSQL is feedSQL without the periods (FeedEvents); its m columns
+// are NULL.
+var feedEventsSQL = `WITH e AS (
+	SELECT * FROM events WHERE conv_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
+)
+SELECT c.next_seq - 1, c.min_seq, c.epoch, NULL::text[], NULL::bigint[], NULL::bigint[], ` + eventCols("e") + `
+FROM conversations c
+LEFT JOIN e ON true
+WHERE c.id = $1
+ORDER BY e.seq`
+
 // Feed implements parley.Feeder: one statement (feedSQL).
 func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (parley.Feed, error) {
+	return db.feed(ctx, feedSQL, convID, after, limit)
+}
+
+// FeedEvents implements parley.Feeder: one statement (feedEventsSQL).
+func (db *DB) FeedEvents(ctx context.Context, convID string, after int64, limit int) (parley.Feed, error) {
+	return db.feed(ctx, feedEventsSQL, convID, after, limit)
+}
+
+func (db *DB) feed(ctx context.Context, query, convID string, after int64, limit int) (parley.Feed, error) {
 	if err := parley.CheckFeed(convID, after, limit); err != nil {
 		return parley.Feed{}, err
 	}
 	f := parley.Feed{Conv: convID}
-	rows, err := db.pool.Query(ctx, feedSQL, convID, after, min(limit, parley.MaxPage))
+	rows, err := db.pool.Query(ctx, query, convID, after, min(limit, parley.MaxPage))
 	if err != nil {
 		return parley.Feed{}, wrap("feed", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"math"
 
 	"github.com/parleychat/parley"
@@ -24,6 +25,16 @@ const feedSQL = `SELECT c.next_seq - 1, c.min_seq, c.epoch, p.user_id, coalesce(
 // (one snapshot), a primary-key range scan of the events and the periods
 // that overlap them with the header.
 func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (parley.Feed, error) {
+	return db.feed(ctx, convID, after, limit, true)
+}
+
+// FeedEvents implements parley.Feeder: Feed's events, then the header
+// alone over its primary key.
+func (db *DB) FeedEvents(ctx context.Context, convID string, after int64, limit int) (parley.Feed, error) {
+	return db.feed(ctx, convID, after, limit, false)
+}
+
+func (db *DB) feed(ctx context.Context, convID string, after int64, limit int, periods bool) (parley.Feed, error) {
 	if err := parley.CheckFeed(convID, after, limit); err != nil {
 		return parley.Feed{}, err
 	}
@@ -37,6 +48,14 @@ func (db *DB) Feed(ctx context.Context, convID string, after int64, limit int) (
 			}
 		}
 		lo, hi := int64(1), int64(0) // no events: no period overlaps
+		if !periods {
+			err := tx.QueryRowContext(ctx, `SELECT next_seq - 1, min_seq, epoch FROM conversations WHERE id = ?`, convID).
+				Scan(&f.Head, &f.MinSeq, &f.Epoch)
+			if errors.Is(err, sql.ErrNoRows) {
+				return parley.ErrConvNotFound
+			}
+			return err
+		}
 		if n := len(f.Events); n > 0 {
 			lo, hi = f.Events[0].Seq, f.Events[n-1].Seq
 		}

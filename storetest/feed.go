@@ -192,6 +192,8 @@ func testFeedEventsAndAudience(t *testing.T, e *env) {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := e.st.Feed(ctx(t), tc.conv, tc.after, tc.limit)
 				wantCode(t, err, tc.want)
+				_, err = e.st.FeedEvents(ctx(t), tc.conv, tc.after, tc.limit)
+				wantCode(t, err, tc.want)
 			})
 		}
 		e.unchanged(t, c, before)
@@ -304,6 +306,151 @@ func testFeedRecalledAndPaging(t *testing.T, e *env) {
 		t.Errorf("feed after purge: seqs %v min_seq %d head %d; want 156..160, 156, 255", got, f.MinSeq, f.Head)
 	}
 	wantMembers(t, "feed after purge", f.Members, mem("ana", 1, 0), mem("ben", 1, 0))
+}
+
+// feedEvents reads one FeedEvents that must succeed and checks it is Feed
+// without the periods: the same events and header, Members nil.
+func (e *env) feedEvents(t *testing.T, conv string, after int64, limit int) parley.Feed {
+	t.Helper()
+	f, err := e.st.FeedEvents(ctx(t), conv, after, limit)
+	ok(t, err, fmt.Sprintf("feed events %s after %d", conv, after))
+	what := fmt.Sprintf("feed events %s after %d limit %d", conv, after, limit)
+	full := e.feed(t, conv, after, limit)
+	sameEvents(t, what, f.Events, full.Events)
+	if f.Conv != conv || f.Head != full.Head || f.MinSeq != full.MinSeq || f.Epoch != full.Epoch {
+		t.Errorf("%s: conv %q head %d min_seq %d epoch %d; Feed says %q %d %d %d", what, f.Conv, f.Head, f.MinSeq, f.Epoch, full.Conv, full.Head, full.MinSeq, full.Epoch)
+	}
+	if f.Members != nil {
+		t.Errorf("%s: members %v, want none", what, f.Members)
+	}
+	return f
+}
+
+// rosterAt learns the Roster at seq from a Feed whose last event is seq.
+func (e *env) rosterAt(t *testing.T, conv string, seq int64) parley.Roster {
+	t.Helper()
+	r, found := parley.RosterOf(e.feed(t, conv, seq-1, 1))
+	if !found || r.At != seq {
+		t.Fatalf("roster at %d: %+v, found %v", seq, r, found)
+	}
+	return r
+}
+
+// testFeedEventsFollowRoster: FeedEvents is Feed without the periods, and
+// the membership events it returns are enough to keep the audience: a
+// Roster learned at any seq, followed over any FeedEvents after it, gives
+// the periods Feed returns for those events (but open where their end is
+// after the events) and the Roster Feed would teach after them — through the creation's joins, a removal, a
+// leave and re-join inside one read, and a re-join after a while. Follow
+// refuses what it cannot explain: a gap, a purged prefix, a new epoch.
+func testFeedEventsFollowRoster(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	for _, u := range []string{"ben", "cy", "dan"} {
+		e.bystander(t, u)
+	}
+	const c = "c-follow"
+	change := func(ch parley.MemberChange, err error) {
+		t.Helper()
+		if err != nil || !ch.Changed {
+			t.Fatalf("membership change: %+v %v", ch, err)
+		}
+	}
+	ben := parley.Principal{User: "ben", DeviceID: "d1", InstallID: "i1"}
+	e.group(t, ana, c, "ben", "cy")                  // 1..3
+	e.send(t, ana, c, "k4", "m4")                    // 4
+	change(e.st.RemoveMember(ctx(t), ana, c, "cy"))  // 5
+	change(e.st.AddMember(ctx(t), ana, c, "dan"))    // 6
+	e.send(t, ana, c, "k7", "m7")                    // 7
+	change(e.st.RemoveMember(ctx(t), ben, c, "ben")) // 8: ben leaves
+	change(e.st.AddMember(ctx(t), ana, c, "ben"))    // 9: and is back
+	e.send(t, ana, c, "k10", "m10")                  // 10
+	change(e.st.RemoveMember(ctx(t), ana, c, "dan")) // 11
+	change(e.st.AddMember(ctx(t), ana, c, "cy"))     // 12: cy again, after a while
+	e.send(t, ana, c, "k13", "m13")                  // 13
+	const head = 13
+
+	for at := int64(1); at <= head; at++ {
+		for _, limit := range []int{1, 2, 3, 5, 50} {
+			what := fmt.Sprintf("roster at %d, feed events limit %d", at, limit)
+			r := e.rosterAt(t, c, at)
+			fe := e.feedEvents(t, c, at, limit)
+			members, next, followed := r.Follow(fe)
+			if !followed {
+				t.Errorf("%s: not followed", what)
+				continue
+			}
+			if at == head {
+				if len(fe.Events) != 0 || next.At != r.At || !slices.Equal(next.Open, r.Open) {
+					t.Errorf("%s: events %v, next %+v; want none and the roster as it was", what, seqs(fe.Events), next)
+				}
+				continue
+			}
+			full := e.feed(t, c, at, limit)
+			wantMembers(t, what, members, endsIn(full)...)
+			want, _ := parley.RosterOf(full)
+			if next.At != want.At || next.Epoch != want.Epoch || !slices.Equal(next.Open, want.Open) {
+				t.Errorf("%s: next %+v, want %+v", what, next, want)
+			}
+		}
+	}
+
+	// Walking the log by FeedEvents from the roster at 1 ends with the
+	// roster Feed teaches at the head.
+	r := e.rosterAt(t, c, 1)
+	for r.At < head {
+		var followed bool
+		if _, r, followed = r.Follow(e.feedEvents(t, c, r.At, 2)); !followed {
+			t.Fatalf("walk: not followed at %d", r.At)
+		}
+	}
+	wantMembers(t, "walked roster", r.Open, mem("ana", 1, 0), mem("ben", 9, 0), mem("cy", 12, 0))
+
+	refused := func(what string, r parley.Roster, f parley.Feed) {
+		t.Helper()
+		if _, _, followed := r.Follow(f); followed {
+			t.Errorf("%s: followed, want refused", what)
+		}
+	}
+	refused("a gap", e.rosterAt(t, c, 4), e.feedEvents(t, c, 5, 10))
+
+	t.Run("after_purge", func(t *testing.T) {
+		const p = "c-follow-purge"
+		e.group(t, ana, p, "ben") // 1, 2
+		e.fill(t, ana, p, 8)      // 3..10
+		r := e.rosterAt(t, p, 2)
+		ok(t, e.st.SetRetention(ctx(t), p, parley.Retention{KeepLast: 4}), "set retention")
+		_, err := e.st.Purge(ctx(t), p)
+		ok(t, err, "purge")
+		refused("a purged prefix", r, e.feedEvents(t, p, 2, 10))
+	})
+
+	t.Run("after_rollback", func(t *testing.T) {
+		r := e.rosterAt(t, c, 7)
+		_, err := e.st.Rollback(ctx(t), c, 7)
+		ok(t, err, "rollback")
+		refused("a new epoch", r, e.feedEvents(t, c, 7, 10))
+		// A roster of the new epoch follows again.
+		e.send(t, ana, c, "k14", "m14") // 8
+		r = e.rosterAt(t, c, 7)
+		members, _, followed := r.Follow(e.feedEvents(t, c, 7, 10))
+		if !followed || r.Epoch != 2 {
+			t.Fatalf("new epoch: followed %v, roster %+v", followed, r)
+		}
+		wantMembers(t, "after rollback", members, endsIn(e.feed(t, c, 7, 10))...)
+	})
+}
+
+// endsIn returns f's periods as the events of f tell them: one that ends
+// after f's last event is open (its end is not in f).
+func endsIn(f parley.Feed) []parley.Membership {
+	last := f.Events[len(f.Events)-1].Seq
+	ms := slices.Clone(f.Members)
+	for i := range ms {
+		if ms[i].To > last {
+			ms[i].To = 0
+		}
+	}
+	return ms
 }
 
 // headsOf renders heads sorted by conversation: "c1:4@1 c3:5@1".

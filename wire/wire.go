@@ -6,6 +6,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,11 +71,25 @@ type Request struct {
 // The raw bytes are checked first (CheckText): neither the WebSocket
 // library nor encoding/json refuses invalid UTF-8 or a lone surrogate
 // escape (json replaces both with U+FFFD).
+//
+// The common frame (a send, an ack…) is parsed without reflection
+// (decodeFast); every other frame, and every malformed one, by
+// encoding/json, so both accept and refuse exactly the same frames.
 func DecodeRequest(frame []byte) (Request, error) {
 	var r Request
 	if err := CheckText(frame); err != nil {
 		return r, err
 	}
+	if decodeFast(frame, &r) {
+		return r.valid()
+	}
+	return decodeJSON(frame)
+}
+
+// decodeJSON is DecodeRequest by encoding/json, for a frame that passed
+// CheckText.
+func decodeJSON(frame []byte) (Request, error) {
+	var r Request
 	if err := json.Unmarshal(frame, &r); err != nil {
 		// Keep the rid of a frame that is JSON but has a bad field.
 		var probe struct {
@@ -87,6 +102,11 @@ func DecodeRequest(frame []byte) (Request, error) {
 		}
 		return r, parley.Errorf(parley.CodeInvalidArgument, "frame is not a JSON request object: %s", DecodeProblem(err))
 	}
+	return r.valid()
+}
+
+// valid checks a decoded request's rid and fields.
+func (r Request) valid() (Request, error) {
 	if !validRID(r.RID) {
 		r.RID = nil
 		return r, parley.Errorf(parley.CodeInvalidArgument, "rid must be a string of at most %d bytes or a number of at most %d characters", MaxRIDBytes, MaxRIDBytes)
@@ -99,13 +119,17 @@ func DecodeRequest(frame []byte) (Request, error) {
 
 // validRID: a string whose value (not its JSON token: quotes and escapes
 // are not counted) has at most MaxRIDBytes bytes, or a number of at most
-// MaxRIDBytes characters.
+// MaxRIDBytes characters. rid is a token of a frame that passed
+// CheckText (valid UTF-8, so a string without escapes is its value).
 func validRID(rid json.RawMessage) bool {
 	if len(rid) == 0 {
 		return true
 	}
 	switch c := rid[0]; {
 	case c == '"':
+		if bytes.IndexByte(rid, '\\') < 0 { // no escapes: the value is what is between the quotes
+			return len(rid)-2 <= MaxRIDBytes
+		}
 		var s string
 		return json.Unmarshal(rid, &s) == nil && len(s) <= MaxRIDBytes
 	case c == '-' || c >= '0' && c <= '9':

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"slices"
+
+	"github.com/parleychat/parley"
+)
+
+// Carried events. A notice may carry its committed event (Notice.Event:
+// the publisher's own sends, when the store reports the commit time). A
+// worker pushes such an event without reading the store when it is the
+// next seq of a conversation it has pushed, in the same epoch, and it
+// keeps that conversation's audience (convState.roster, fanout.go), which
+// it follows over the carried events as over those it reads. Anything else
+// (a gap, a new epoch, a conversation not read yet, no audience kept) goes
+// through the store as before.
+
+// keepCarriedLocked keeps n's carried event for run. Call it with w.mu held.
+func (w *worker) keepCarriedLocked(n parley.Notice) {
+	if w.carried == nil {
+		w.carried = map[string][]parley.Notice{}
+	}
+	w.carried[n.Conv] = append(w.carried[n.Conv], n)
+}
+
+// takeCarried empties what notice kept.
+func (w *worker) takeCarried() map[string][]parley.Notice {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := w.carried
+	w.carried = nil
+	return c
+}
+
+// pushCarried pushes the carried events of conv that follow what was
+// pushed, as far as they run without a gap, up to target.
+func (w *worker) pushCarried(conv string, ns []parley.Notice, target int64) {
+	if len(ns) == 0 {
+		return
+	}
+	st := w.states[conv]
+	if st == nil || !st.kept() {
+		return
+	}
+	slices.SortStableFunc(ns, func(a, b parley.Notice) int { return int(min(max(a.Seq-b.Seq, -1), 1)) })
+	var evs []parley.Event
+	next := st.pushed + 1
+	for _, n := range ns {
+		if n.Seq < next {
+			continue // pushed already (an echo, a duplicate)
+		}
+		if n.Seq != next || n.Epoch != st.epoch {
+			break
+		}
+		evs = append(evs, *n.Event)
+		next++
+	}
+	if len(evs) == 0 {
+		return
+	}
+	f := parley.Feed{Conv: conv, Events: evs, Head: max(target, next-1), Epoch: st.epoch}
+	if !w.follow(st, &f) {
+		return // the store read that follows covers them
+	}
+	w.deliver(st, f)
+	st.pushed = next - 1
+	w.h.stats.Carried.Add(int64(len(evs)))
+}
