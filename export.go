@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -80,10 +81,16 @@ type Exports interface {
 	// Errors: ErrLeaseLost, NOT_FOUND.
 	ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error
 
-	// RecordShard stores a written shard's record (replacing a record of
-	// the same index) and sets the job's Done to the number of recorded
-	// shards. Errors: INVALID_ARGUMENT, ErrLeaseLost, NOT_FOUND.
-	RecordShard(ctx context.Context, owner string, s ExportShard) error
+	// RecordShard stores the records of written shards of one job, at
+	// most MaxShardBatch, in one transaction: a record replaces one of the
+	// same index, and the job's Done grows by the number of indexes that
+	// had no record, so Done stays the number of recorded shards without
+	// recounting them (a worker records shards in batches; a job of a
+	// million messages has 5,000). All or nothing: a batch with a
+	// malformed record, records of two jobs or one index twice stores
+	// nothing. Errors: INVALID_ARGUMENT (no record too), ErrLeaseLost,
+	// NOT_FOUND.
+	RecordShard(ctx context.Context, owner string, shards ...ExportShard) error
 
 	// ExportShards returns a job's shard records by index. Errors:
 	// INVALID_ARGUMENT, NOT_FOUND.
@@ -143,6 +150,7 @@ func (s ExportState) Pinning() bool { return s == ExportQueued || s == ExportRun
 // Export bounds and defaults.
 const (
 	ExportShardSize       = 200 // message events per shard
+	MaxShardBatch         = 256 // shard records per RecordShard call
 	DefaultExportKeep     = 7 * 24 * time.Hour
 	DefaultExportActive   = 2 // queued or running jobs per user
 	MaxExportReason       = 512
@@ -361,10 +369,37 @@ func CheckExportShard(s ExportShard) error {
 	if err := CheckConvID(s.Conv); err != nil {
 		return err
 	}
-	if s.Index < 0 || s.Count < 1 || s.Count > ExportShardSize || s.After < 0 || s.Last <= s.After || !validSHA256(s.SHA256) {
+	if s.Index < 0 || s.Index > math.MaxInt32 || s.Count < 1 || s.Count > ExportShardSize || s.After < 0 || s.Last <= s.After || !validSHA256(s.SHA256) {
 		return Errorf(CodeInvalidArgument, "malformed shard record")
 	}
 	return nil
+}
+
+// CheckExportShards validates the arguments of RecordShard: an owner, one
+// to MaxShardBatch well-formed records of one job, each index once. It
+// returns the job.
+func CheckExportShards(owner string, shards []ExportShard) (job string, err error) {
+	if len(shards) == 0 || len(shards) > MaxShardBatch {
+		return "", Errorf(CodeInvalidArgument, "record 1 to %d shards at a time", MaxShardBatch)
+	}
+	job = shards[0].Job
+	if err := CheckExportStep(owner, job); err != nil {
+		return "", err
+	}
+	seen := make(map[int]bool, len(shards))
+	for _, s := range shards {
+		if err := CheckExportShard(s); err != nil {
+			return "", err
+		}
+		if s.Job != job {
+			return "", Errorf(CodeInvalidArgument, "shard records of one job at a time")
+		}
+		if seen[s.Index] {
+			return "", Errorf(CodeInvalidArgument, "shard %d is recorded twice in one call", s.Index)
+		}
+		seen[s.Index] = true
+	}
+	return job, nil
 }
 
 // ExportReason caps a failure reason at MaxExportReason characters.

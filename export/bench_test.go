@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -61,10 +62,20 @@ func BenchmarkExportPostgres(b *testing.B) {
 	if err != nil {
 		b.Skip("BenchmarkExportPostgres compares with psql, which is not installed")
 	}
-	for _, n := range []int{10_000, 100_000} {
+	for _, f := range strings.Split(*benchExportSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("-export-sizes %q: want comma-separated event counts", *benchExportSizes)
+		}
 		b.Run("events="+strconv.Itoa(n), func(b *testing.B) { benchExport(b, psql, n) })
 	}
 }
+
+// benchExportSizes are the export sizes BenchmarkExportPostgres runs; a
+// million events (seeded in about a minute) is for the flat-heap check:
+//
+//	go test ./export/ -run '^$' -bench BenchmarkExportPostgres -benchtime 1x -args -export-sizes 10000,1000000
+var benchExportSizes = flag.String("export-sizes", "10000,100000", "BenchmarkExportPostgres: comma-separated numbers of exported events")
 
 func benchExport(b *testing.B, psql string, n int) {
 	ctx := context.Background()

@@ -1,12 +1,9 @@
 package export
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -350,164 +347,15 @@ func (w *Worker) call(ctx context.Context, fn func(ctx context.Context) error) e
 	return fn(ctx)
 }
 
-// planned is one shard of a run.
-type planned struct {
-	idx  int
-	conv string
-	want int // events it holds
-	rec  parley.ExportShard
-}
-
-// execute runs one attempt of a job: plan, shards, artifact, finish.
-func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob, started func(total int)) error {
-	st := w.o.Store
-	var convs []parley.ExportConv
-	err := w.call(ctx, func(ctx context.Context) (err error) {
-		convs, err = st.ExportSnapshot(ctx, job.ID)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	total := parley.ExportShardTotal(convs)
-	if err := w.call(ctx, func(ctx context.Context) error {
-		return st.ExtendExport(ctx, owner, job.ID, total, w.o.Lease)
-	}); err != nil {
-		return err
-	}
-	started(total)
-	var recs []parley.ExportShard
-	err = w.call(ctx, func(ctx context.Context) (err error) {
-		recs, err = st.ExportShards(ctx, job.ID)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	byIdx := make(map[int]parley.ExportShard, len(recs))
-	for _, r := range recs {
-		byIdx[r.Index] = r
-	}
-
-	dir := shardDir(w.o.Dir, job.ID)
-	if err := w.mkdir(dir); err != nil {
-		return err
-	}
-	var shards []planned
-	idx := 0
-	for _, c := range convs {
-		var after int64
-		left := c.Messages
-		for left > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			p := planned{idx: idx, conv: c.Conv, want: int(min(left, parley.ExportShardSize))}
-			rec, wrote, err := w.shard(ctx, owner, job.ID, p, after, byIdx)
-			if err != nil {
-				return err
-			}
-			p.rec = rec
-			shards = append(shards, p)
-			if w.afterShard != nil {
-				w.afterShard(job.ID, idx, wrote)
-			}
-			after = rec.Last
-			left -= int64(rec.Count)
-			idx++
-		}
-	}
-	if idx != total {
-		return &jobError{reason: fmt.Sprintf("export is not deterministic: planned %d shards, wrote %d; create a new export", total, idx)}
-	}
-
-	sha, size, err := w.artifact(ctx, job.ID, shards)
-	if err != nil {
-		return err
-	}
-	if err := w.call(ctx, func(ctx context.Context) error {
-		return st.FinishExport(ctx, owner, job.ID, sha, size, w.cfg().ExportKeep())
-	}); err != nil {
-		return err
-	}
-	w.stats.artifacts.Add(1)
-	// The artifact is verified and recorded: the shards are only another
-	// copy of the user's data now.
-	if err := os.RemoveAll(dir); err != nil {
-		w.log.Warn("export: removing shards failed (the janitor retries)", "job", job.ID, "err", err)
-	}
-	return nil
-}
-
-// shard makes sure shard p exists on disk with its recorded bytes and
-// returns its record: a verified file is kept as it is, a missing or
-// corrupt one is recomputed, and bytes that differ from the record fail
-// the job (the export would not be deterministic).
-func (w *Worker) shard(ctx context.Context, owner, job string, p planned, after int64, recs map[int]parley.ExportShard) (rec parley.ExportShard, wrote bool, err error) {
-	path := shardPath(w.o.Dir, job, p.idx)
-	rec, recorded := recs[p.idx]
-	if recorded && rec.Conv == p.conv && rec.After == after && rec.Count == p.want {
-		if got, _, err := fileSum(path); err == nil && got == rec.SHA256 {
-			w.stats.skipped.Add(1)
-			return rec, false, nil
-		}
-	}
-	var evs []parley.Event
-	err = w.call(ctx, func(ctx context.Context) (err error) {
-		evs, err = w.o.Store.ExportEvents(ctx, job, p.conv, after, parley.ExportShardSize)
-		return err
-	})
-	if err != nil {
-		return parley.ExportShard{}, false, err
-	}
-	if len(evs) > p.want {
-		evs = evs[:p.want]
-	}
-	if len(evs) != p.want {
-		return parley.ExportShard{}, false, &jobError{reason: fmt.Sprintf(
-			"export is not deterministic: shard %d (conversation %s after seq %d) has %d events, the snapshot counted %d; create a new export",
-			p.idx, p.conv, after, len(evs), p.want)}
-	}
-	data, err := encodeShard(evs)
-	if err != nil {
-		return parley.ExportShard{}, false, err
-	}
-	now := parley.ExportShard{
-		Job: job, Index: p.idx, Conv: p.conv, After: after, Last: evs[len(evs)-1].Seq,
-		Count: len(evs), SHA256: sum(data),
-	}
-	if recorded && (rec != now) {
-		return parley.ExportShard{}, false, &jobError{reason: fmt.Sprintf(
-			"export is not deterministic: shard %d recomputed to sha256 %s (%d events after seq %d), but %s (%d events after seq %d) was recorded; create a new export",
-			p.idx, now.SHA256, now.Count, now.After, rec.SHA256, rec.Count, rec.After)}
-	}
-	if err := writeFile(filepath.Dir(path), filepath.Base(path), data); err != nil {
-		return parley.ExportShard{}, false, err
-	}
-	if recorded {
-		w.stats.rewritten.Add(1)
-		w.log.Warn("export: shard file missing or corrupt; rewritten", "job", job, "shard", p.idx)
-	}
-	w.stats.written.Add(1)
-	if !recorded {
-		if err := w.call(ctx, func(ctx context.Context) error { return w.o.Store.RecordShard(ctx, owner, now) }); err != nil {
-			return parley.ExportShard{}, false, err
-		}
-	}
-	if err := fault.Hit(fault.ExportAfterShard); err != nil {
-		return parley.ExportShard{}, true, &writeError{op: "after shard", path: path, err: err}
-	}
-	return now, true, nil
-}
-
-func (w *Worker) mkdir(dir string) error {
+// mkdir makes a job's shard directory and reports whether it existed.
+func (w *Worker) mkdir(dir string) (existed bool, err error) {
 	if _, err := os.Stat(dir); err == nil {
-		return nil
+		return true, nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return wrapWrite("mkdir", dir, err)
+		return false, wrapWrite("mkdir", dir, err)
 	}
-	return syncDir(filepath.Dir(dir))
+	return false, syncDir(filepath.Dir(dir))
 }
 
 // faultWrite is the export.write fault point: armed, a write fails as on
@@ -563,79 +411,6 @@ func finishTemp(tmp *os.File, path string, fill func(io.Writer) error) (err erro
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return wrapWrite("rename", path, err)
-	}
-	return nil
-}
-
-// artifact streams the shards, in order, through gzip into the job's
-// artifact and returns its sha256 and size, verified by reading it back.
-func (w *Worker) artifact(ctx context.Context, job string, shards []planned) (string, int64, error) {
-	final := ArtifactPath(w.o.Dir, job)
-	if err := faultWrite(final); err != nil {
-		return "", 0, err
-	}
-	tmp, err := os.CreateTemp(w.o.Dir, job+artifactSuffix+tmpInfix+"*")
-	if err != nil {
-		return "", 0, wrapWrite("create", final, err)
-	}
-	h := sha256.New()
-	var size int64
-	err = finishTemp(tmp, final, func(f io.Writer) error {
-		bw := bufio.NewWriterSize(io.MultiWriter(f, h), 64<<10)
-		zw, err := gzip.NewWriterLevel(&counter{w: bw, n: &size}, gzipLevel)
-		if err != nil {
-			return err
-		}
-		for _, s := range shards {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := copyShard(zw, shardPath(w.o.Dir, job, s.idx), s.rec.SHA256); err != nil {
-				return err
-			}
-		}
-		if err := zw.Close(); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", 0, ctx.Err()
-		}
-		return "", 0, err
-	}
-	if err := syncDir(w.o.Dir); err != nil {
-		os.Remove(final)
-		return "", 0, err
-	}
-	sha := hex.EncodeToString(h.Sum(nil))
-	got, n, err := fileSum(final)
-	if err != nil || got != sha || n != size {
-		os.Remove(final)
-		if err == nil {
-			err = fmt.Errorf("read back sha256 %s (%d bytes), wrote %s (%d bytes)", got, n, sha, size)
-		}
-		return "", 0, wrapWrite("verify", final, err)
-	}
-	return sha, size, nil
-}
-
-// copyShard copies a shard into the artifact, checking that its bytes are
-// still the recorded ones (a shard damaged since it was verified fails the
-// attempt; the next one rewrites it).
-func copyShard(dst io.Writer, path, want string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(dst, io.TeeReader(f, h)); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("shard %s changed on disk: sha256 %s, recorded %s", filepath.Base(path), got, want)
 	}
 	return nil
 }

@@ -376,25 +376,35 @@ func (db *DB) ExtendExport(ctx context.Context, owner, id string, total int, lea
 	})
 }
 
-// RecordShard implements parley.Exports.
-func (db *DB) RecordShard(ctx context.Context, owner string, s parley.ExportShard) error {
-	if err := parley.CheckExportStep(owner, s.Job); err != nil {
+// RecordShard implements parley.Exports. Under the job's row lock (which
+// every call on the job takes) the batch's indexes that are recorded
+// already are counted, the batch is upserted from arrays in one statement,
+// and Done grows by the rest: no count over the job's shards.
+func (db *DB) RecordShard(ctx context.Context, owner string, shards ...parley.ExportShard) error {
+	job, err := parley.CheckExportShards(owner, shards)
+	if err != nil {
 		return err
 	}
-	if err := parley.CheckExportShard(s); err != nil {
-		return err
+	n := len(shards)
+	idx, conv, after, last, count, sha := make([]int32, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int32, n), make([]string, n)
+	for i, s := range shards {
+		idx[i], conv[i], after[i], last[i], count[i], sha[i] = int32(s.Index), s.Conv, s.After, s.Last, int32(s.Count), s.SHA256
 	}
-	return db.leased(ctx, "record shard", owner, s.Job, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO export_shards (job_id, idx, conv_id, after_seq, last_seq, count, sha256)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT (job_id, idx) DO UPDATE SET conv_id = EXCLUDED.conv_id, after_seq = EXCLUDED.after_seq,
-				last_seq = EXCLUDED.last_seq, count = EXCLUDED.count, sha256 = EXCLUDED.sha256`,
-			s.Job, s.Index, s.Conv, s.After, s.Last, s.Count, s.SHA256); err != nil {
+	return db.leased(ctx, "record shard", owner, job, func(tx pgx.Tx) error {
+		var old int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM export_shards WHERE job_id = $1 AND idx = ANY($2::int[])`,
+			job, idx).Scan(&old); err != nil {
 			return err
 		}
-		// A new statement sees the upsert above.
-		_, err := tx.Exec(ctx, `UPDATE export_jobs SET done = (SELECT count(*) FROM export_shards WHERE job_id = $1),
-			updated_at = clock_timestamp() WHERE id = $1`, s.Job)
+		if _, err := tx.Exec(ctx, `INSERT INTO export_shards (job_id, idx, conv_id, after_seq, last_seq, count, sha256)
+			SELECT $1, r.* FROM unnest($2::int[], $3::text[], $4::bigint[], $5::bigint[], $6::int[], $7::text[]) AS r
+			ON CONFLICT (job_id, idx) DO UPDATE SET conv_id = EXCLUDED.conv_id, after_seq = EXCLUDED.after_seq,
+				last_seq = EXCLUDED.last_seq, count = EXCLUDED.count, sha256 = EXCLUDED.sha256`,
+			job, idx, conv, after, last, count, sha); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE export_jobs SET done = done + $2, updated_at = clock_timestamp() WHERE id = $1`,
+			job, n-old)
 		return err
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -372,27 +373,39 @@ func (db *DB) ExtendExport(ctx context.Context, owner, id string, total int, lea
 	})
 }
 
-// RecordShard implements parley.Exports.
-func (db *DB) RecordShard(ctx context.Context, owner string, s parley.ExportShard) error {
-	if err := parley.CheckExportStep(owner, s.Job); err != nil {
+// RecordShard implements parley.Exports: inside the write, the batch's
+// indexes that are recorded already are counted and Done grows by the
+// rest (no count over the job's shards).
+func (db *DB) RecordShard(ctx context.Context, owner string, shards ...parley.ExportShard) error {
+	job, err := parley.CheckExportShards(owner, shards)
+	if err != nil {
 		return err
 	}
-	if err := parley.CheckExportShard(s); err != nil {
-		return err
+	idx := make([]any, 0, len(shards)+1)
+	idx = append(idx, job)
+	for _, s := range shards {
+		idx = append(idx, s.Index)
 	}
 	return db.write(ctx, "record shard", func(tx *txn) error {
-		if err := leased(ctx, tx, owner, s.Job); err != nil {
+		if err := leased(ctx, tx, owner, job); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO export_shards (job_id, idx, conv_id, after_seq, last_seq, count, sha256)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (job_id, idx) DO UPDATE SET conv_id = excluded.conv_id, after_seq = excluded.after_seq,
-				last_seq = excluded.last_seq, count = excluded.count, sha256 = excluded.sha256`,
-			s.Job, s.Index, s.Conv, s.After, s.Last, s.Count, s.SHA256); err != nil {
+		var old int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM export_shards WHERE job_id = ? AND idx IN (?`+
+			strings.Repeat(", ?", len(shards)-1)+`)`, idx...).Scan(&old); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET done = (SELECT count(*) FROM export_shards WHERE job_id = ?),
-			updated_at = `+nowMS+` WHERE id = ?`, s.Job, s.Job)
+		for _, s := range shards {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO export_shards (job_id, idx, conv_id, after_seq, last_seq, count, sha256)
+				VALUES (?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (job_id, idx) DO UPDATE SET conv_id = excluded.conv_id, after_seq = excluded.after_seq,
+					last_seq = excluded.last_seq, count = excluded.count, sha256 = excluded.sha256`,
+				s.Job, s.Index, s.Conv, s.After, s.Last, s.Count, s.SHA256); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET done = done + ?, updated_at = `+nowMS+` WHERE id = ?`,
+			len(shards)-old, job)
 		return err
 	})
 }

@@ -1170,6 +1170,76 @@ func testExportShardsProgress(t *testing.T, e *env) {
 	}
 }
 
+// testExportShardBatch: RecordShard takes a batch of one job's records in
+// one call: Done grows by the indexes new to the job (a re-recorded index
+// replaces its record and is not counted twice, in a batch with new ones
+// too); a batch with one bad record, a record of another job, an index
+// twice, no record or more than MaxShardBatch stores nothing, and neither
+// does a batch of an owner whose lease is lost.
+func testExportShardBatch(t *testing.T, e *env) {
+	ana := e.users(t, "ana")[0]
+	const c = "c-ab"
+	e.group(t, ana, c)
+	e.fill(t, ana, c, 5)
+	j := e.newExport(t, ana, "k1", "all")
+	other := e.newExport(t, ana, "k2", "all")
+	e.claim(t, e.st, "w1", time.Hour, j.ID)
+	ok(t, e.st.ExtendExport(ctx(t), "w1", j.ID, 8, time.Hour), "extend")
+	shard := func(job string, i int, sum string) parley.ExportShard {
+		after := int64(1 + i*parley.ExportShardSize)
+		return parley.ExportShard{Job: job, Index: i, Conv: c, After: after, Last: after + 3, Count: 3, SHA256: shaOf(sum)}
+	}
+	record := func(t *testing.T, done int, shards ...parley.ExportShard) {
+		t.Helper()
+		ok(t, e.st.RecordShard(ctx(t), "w1", shards...), fmt.Sprintf("record %d shards", len(shards)))
+		if got := e.job(t, j.ID); got.Done != done || got.State != parley.ExportRunning {
+			t.Errorf("after a batch of %d: %s, want done %d, running", len(shards), jobLine(got), done)
+		}
+	}
+	record(t, 3, shard(j.ID, 4, "four"), shard(j.ID, 0, "zero"), shard(j.ID, 2, "two"))
+	record(t, 5, shard(j.ID, 0, "zero again"), shard(j.ID, 1, "one"), shard(j.ID, 3, "three")) // 0 replaced
+	record(t, 5, shard(j.ID, 4, "four again"))
+	want := []parley.ExportShard{shard(j.ID, 0, "zero again"), shard(j.ID, 1, "one"), shard(j.ID, 2, "two"),
+		shard(j.ID, 3, "three"), shard(j.ID, 4, "four again")}
+	shards, err := e.st.ExportShards(ctx(t), j.ID)
+	if wantCode(t, err, "") && !slices.Equal(shards, want) {
+		t.Errorf("shards %+v, want %+v", shards, want)
+	}
+
+	bad := shard(j.ID, 6, "six")
+	bad.Count = 0
+	many := make([]parley.ExportShard, parley.MaxShardBatch+1)
+	for i := range many {
+		many[i] = shard(j.ID, 5+i, fmt.Sprint(i))
+	}
+	for _, tc := range []struct {
+		name   string
+		owner  string
+		shards []parley.ExportShard
+		want   parley.Code
+	}{
+		{"none", "w1", nil, parley.CodeInvalidArgument},
+		{"one_bad", "w1", []parley.ExportShard{shard(j.ID, 5, "five"), bad}, parley.CodeInvalidArgument},
+		{"two_jobs", "w1", []parley.ExportShard{shard(j.ID, 5, "five"), shard(other.ID, 0, "zero")}, parley.CodeInvalidArgument},
+		{"index_twice", "w1", []parley.ExportShard{shard(j.ID, 5, "five"), shard(j.ID, 6, "six"), shard(j.ID, 5, "five")}, parley.CodeInvalidArgument},
+		{"index_past_int32", "w1", []parley.ExportShard{shard(j.ID, 5, "five"), shard(j.ID, 1<<31, "big")}, parley.CodeInvalidArgument},
+		{"too_many", "w1", many, parley.CodeInvalidArgument},
+		{"other_owner", "w2", []parley.ExportShard{shard(j.ID, 5, "five"), shard(j.ID, 0, "zero")}, parley.ErrorCode(parley.ErrLeaseLost)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, job := e.exportRows(t), e.job(t, j.ID)
+			err := e.st.RecordShard(ctx(t), tc.owner, tc.shards...)
+			wantCode(t, err, tc.want)
+			if tc.owner != "w1" {
+				wantLeaseLost(t, "a batch by another owner", err)
+			}
+			e.exportUnchanged(t, before)
+			wantSameJob(t, "the job after a rejected batch", e.job(t, j.ID), job)
+		})
+	}
+	record(t, 7, shard(j.ID, 5, "five"), shard(j.ID, 6, "six"), shard(j.ID, 4, "four"))
+}
+
 // testExportFinishFailRetry: FinishExport makes a job done with its
 // artifact's sha256 and size, expiring after keep; FailExport with a retry
 // queues it again with the reason, claimable only after retryAfter; without
