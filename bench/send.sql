@@ -1,9 +1,11 @@
--- pgbench script: the statements of one PostgreSQL Store.Send, in the two
--- pipelines postgres/event.go (keyedAppend) sends them in:
+-- pgbench script: the send transaction of SPEC §3.1 written by hand, in the
+-- two pipelines Store.Send used before it became one call of parley_send
+-- (postgres/event.go; the two-pipeline form is now only keyedAppend's, the
+-- lab path of recall with a fault point armed):
 --   {BEGIN; lock the conversation row; look the request key up}
 --   {append the event and advance the head; COMMIT}
 -- on the 64 two-member conversations bench-0 … bench-63 that
--- storetest.SeedSenders creates. Run by BenchmarkSendVsPgbench as
+-- storetest.SeedSenders (or bench/seed.sql) creates. Run by BenchmarkSendVsPgbench as
 --   pgbench -n -M prepared -c 16 -j 2 -T 10 -f bench/send.sql DBNAME
 \set conv random(0, 63)
 \set k random(1, 9000000000000000000)

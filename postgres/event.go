@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +13,8 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
-// keySQL is the one lookup Send makes after the lock: the request key
+// keySQL is the lookup the lab paths (sendSlow, keyedAppend) make after the
+// lock: the request key
 // (conv, sender, cmid) over events_idempotency, its tombstone, and the
 // sender's open period.
 const keySQL = `SELECT e.seq, e.mid, e.kind, e.request_hash,
@@ -74,8 +76,8 @@ func (k keyRow) check(kind parley.EventKind, hash []byte) (found bool, err error
 	return false, nil
 }
 
-// keyedAppend is the write path of Send and Recall, in two pipelined round
-// trips: {BEGIN; lock the conversation row; look the request key up} and,
+// keyedAppend is Recall's lab path (a store fault point armed; Recall is
+// otherwise one call of parley_recall), in two pipelined round trips: {BEGIN; lock the conversation row; look the request key up} and,
 // when the request is new and passes check, {append r.ev; then (recall) the
 // statement after makes; COMMIT}. PostgreSQL runs pipelined statements one
 // after another, each READ COMMITTED statement on a fresh snapshot, so the
@@ -193,38 +195,328 @@ func keyed[T any](op string, fn func() (T, error)) (T, error) {
 	return out, wrap(op, err)
 }
 
-// Send implements parley.Store in two round trips (keyedAppend).
+// Send implements parley.Store: concurrent sends, to one conversation or
+// several, are batched (parley.SendQueue, laned by sendLane) into one call
+// of parley_send_many, one round trip and one commit for the batch.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
 	if err := parley.ValidateSend(r); err != nil {
 		return parley.Sent{}, err
 	}
-	hash := parley.Fingerprint(r.Conv, r.Body)
-	return keyed("send", func() (parley.Sent, error) {
-		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash,
-			ev: parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}}
-		c, k, found, err := db.keyedAppend(ctx, req, func(keyRow) error { return nil }, nil)
-		switch {
-		case err != nil:
-			return parley.Sent{}, err
-		case found:
-			return parley.Sent{Conv: r.Conv, Seq: *k.seq, MID: *k.mid, Dup: true, Epoch: c.epoch}, nil
-		}
-		return parley.Sent{Conv: r.Conv, Seq: req.ev.Seq, MID: req.ev.MID, Epoch: c.epoch}, nil
-	})
+	return db.sends.Send(ctx, p, r)
 }
+
+// Outcomes of parley_send_many and parley_recall (migrations 0007, 0008).
+const (
+	outNew       = 0 // inserted
+	outKey       = 1 // the request key exists: a replay or a mismatch
+	outTombstone = 2 // ORIGINAL_EXPIRED
+	outNoPeriod  = 3 // NOT_MEMBER
+	outNoConv    = 4 // NOT_MEMBER
+	outTarget    = 5 // a recall's target checks refused it
+)
+
+// sendCols are the columns of a parley_send_many row, NULLs as zero values.
+const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''), coalesce(o_kind, ''), o_hash,
+	coalesce(o_epoch, 0), coalesce(o_at, 'epoch')`
+
+// sendSQL appends a batch, of one conversation or several, in one
+// statement, its own transaction: the whole of SPEC §3.1 for every item
+// (migration 0008).
+const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7)`
+
+// sendOneSQL is sendSQL for a batch of one (the common, uncontended case):
+// scalar parameters, so the driver encodes no arrays.
+const sendOneSQL = sendCols + ` FROM parley_send_many(ARRAY[$1::text], ARRAY[$2::text], ARRAY[$3::text],
+	ARRAY[$4::text], ARRAY[$5::bytea], ARRAY[$6::text], ARRAY[$7::text])`
+
+// sendRow is one item's row of parley_send_many (and the slow path's); zero
+// values stand for NULLs (seq 0: nothing found or inserted).
+type sendRow struct {
+	item    int32
+	outcome int16
+	seq     int64
+	mid     string
+	kind    string
+	hash    []byte
+	epoch   int64
+	at      time.Time // inserted: the event's created_at
+}
+
+// result turns an item's row into what Send answers.
+func (k sendRow) result(conv string, hash []byte) parley.BatchResult {
+	switch k.outcome {
+	case outNew, outKey:
+		if k.seq == 0 || k.mid == "" || k.epoch == 0 {
+			break
+		}
+		s := parley.Sent{Conv: conv, Seq: k.seq, MID: k.mid, Epoch: k.epoch}
+		if k.outcome == outKey {
+			if err := parley.CheckReplay(parley.EventKind(k.kind), k.hash, parley.EventMessage, hash); err != nil {
+				return parley.BatchResult{Err: err}
+			}
+			s.Dup = true
+		} else {
+			s.At = ms(k.at) // as finish reads it back
+		}
+		return parley.BatchResult{Sent: s}
+	case outTombstone:
+		return parley.BatchResult{Err: parley.ErrOriginalExpired}
+	case outNoPeriod, outNoConv:
+		return parley.BatchResult{Err: parley.ErrNotMember}
+	}
+	return parley.BatchResult{Err: fmt.Errorf("postgres: send: outcome %d without a seq", k.outcome)}
+}
+
+// hasNUL reports whether s holds U+0000, which no text column takes: such an
+// item is refused alone, before it could fail its batch's statement.
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// SendBatch implements parley.SendBatcher: every valid item, of whatever
+// conversation, in one transaction (parley_send_many: one round trip; with
+// a fault point armed, sendSlow's several).
+func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
+	out := make([]parley.BatchResult, len(items))
+	idx := make([]int, 0, len(items))
+	for i, it := range items {
+		if out[i].Err = checkSendItem(it.Req); out[i].Err == nil {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) > 0 {
+		db.sendItems(ctx, items, idx, out)
+	}
+	return out
+}
+
+// checkSendItem refuses what must not reach a batch's statement.
+func checkSendItem(r parley.SendRequest) error {
+	if err := parley.ValidateSend(r); err != nil {
+		return err
+	}
+	if hasNUL(r.Body) || hasNUL(r.CMID) {
+		return errNUL
+	}
+	return nil
+}
+
+// sendArgs are a batch's items as parley_send_many's arrays.
+type sendArgs struct {
+	convs, users, devices, cmids, bodies, mids []string
+	hashes                                     [][]byte
+}
+
+// sendItems commits items[idx] in one transaction and fills their results.
+func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int, out []parley.BatchResult) {
+	n := len(idx)
+	cols := make([]string, 6*n) // one allocation for the six text columns
+	a := sendArgs{
+		convs: cols[:n:n], users: cols[n : 2*n : 2*n], devices: cols[2*n : 3*n : 3*n],
+		cmids: cols[3*n : 4*n : 4*n], bodies: cols[4*n : 5*n : 5*n], mids: cols[5*n:],
+		hashes: make([][]byte, n),
+	}
+	for j, i := range idx {
+		it := items[i]
+		a.convs[j], a.users[j], a.devices[j], a.cmids[j], a.bodies[j], a.mids[j] = it.Req.Conv, it.P.User, it.P.DeviceID, it.Req.CMID, it.Req.Body, parley.NewID()
+		a.hashes[j] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
+	}
+	rows, err := keyed("send", func() ([]sendRow, error) {
+		if storeFaultsArmed() {
+			return db.sendSlow(ctx, a)
+		}
+		var rs pgx.Rows
+		var err error
+		if n == 1 {
+			rs, err = db.pool.Query(ctx, sendOneSQL, a.convs[0], a.users[0], a.devices[0], a.cmids[0], a.hashes[0], a.bodies[0], a.mids[0])
+		} else {
+			rs, err = db.pool.Query(ctx, sendSQL, a.convs, a.users, a.devices, a.cmids, a.hashes, a.bodies, a.mids)
+		}
+		if err != nil {
+			return nil, err
+		}
+		rows := make([]sendRow, 0, n)
+		var k sendRow
+		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &k.at}, func() error {
+			// One row per item, in item order: the index proves it.
+			if int(k.item) != len(rows) || len(rows) == n {
+				return fmt.Errorf("parley_send_many returned item %d as row %d of %d", k.item, len(rows), n)
+			}
+			rows = append(rows, k)
+			return nil
+		})
+		if err == nil && len(rows) != n {
+			err = fmt.Errorf("parley_send_many returned %d rows for %d items", len(rows), n)
+		}
+		return rows, err
+	})
+	for j, i := range idx {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i] = rows[j].result(a.convs[j], a.hashes[j])
+	}
+}
+
+// storeFaultsArmed reports whether a lab run armed a fault point of the
+// send path: then sends take the slow path, in which the points sit
+// between round trips.
+func storeFaultsArmed() bool {
+	return fault.Armed(fault.StoreAfterKeyLookup) || fault.Armed(fault.StoreBeforeInsert) || fault.Armed(fault.StoreBeforeCommit)
+}
+
+// lockManySQL locks the distinct conversations of $1 in parley_send_many's
+// order (by id, COLLATE "C") and reads their epochs.
+const lockManySQL = `SELECT id, epoch FROM conversations WHERE id = ANY ($1)
+ORDER BY id COLLATE "C" ` + lockAppend
+
+// appendAtSQL is appendSQL that also returns the event's created_at.
+const appendAtSQL = appendSQL + `, ev.created_at`
+
+// sendSlow is parley_send_many done from Go, one statement per round trip,
+// for lab runs with a fault point armed: BEGIN; lock the conversations; per
+// item the key lookup (store.after_key_lookup), the checks,
+// store.before_insert and the append; then store.before_commit (once, when
+// an item was inserted) and COMMIT. It decides exactly as parley_send_many
+// does, in one transaction as it does. Whatever leaves the transaction open
+// is rolled back.
+func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err error) {
+	pc, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Conn()
+	defer func() {
+		if conn.PgConn().TxStatus() != 'I' {
+			rctx, cancel := rollbackContext(ctx)
+			conn.Exec(rctx, "rollback")
+			cancel()
+		}
+		pc.Release()
+	}()
+	if _, err := conn.Exec(ctx, "begin"); err != nil {
+		return nil, err
+	}
+	lrows, err := conn.Query(ctx, lockManySQL, a.convs)
+	if err != nil {
+		return nil, err
+	}
+	epochs := map[string]int64{}
+	var id string
+	var epoch int64
+	if _, err := pgx.ForEachRow(lrows, []any{&id, &epoch}, func() error { epochs[id] = epoch; return nil }); err != nil {
+		return nil, err
+	}
+	inserted := false
+	for j, conv := range a.convs {
+		row := sendRow{item: int32(j)}
+		epoch, ok := epochs[conv]
+		if !ok {
+			row.outcome = outNoConv
+			rows = append(rows, row)
+			continue
+		}
+		var k keyRow
+		if err := conn.QueryRow(ctx, keySQL, conv, a.users[j], a.cmids[j]).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
+			return nil, err
+		}
+		if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
+			return nil, err
+		}
+		row.hash, row.epoch = k.hash, epoch
+		switch {
+		case k.seq != nil:
+			row.outcome, row.seq, row.mid, row.kind = outKey, *k.seq, *k.mid, *k.kind
+		case k.tombstone:
+			row.outcome = outTombstone
+		case !k.open:
+			row.outcome = outNoPeriod
+		default:
+			if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+				return nil, err
+			}
+			ev := parley.Event{Kind: parley.EventMessage, Sender: a.users[j], Device: a.devices[j], Body: a.bodies[j]}
+			args := appendArgs(conv, &ev, a.cmids[j], a.hashes[j])
+			args[1] = a.mids[j]
+			if err := conn.QueryRow(ctx, appendAtSQL, args...).Scan(&row.seq, &row.at); err != nil {
+				return nil, err
+			}
+			row.outcome, row.mid = outNew, a.mids[j]
+			inserted = true
+		}
+		rows = append(rows, row)
+	}
+	if inserted {
+		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
+			return nil, err
+		}
+	}
+	_, err = conn.Exec(ctx, "commit")
+	return rows, err
+}
+
+// recallSQL is Recall in one statement, its own transaction (migration
+// 0007).
+const recallSQL = `SELECT outcome, coalesce(o_seq, 0), coalesce(o_mid, ''), coalesce(o_kind, ''), o_hash, coalesce(o_epoch, 0),
+	t_kind, t_sender, t_recalled, t_expired
+FROM parley_recall($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // markRecalledSQL sets the target's recall_seq to the recall just appended
 // (the head, under the row lock).
 const markRecalledSQL = `UPDATE events SET recall_seq = (SELECT next_seq - 1 FROM conversations WHERE id = $1)
 WHERE conv_id = $1 AND seq = $2`
 
-// Recall implements parley.Store in two round trips (keyedAppend).
+// Recall implements parley.Store in one round trip (parley_recall); with a
+// fault point armed, in the two of keyedAppend.
 func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error) {
 	if err := parley.ValidateRecall(r); err != nil {
 		return parley.Recalled{}, err
 	}
+	if hasNUL(r.CMID) {
+		return parley.Recalled{}, errNUL
+	}
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
 	window := db.opts.RecallWindow
+	if storeFaultsArmed() {
+		return db.recallSlow(ctx, p, r, hash, window)
+	}
+	return keyed("recall", func() (parley.Recalled, error) {
+		var k sendRow
+		var t parley.RecallTarget
+		var tKind, tSender *string
+		var tRecalled, tExpired *bool
+		err := db.pool.QueryRow(ctx, recallSQL, r.Conv, p.User, p.DeviceID, r.CMID, hash, parley.NewID(), r.Target, window.Microseconds()).
+			Scan(&k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &tKind, &tSender, &tRecalled, &tExpired)
+		if err != nil {
+			return parley.Recalled{}, err
+		}
+		switch {
+		case k.outcome == outTarget:
+			if t.Found = tKind != nil; t.Found {
+				t.Kind, t.Sender = parley.EventKind(*tKind), *tSender
+				t.Recalled, t.Expired = tRecalled != nil && *tRecalled, tExpired != nil && *tExpired
+			}
+			if err := t.Check(p.User, r.Target, window); err != nil {
+				return parley.Recalled{}, err
+			}
+			return parley.Recalled{}, errors.New("parley_recall refused a target that passes the checks")
+		case k.outcome == outKey && k.seq != 0:
+			if err := parley.CheckReplay(parley.EventKind(k.kind), k.hash, parley.EventRecall, hash); err != nil {
+				return parley.Recalled{}, err
+			}
+			return parley.Recalled{Conv: r.Conv, Seq: k.seq, Dup: true}, nil
+		case k.outcome == outNew && k.seq != 0:
+			return parley.Recalled{Conv: r.Conv, Seq: k.seq}, nil
+		}
+		res := k.result(r.Conv, hash)
+		if res.Err == nil {
+			res.Err = fmt.Errorf("parley_recall: outcome %d", k.outcome)
+		}
+		return parley.Recalled{}, res.Err
+	})
+}
+
+// recallSlow is Recall for lab runs with a fault point armed (keyedAppend).
+func (db *DB) recallSlow(ctx context.Context, p parley.Principal, r parley.RecallRequest, hash []byte, window time.Duration) (parley.Recalled, error) {
 	return keyed("recall", func() (parley.Recalled, error) {
 		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash, window: window,
 			ev: parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}}

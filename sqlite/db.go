@@ -61,9 +61,13 @@ type DB struct {
 	prepared map[string]*sql.Stmt
 	r        *sql.DB // readers
 	opts     parley.Options
+	sends    *parley.SendQueue // group commit of Send: one lane, the writer
 }
 
-var _ parley.Store = (*DB)(nil)
+var (
+	_ parley.Store       = (*DB)(nil)
+	_ parley.SendBatcher = (*DB)(nil)
+)
 
 // Open opens (creating if needed) the database file at path and applies
 // pending migrations.
@@ -96,6 +100,7 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 	db := &DB{w: w, r: r, opts: opts.WithDefaults(), turn: make(chan struct{}, 1)}
+	db.sends = parley.NewSendQueue(db.SendBatch, func(string) string { return "" }, parley.DefaultMaxBatch)
 	db.turn <- struct{}{}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
@@ -253,3 +258,7 @@ func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 // Stats is the state of the two connection pools now, the single writer
 // and the readers, for the pool metrics.
 func (db *DB) Stats() (writer, readers sql.DBStats) { return db.w.Stats(), db.r.Stats() }
+
+// SendStats returns how many group-commit batches Send ran and how many
+// sends they held (their ratio is the mean batch size; /metrics).
+func (db *DB) SendStats() (batches, sends int64) { return db.sends.Stats() }

@@ -68,36 +68,91 @@ func (db *DB) keyed(ctx context.Context, op string, fn func(tx *txn) error) erro
 	return err
 }
 
-// Send implements parley.Store.
+// Send implements parley.Store. Concurrent sends, to any conversations,
+// are batched (parley.SendQueue) into one write transaction: SQLite has one
+// writer, and a batch pays for one commit.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
 	if err := parley.ValidateSend(r); err != nil {
 		return parley.Sent{}, err
 	}
-	hash := parley.Fingerprint(r.Conv, r.Body)
-	var out parley.Sent
+	return db.sends.Send(ctx, p, r)
+}
+
+// itemOutcome reports whether err is a send's own answer (it changes
+// nothing and leaves the batch going) rather than a failure of the batch.
+func itemOutcome(err error) bool {
+	switch parley.ErrorCode(err) {
+	case parley.CodeNotMember, parley.CodeIdempotencyMismatch, parley.CodeOriginalExpired:
+		return true
+	}
+	return false
+}
+
+// SendBatch implements parley.SendBatcher: every valid item, of whatever
+// conversation, in one write transaction.
+func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
+	out := make([]parley.BatchResult, len(items))
+	hashes := make([][]byte, len(items))
+	valid := 0
+	for i, it := range items {
+		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err == nil {
+			hashes[i] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
+			valid++
+		}
+	}
+	if valid == 0 {
+		return out
+	}
+	res := make([]parley.BatchResult, len(items))
 	err := db.keyed(ctx, "send", func(tx *txn) error {
-		c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
-		if err != nil {
-			return err
+		inserted := false
+		for i, it := range items {
+			if hashes[i] == nil {
+				continue
+			}
+			res[i] = parley.BatchResult{}
+			s, err := sendOne(ctx, tx, it.P, it.Req, hashes[i])
+			if err != nil && !itemOutcome(err) {
+				return err
+			}
+			res[i] = parley.BatchResult{Sent: s, Err: err}
+			inserted = inserted || (err == nil && !s.Dup)
 		}
-		if found {
-			out = parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}
-			return nil
+		if inserted {
+			return fault.Hit(fault.StoreBeforeCommit)
 		}
-		if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
-			return err
-		}
-		ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
-		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
-			return err
-		}
-		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
-			return err
-		}
-		out = parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch}
 		return nil
 	})
-	return out, err
+	for i := range items {
+		switch {
+		case hashes[i] == nil:
+		case err != nil:
+			out[i].Err = err
+		default:
+			out[i] = res[i]
+		}
+	}
+	return out
+}
+
+// sendOne is one send inside a write transaction, in the contract's order
+// (store.before_commit is the batch's, hit once after its last insert).
+func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte) (parley.Sent, error) {
+	c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
+	if err != nil {
+		return parley.Sent{}, err
+	}
+	if found {
+		return parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}, nil
+	}
+	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+		return parley.Sent{}, err
+	}
+	ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
+	if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+		return parley.Sent{}, err
+	}
+	return parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch, At: ev.At}, nil
 }
 
 // Recall implements parley.Store.

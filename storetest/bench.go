@@ -128,3 +128,47 @@ func BenchConvs(b *testing.B, be Backend) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 }
+
+// BenchFeed measures what the fan-out reads per batch of a 1,000-member
+// group (8 messages after what it pushed): Feed, which reads every
+// membership period overlapping them, against FeedEvents, which reads the
+// events alone (the worker keeps the audience itself).
+func BenchFeed(b *testing.B, be Backend) {
+	ctx := context.Background()
+	db := be.New(b, parley.Options{})
+	s := db.Store()
+	const members, batch = 1000, 8
+	ids := make([]string, members)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%04d", i)
+		// No password: no argon2id hashing, an account that cannot log in.
+		if _, err := s.CreateUser(ctx, parley.NewUser{ID: ids[i]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	owner := parley.Principal{User: ids[0], DeviceID: "d1"}
+	if _, err := s.CreateConversation(ctx, owner, parley.NewConversation{ID: "c-feed", Kind: parley.KindGroup, Title: "feed", Members: ids}); err != nil {
+		b.Fatal(err)
+	}
+	var head int64
+	for i := range batch {
+		sent, err := s.Send(ctx, owner, parley.SendRequest{Conv: "c-feed", CMID: fmt.Sprint("k", i), Body: "a benchmark message of ordinary length"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		head = sent.Seq
+	}
+	for _, m := range []struct {
+		name string
+		read func(context.Context, string, int64, int) (parley.Feed, error)
+	}{{"periods", s.Feed}, {"events", s.FeedEvents}} {
+		b.Run(m.name, func(b *testing.B) {
+			for b.Loop() {
+				f, err := m.read(ctx, "c-feed", head-batch, parley.MaxPage)
+				if err != nil || len(f.Events) != batch {
+					b.Fatalf("%d events, %v", len(f.Events), err)
+				}
+			}
+		})
+	}
+}

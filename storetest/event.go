@@ -935,3 +935,30 @@ func testCancelledIsUnavailable(t *testing.T, e *env) {
 		t.Errorf("retry after the failed call: %+v, want seq 4 dup false", s)
 	}
 }
+
+// testSentAtReadBack: a new send's Sent.At is exactly the At its event is
+// read back with (Fetch and Sync: UTC, whole milliseconds), so a gateway
+// can hand the event out without reading it; a replay's At is zero.
+func testSentAtReadBack(t *testing.T, e *env) {
+	ana := e.member(t, "ana")
+	e.bystander(t, "ben")
+	e.group(t, ana, "c-ab", "ben")
+	var sent []parley.Sent
+	for i := range 5 {
+		sent = append(sent, e.send(t, ana, "c-ab", fmt.Sprintf("k%d", i), fmt.Sprintf("m%d", i)))
+	}
+	byseq := map[int64]parley.Event{}
+	for _, ev := range e.syncAll(t, ana, "c-ab", 2) {
+		byseq[ev.Seq] = ev
+	}
+	for _, s := range sent {
+		ev := e.fetch(t, ana, "c-ab", s.Seq)
+		if s.At.IsZero() || s.At.Location() != time.UTC || !s.At.Equal(ev.At) || !s.At.Equal(byseq[s.Seq].At) {
+			t.Errorf("seq %d: Sent.At %v, read back %v (fetch) and %v (sync)", s.Seq, s.At, ev.At, byseq[s.Seq].At)
+		}
+	}
+	again, err := e.st.Send(ctx(t), ana, parley.SendRequest{Conv: "c-ab", CMID: "k0", Body: "m0"})
+	if wantCode(t, err, "") && (!again.Dup || !again.At.IsZero()) {
+		t.Errorf("replay: %+v, want Dup and a zero At", again)
+	}
+}

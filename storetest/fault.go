@@ -49,6 +49,57 @@ func RunFaults(t *testing.T, b Backend) {
 			})
 		})
 	}
+	// A batch fails at a point after an earlier item already passed it
+	// (or, before_commit, after its inserts): every item answers
+	// UNAVAILABLE and nothing of the batch is committed; the same batch
+	// sent again once disarmed lands whole.
+	// The same across conversations: item 0 is of c-b (a conversation
+	// named first and out of id order), the others of c-ab; the fault
+	// comes after item 0's insert, and c-b keeps nothing of it either.
+	for _, across := range []bool{false, true} {
+		for _, spec := range []string{
+			fault.StoreAfterKeyLookup + "=unavailable@2", // at the replay, after item 0's insert
+			fault.StoreBeforeInsert + "=unavailable@2",   // at item 2's insert, after item 0's
+			fault.StoreBeforeCommit + "=unavailable",
+		} {
+			name, first, seq := "batch_"+spec, "c-ab", int64(4)
+			if across {
+				name, first, seq = "batch_across_"+spec, "c-b", 3
+			}
+			t.Run(name, func(t *testing.T) {
+				e, ana := faultEnv(t, b)
+				if across {
+					e.group(t, ana, "c-b", "ben")
+				}
+				items := []batchItem{
+					{p: ana, conv: first, cmid: "k4", body: "m4", seq: seq},
+					{p: ana, conv: "c-ab", cmid: "k3", body: "m3", seq: 3, dup: true},
+					{p: ana, conv: "c-ab", cmid: "k5", body: "m5", seq: seq + 1},
+				}
+				if across {
+					items[2].seq = 4
+				}
+				in := make([]parley.BatchSend, len(items))
+				for i, it := range items {
+					in[i] = parley.BatchSend{P: it.p, Req: parley.SendRequest{Conv: it.conv, CMID: it.cmid, Body: it.body}}
+				}
+				before, beforeFirst := e.snapshot(t, "c-ab"), e.snapshot(t, first)
+				if err := fault.Arm(spec); err != nil {
+					t.Fatalf("arm %s: %v", spec, err)
+				}
+				res := e.batcher(t).SendBatch(ctx(t), in)
+				fault.Arm("")
+				for i, r := range res {
+					if !wantCode(t, r.Err, parley.CodeUnavailable) {
+						t.Errorf("item %d: %+v", i, r.Sent)
+					}
+				}
+				e.unchanged(t, "c-ab", before)
+				e.unchanged(t, first, beforeFirst)
+				e.runBatch(t, items)
+			})
+		}
+	}
 	t.Run("replay_passes_"+fault.StoreAfterKeyLookup, func(t *testing.T) {
 		e, ana := faultEnv(t, b)
 		req := parley.SendRequest{Conv: "c-ab", CMID: "k3", Body: "m3"}

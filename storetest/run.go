@@ -56,6 +56,14 @@ var behaviours = []behaviour{
 	{name: "recall_window_db_clock", opts: parley.Options{RecallWindow: time.Hour}, run: testRecallWindowDBClock},
 	{name: "paging_under_writes", run: testPagingUnderWrites},
 	{name: "fetch_rules", run: testFetchRules},
+	{name: "sent_at_read_back", run: testSentAtReadBack},
+
+	// Group commit (batch.go).
+	{name: "batch_outcomes_independent", run: testBatchOutcomesIndependent},
+	{name: "batch_seqs_in_arrival_order", run: testBatchSeqsInArrivalOrder},
+	{name: "concurrent_sends_one_conversation", run: testConcurrentSendsOneConversation},
+	{name: "batch_across_conversations", run: testBatchAcrossConversations},
+	{name: "concurrent_sends_many_conversations", run: testConcurrentSendsManyConversations},
 
 	// Retention and rollback (conversation.go).
 	{name: "retention_purge", run: testRetentionPurge},
@@ -96,6 +104,7 @@ var behaviours = []behaviour{
 	// What the gateways read (feed.go).
 	{name: "feed_events_and_audience", run: testFeedEventsAndAudience},
 	{name: "feed_recalled_and_paging", run: testFeedRecalledAndPaging},
+	{name: "feed_events_follow_roster", run: testFeedEventsFollowRoster},
 	{name: "heads_and_joined", run: testHeadsAndJoined},
 
 	// Failures of the store itself (event.go).
@@ -119,6 +128,7 @@ var behaviours = []behaviour{
 	{name: "export_snapshot_stable", run: testExportSnapshotStable},
 	{name: "export_claim_lease", run: testExportClaimLease},
 	{name: "export_shards_progress", run: testExportShardsProgress},
+	{name: "export_shard_batch", run: testExportShardBatch},
 	{name: "export_finish_fail_retry", run: testExportFinishFailRetry},
 	{name: "export_revoke_expire", run: testExportRevokeExpire},
 	{name: "export_purge_pinned", run: testExportPurgePinned},

@@ -33,7 +33,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		servers, admin, grps  string
 		report, plot, workDir string
 		serveArgs, serveEnv   listFlag
-		quiet                 bool
+		quiet, hot            bool
+		senders               int
+		warmup                time.Duration
 	)
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&servers, "server", "", "comma-separated gateway URLs (http://HOST:PORT)")
@@ -60,6 +62,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&plot, "plot", "", "write the SVG latency plot to FILE")
 	fs.StringVar(&workDir, "work-dir", "", "directory for outboxes and gateway logs (empty: a temporary one, removed at the end)")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	fs.IntVar(&senders, "senders", 0, "instead of the simulated users: N raw WebSocket senders in a closed loop, each to its own group (no outbox, no acceptance check); reports sends/s, send→sent latency and server CPU per send")
+	fs.BoolVar(&hot, "hot", false, "with --senders: every sender sends to one shared group")
+	fs.DurationVar(&warmup, "warmup", 2*time.Second, "with --senders: sending before the measured --duration")
 	seed := fs.Uint64("seed", 0, "random seed (0: random)")
 	if err := parseFlagsPrefix(fs, args, getenv, "PARLEY_BENCH_"); err != nil {
 		return err
@@ -105,6 +110,12 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if !quiet {
 		cfg.Log = stderr
 	}
+	if senders < 0 || (hot && senders == 0) {
+		return usagef("bench: --senders must be at least 1 with --hot")
+	}
+	if senders > 0 {
+		return benchSends(ctx, cfg, loadtest.SendsConfig{Senders: senders, Hot: hot, Duration: cfg.Duration, Warmup: warmup}, report, stdout)
+	}
 
 	rep, err := loadtest.Run(ctx, cfg)
 	if err != nil {
@@ -135,6 +146,31 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if !rep.Pass {
 		return errCheckFailed{rep.ViolationCount}
+	}
+	return nil
+}
+
+// benchSends is `parley bench --senders N`: the send-throughput run.
+func benchSends(ctx context.Context, cfg loadtest.Config, sc loadtest.SendsConfig, report string, stdout io.Writer) error {
+	if cfg.Spawn > 1 {
+		return usagef("bench: --senders spawns at most one gateway")
+	}
+	sc.Servers, sc.Spawn, sc.DB, sc.Exe = cfg.Servers, cfg.Spawn, cfg.DB, cfg.Exe
+	sc.ServeArgs, sc.ServeEnv, sc.WorkDir, sc.Log = cfg.ServeArgs, cfg.ServeEnv, cfg.WorkDir, cfg.Log
+	sc.Admin, sc.AdminPassword, sc.LoginPrefix = cfg.Admin, cfg.AdminPassword, cfg.LoginPrefix
+	rep, err := loadtest.RunSends(ctx, sc)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	rep.Text(stdout)
+	if report != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(report, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench: --report: %w", err)
+		}
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 //
 //	go test ./cmd/parley -run '^$' -bench 'RoundTrip|Fanout' -benchtime 10s
 //	go test ./cmd/parley -run '^$' -bench IdleConnections -benchtime 10000x
+//	go test ./cmd/parley -run '^$' -bench FanoutPipelined -benchtime 1x
 //
 // Setup (users, whose argon2id hashing costs ~25 ms per CreateUser and per
 // Login) runs once per sub-benchmark: RoundTrip and Fanout1000 use b.Loop,
@@ -197,9 +198,13 @@ func BenchmarkFanout1000(b *testing.B) {
 
 // BenchmarkIdleConnections opens b.N sockets (one user, one token: devices
 // do not change what a socket costs), each subscribed, and reports how much
-// the server process's resident memory (VmRSS) grew per socket, read 2 s
-// after the last one subscribed. Run it with -benchtime 10000x: the sockets
-// are b.N, and the test process needs a file descriptor for each.
+// the server process's resident memory (VmRSS) grew per socket, read 11 s
+// after the last one subscribed (the server pings every 10 s, so after a
+// ping cycle; a shorter interval, which is also the pong timeout, drops
+// sockets whose pongs a loaded machine delays), and where it went per socket from the server's Go runtime
+// metrics (/metrics): goroutines, goroutine stacks, heap in use. Run it
+// with -benchtime 10000x: the sockets are b.N, and the test process needs
+// a file descriptor for each.
 func BenchmarkIdleConnections(b *testing.B) {
 	benchBackends(b, func(b *testing.B, bk backend) {
 		var lim syscall.Rlimit
@@ -216,9 +221,10 @@ func BenchmarkIdleConnections(b *testing.B) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		p := serve(b, bk.db, bk.dir)
+		p := serveEnv(b, nil, "--db", bk.db, "--data-dir", bk.dir, "--ping", "10s", "--user-sockets", strconv.Itoa(b.N+1))
 		time.Sleep(time.Second)
 		before := vmRSS(b, p.cmd.Process.Pid)
+		rt0 := goRuntime(b, p.http)
 
 		b.ResetTimer()
 		start := time.Now()
@@ -226,9 +232,15 @@ func BenchmarkIdleConnections(b *testing.B) {
 		elapsed := time.Since(start)
 		b.StopTimer()
 
-		time.Sleep(2 * time.Second)
+		time.Sleep(11 * time.Second)
 		after := vmRSS(b, p.cmd.Process.Pid)
+		rt := goRuntime(b, p.http)
+		per := func(name string) float64 { return (rt[name] - rt0[name]) / float64(b.N) }
 		b.ReportMetric(float64(after-before)/float64(b.N), "KiB/conn")
+		b.ReportMetric(per("go_goroutines"), "goroutines/conn")
+		b.ReportMetric(per("go_memstats_stack_inuse_bytes")/1024, "stack-KiB/conn")
+		b.ReportMetric(per("go_memstats_heap_inuse_bytes")/1024, "heap-inuse-KiB/conn")
+		b.ReportMetric(per("go_memstats_heap_alloc_bytes")/1024, "heap-live-KiB/conn")
 		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "conns/s")
 		b.ReportMetric(float64(before)/1024, "rss-before-MiB")
 		b.ReportMetric(float64(after)/1024, "rss-after-MiB")
@@ -411,6 +423,35 @@ func dialAll(tb testing.TB, url string, n int, token func(i int) string, sub boo
 		tb.Fatal(err)
 	}
 	return socks
+}
+
+// goRuntime reads the server's Go runtime gauges from its /metrics.
+func goRuntime(tb testing.TB, base string) map[string]float64 {
+	tb.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		tb.Fatal(err)
+	}
+	m := map[string]float64{}
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				m[f[0]] = v
+			}
+		}
+	}
+	for _, k := range []string{"go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes"} {
+		if _, ok := m[k]; !ok {
+			tb.Fatalf("no %s in %s/metrics", k, base)
+		}
+	}
+	return m
 }
 
 // vmRSS returns the resident memory of process pid, in KiB.

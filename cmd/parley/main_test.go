@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,6 +138,11 @@ func serveArgs(t testing.TB, args ...string) *proc {
 	return serveEnv(t, nil, args...)
 }
 
+// serverBin is the binary serveEnv runs as parley serve: this test binary,
+// or another build of this package's tests, named by PARLEY_BENCH_SERVER
+// or set by a benchmark comparing builds for a round.
+var serverBin = cmp.Or(os.Getenv("PARLEY_BENCH_SERVER"), os.Args[0])
+
 func serveEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	if !slices.Contains(args, "--data-dir") {
@@ -144,7 +150,7 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 		args = append(args, "--data-dir", t.TempDir())
 	}
 	args = withExportDir(t, args)
-	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
+	cmd := exec.Command(serverBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
 	cmd.Dir = t.TempDir() // a relative default path lands there, not in the tree
 	cmd.Env = append(os.Environ(), append([]string{"PARLEY_E2E_CHILD=1", "PARLEY_FAULTS="}, env...)...)
 	p := &proc{t: t, cmd: cmd, done: make(chan struct{})}
@@ -318,10 +324,17 @@ func seed(t *testing.T, s parley.Store, devices ...string) map[string]string {
 // messages returns the bodies of g1's messages as ben sees them, in order.
 func messages(t *testing.T, s parley.Store) []string {
 	t.Helper()
+	return convBodies(t, s, "ben", "g1")
+}
+
+// convBodies returns the bodies of conv's messages as user sees them, in
+// order, read page by page from the store.
+func convBodies(t *testing.T, s parley.Store, user, conv string) []string {
+	t.Helper()
 	var bodies []string
 	var after int64
 	for {
-		page, err := s.Sync(context.Background(), parley.Principal{User: "ben"}, parley.SyncRequest{Conv: "g1", After: after, Limit: parley.MaxPage})
+		page, err := s.Sync(context.Background(), parley.Principal{User: user}, parley.SyncRequest{Conv: conv, After: after, Limit: parley.MaxPage})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -510,6 +523,89 @@ func TestCrash(t *testing.T) {
 	}
 }
 
+// TestCrashInBatch: group commit under a crash at each store fault point.
+// The first send is held at one point (delay) so three more sends, from
+// three other devices, queue behind it and form the next batch; the server
+// dies inside that batch after its first insert: at the second item's key
+// lookup, at its insert, or before the batch's commit. After the restart
+// the first send is committed, nothing of the crashed batch is, and every
+// resend lands exactly once.
+func TestCrashInBatch(t *testing.T) {
+	tests := []struct{ name, faults string }{
+		{"after_key_lookup", "store.before_insert=delay:800ms@1,store.after_key_lookup=crash@3"},
+		{"before_insert", "store.after_key_lookup=delay:800ms@1,store.before_insert=crash@3"},
+		{"before_commit", "store.before_insert=delay:800ms@1,store.before_commit=crash@2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			crashInBatch(t, tt.faults)
+		})
+	}
+}
+
+func crashInBatch(t *testing.T, faults string) {
+	backends(t, func(t *testing.T, b backend) {
+		s := b.store(t)
+		devs := []string{"ana/phone", "ana/tablet", "ben/phone", "ben/tablet"}
+		toks := seed(t, s, devs...)
+		p := serve(t, b.db, b.dir, "PARLEY_FAULTS="+faults)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		outboxes := make([]string, len(devs))
+		stops := make([]func(), len(devs))
+		cmids := make([]string, len(devs))
+		clients := make([]*client.Client, len(devs))
+		for i, d := range devs {
+			outboxes[i] = filepath.Join(t.TempDir(), strings.ReplaceAll(d, "/", "-")+".outbox")
+			clients[i], stops[i] = dial(t, outboxes[i], toks[d], nil, p.ws)
+		}
+		it, err := clients[0].Enqueue(ctx, "g1", "batch m0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmids[0] = it.CMID
+		time.Sleep(200 * time.Millisecond) // m0 is held for 800ms
+		for i := 1; i < len(devs); i++ {
+			it, err := clients[i].Enqueue(ctx, "g1", fmt.Sprintf("batch m%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmids[i] = it.CMID
+		}
+		if err := p.waitExit(20 * time.Second); !killedBySIGKILL(err) {
+			t.Fatalf("server ended with %v, want death by SIGKILL at the fault point", err)
+		}
+		if got := messages(t, s); fmt.Sprint(got) != "[batch m0]" {
+			t.Fatalf("messages after the crash: %q, want only the first batch's [batch m0]", got)
+		}
+
+		for _, stop := range stops {
+			stop()
+		}
+		p2 := serve(t, b.db, b.dir)
+		for i, d := range devs {
+			c, _ := dial(t, outboxes[i], toks[d], nil, p2.ws)
+			got, err := c.Wait(ctx, cmids[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// m0 committed before the crash: its reply came then, or
+			// (lost in the crash) its resend answers dup. The others
+			// land new now.
+			if got.Code != "" || (got.Dup && i != 0) || (i == 0) != (got.Seq == 3) {
+				t.Errorf("outcome of m%d: %+v, want m0 at seq 3, the others new", i, got)
+			}
+		}
+		got := messages(t, s)
+		for i := range devs {
+			if n := count(got, fmt.Sprintf("batch m%d", i)); n != 1 {
+				t.Errorf("batch m%d stored %d times, want once (log %q)", i, n, got)
+			}
+		}
+	})
+}
+
 // wantReplay resends req, whose first attempt committed as seq 3, and
 // wants the original seq with dup=true and the body stored once.
 func wantReplay(t *testing.T, c *client.Client, s parley.Store, req wire.Request) {
@@ -684,12 +780,28 @@ func outcomes(outbox, token string) ([]client.Item, error) {
 // TestMultiGateway: two `parley serve` on one PostgreSQL. Pushes cross from
 // one to the other; when one is killed its clients reconnect to the other
 // and their pending sends land exactly once.
+//
+// It runs on each bus that joins gateways: LISTEN/NOTIFY (the default on
+// PostgreSQL) and NATS (--bus nats://, when PARLEY_TEST_NATS names a
+// server).
 func TestMultiGateway(t *testing.T) {
+	// No backstop poll: pushes across gateways come over the bus only.
+	t.Run("listen_notify", func(t *testing.T) { testMultiGateway(t, "PARLEY_BACKSTOP=1h") })
+	t.Run("nats", func(t *testing.T) {
+		url := os.Getenv("PARLEY_TEST_NATS")
+		if url == "" {
+			t.Skip("PARLEY_TEST_NATS is not set (e.g. nats://127.0.0.1:4222): the NATS bus is not tested")
+		}
+		testMultiGateway(t, "PARLEY_BACKSTOP=1h", "PARLEY_BUS="+url)
+	})
+}
+
+func testMultiGateway(t *testing.T, env ...string) {
 	b := backend{name: "postgres", db: pgtest.DSN(t), dir: t.TempDir()}
 	s := b.store(t)
 	tok := seed(t, s, "ana/phone", "ben/phone")
-	a := serve(t, b.db, b.dir)
-	bsrv := serve(t, b.db, b.dir)
+	a := serve(t, b.db, b.dir, env...)
+	bsrv := serve(t, b.db, b.dir, env...)
 	benRec := newRecorder()
 	dial(t, filepath.Join(t.TempDir(), "ben.outbox"), tok["ben/phone"], benRec, bsrv.ws)
 	benRec.waitConnected(t)
@@ -763,6 +875,7 @@ func TestHTTPCrash(t *testing.T) {
 					req, _ := http.NewRequest(http.MethodPost, base+"/api/convs/g1/messages", strings.NewReader(`{"body":"http crash"}`))
 					req.Header.Set("Authorization", "Bearer "+tok)
 					req.Header.Set("Idempotency-Key", `"http-crash-1"`)
+					req.Header.Set("Content-Type", "application/json")
 					return http.DefaultClient.Do(req)
 				}
 				p := serve(t, b.db, b.dir, "PARLEY_FAULTS="+tt.fault)

@@ -1,0 +1,236 @@
+package parley
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// SendBatcher is group commit (SPEC §3.1 applied to many requests at once):
+// a store that implements it commits several sends in one transaction. Both
+// stores do; their Send goes through a SendQueue, which batches concurrent
+// calls, and the contract suite calls SendBatch directly so that a batch's
+// content is known.
+//
+// SendBatch runs items in their order, every item of the call, of whatever
+// conversations, in one transaction (PostgreSQL locks each distinct
+// conversation row once, all of them before the first item and in id
+// order, so that two batches never deadlock; SQLite has one writer). Each
+// item keeps its own checks in the order of Store.Send — request key
+// (replay or IDEMPOTENCY_MISMATCH), tombstone (ORIGINAL_EXPIRED), open
+// period (NOT_MEMBER) — and its own outcome in the result of the same
+// index: a replay, a rejection or a malformed item never changes what the
+// others get, and an item sees the items before it (the same key twice in
+// one batch: the second is a replay or a mismatch). New items of a
+// conversation get consecutive seqs in item order, and their Sent carries
+// At as Store.Send's does. The results come back after the commit. A
+// failure that is not an item's own outcome (a lost connection, a fault
+// point, a failed commit) fails every item of the call with an error of
+// unknown outcome, and nothing of the call is committed.
+type SendBatcher interface {
+	SendBatch(ctx context.Context, items []BatchSend) []BatchResult
+}
+
+// BatchSend is one send of a batch.
+type BatchSend struct {
+	P   Principal
+	Req SendRequest
+}
+
+// BatchResult is the outcome of one BatchSend: what Store.Send would have
+// returned for it.
+type BatchResult struct {
+	Sent Sent
+	Err  error
+}
+
+// DefaultMaxBatch bounds a batch of a SendQueue, so one busy conversation's
+// leader commits promptly and hands over (fairness), and one transaction's
+// lock is held for a bounded time.
+const DefaultMaxBatch = 64
+
+// SendQueue turns concurrent Send calls into batches: callers whose lane
+// (the key function of their request's conversation: a hash of it into a
+// few lanes on PostgreSQL, one lane for everything on SQLite's single
+// writer; a conversation must always map to the same lane) is busy queue up; the
+// caller that finds the lane idle leads: it runs a batch of itself and up
+// to max-1 queued callers, in arrival order, hands every result over
+// after the commit, and passes the lead to the first caller still queued.
+// A lone caller is a batch of one and waits for nobody.
+//
+// A caller whose context ends while it is still queued leaves the queue
+// with the context's error (nothing was done for it); once its request is
+// in a running batch it waits for the batch, which ends when the database
+// answers or when every caller in it has given up.
+type SendQueue struct {
+	run func(ctx context.Context, items []BatchSend) []BatchResult
+	key func(conv string) string
+	max int
+
+	mu    sync.Mutex
+	lanes map[string]*lane
+
+	batches, batched atomic.Int64
+}
+
+type lane struct {
+	queue []*waiter
+}
+
+type waiter struct {
+	ctx    context.Context
+	item   BatchSend
+	res    BatchResult
+	taken  bool          // in a batch or leading: no longer in the queue
+	lead   bool          // handed the lead rather than a result
+	signal chan struct{} // closed (1-buffered send) when res or lead is set
+}
+
+// NewSendQueue returns a queue that runs batches of at most max items
+// (DefaultMaxBatch if max < 1) with run, laned by key.
+func NewSendQueue(run func(ctx context.Context, items []BatchSend) []BatchResult, key func(conv string) string, max int) *SendQueue {
+	if max < 1 {
+		max = DefaultMaxBatch
+	}
+	return &SendQueue{run: run, key: key, max: max, lanes: map[string]*lane{}}
+}
+
+// Stats returns how many batches ran and how many sends they held.
+func (q *SendQueue) Stats() (batches, sends int64) {
+	return q.batches.Load(), q.batched.Load()
+}
+
+// Queued returns how many callers wait in conv's lane (not counting the
+// batch running).
+func (q *SendQueue) Queued(conv string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.lanes[q.key(conv)]; l != nil {
+		return len(l.queue)
+	}
+	return 0
+}
+
+// Send sends r as p in the next batch of its lane. r must be validated.
+func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent, error) {
+	if err := ctx.Err(); err != nil {
+		return Sent{}, err
+	}
+	w := &waiter{ctx: ctx, item: BatchSend{P: p, Req: r}}
+	k := q.key(r.Conv)
+	q.mu.Lock()
+	l := q.lanes[k]
+	if l == nil {
+		// The lane is idle: lead at once.
+		l = lanePool.Get().(*lane)
+		l.queue = l.queue[:0]
+		q.lanes[k] = l
+		w.taken = true
+		q.mu.Unlock()
+		return q.lead(k, w)
+	}
+	w.signal = make(chan struct{}, 1)
+	l.queue = append(l.queue, w)
+	q.mu.Unlock()
+
+	select {
+	case <-w.signal:
+	case <-ctx.Done():
+		q.mu.Lock()
+		if !w.taken {
+			for i, o := range l.queue {
+				if o == w {
+					l.queue = append(l.queue[:i], l.queue[i+1:]...)
+					break
+				}
+			}
+			q.mu.Unlock()
+			return Sent{}, ctx.Err()
+		}
+		q.mu.Unlock()
+		<-w.signal
+	}
+	if w.lead {
+		return q.lead(k, w)
+	}
+	return w.res.Sent, w.res.Err
+}
+
+// lead runs one batch headed by w, answers its other callers, and passes
+// the lead on or retires the lane.
+func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
+	q.mu.Lock()
+	l := q.lanes[k]
+	var others []*waiter
+	if n := min(len(l.queue), q.max-1); n > 0 {
+		others = make([]*waiter, n)
+		copy(others, l.queue)
+		clear(l.queue[:n])
+		l.queue = l.queue[n:]
+		for _, o := range others {
+			o.taken = true
+		}
+	}
+	q.mu.Unlock()
+
+	items := make([]BatchSend, 1+len(others))
+	items[0] = w.item
+	for i, o := range others {
+		items[i+1] = o.item
+	}
+	ctx, stop := batchContext(w, others)
+	res := q.run(ctx, items)
+	stop()
+	q.batches.Add(1)
+	q.batched.Add(int64(len(items)))
+	for i, o := range others {
+		o.res = res[i+1]
+		o.signal <- struct{}{}
+	}
+
+	q.mu.Lock()
+	if len(l.queue) > 0 {
+		next := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		next.taken, next.lead = true, true
+		next.signal <- struct{}{}
+	} else {
+		delete(q.lanes, k)
+		lanePool.Put(l)
+	}
+	q.mu.Unlock()
+	return res[0].Sent, res[0].Err
+}
+
+// lanePool keeps retired lanes (and their queues' arrays) for reuse: an
+// uncontended send makes and retires a lane every time.
+var lanePool = sync.Pool{New: func() any { return &lane{} }}
+
+// batchContext is the context a batch runs under: the lone caller's own, or
+// for several callers one that ends when all of theirs have ended (values
+// and deadline-free, so one impatient caller does not fail the others).
+func batchContext(w *waiter, others []*waiter) (context.Context, func()) {
+	if len(others) == 0 {
+		return w.ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(w.ctx))
+	var left atomic.Int64
+	left.Store(int64(1 + len(others)))
+	leave := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	stops := make([]func() bool, 0, 1+len(others))
+	stops = append(stops, context.AfterFunc(w.ctx, leave))
+	for _, o := range others {
+		stops = append(stops, context.AfterFunc(o.ctx, leave))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,33 @@
+-- pgbench script, hot row: bench/send.sql with every client on ONE
+-- conversation (bench-0), so every transaction queues on that row's lock and
+-- commits on its own flush: the baseline of group commit. The statements of
+-- the send transaction as written by hand, in two pipelines:
+--   {BEGIN; lock the conversation row; look the request key up}
+--   {append the event and advance the head; COMMIT}
+-- on conversation bench-0 (storetest.SeedSenders, or bench/seed.sql). Run by
+-- BenchmarkSendHotVsPgbench as
+--   pgbench -n -M prepared -c 16 -j 2 -T 10 -f bench/send_hot.sql DBNAME
+\set conv 0
+\set k random(1, 9000000000000000000)
+\startpipeline
+BEGIN;
+SELECT kind, owner, next_seq, min_seq, epoch, retain_max_age_ms, retain_last_n
+	FROM conversations WHERE id = 'bench-' || :conv FOR NO KEY UPDATE;
+SELECT e.seq, e.mid, e.kind, e.request_hash,
+	EXISTS (SELECT 1 FROM tombstones t WHERE t.conv_id = 'bench-' || :conv AND t.sender_user = 'ana' AND t.cmid = 'pgb-' || :client_id || '-' || :k),
+	EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = 'bench-' || :conv AND p.user_id = 'ana' AND p.to_seq IS NULL)
+	FROM (VALUES (1)) AS one (x)
+	LEFT JOIN events e ON e.conv_id = 'bench-' || :conv AND e.sender_user = 'ana' AND e.cmid = 'pgb-' || :client_id || '-' || :k;
+\endpipeline
+\startpipeline
+WITH c AS (SELECT next_seq FROM conversations WHERE id = 'bench-' || :conv),
+ev AS (
+	INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user)
+	SELECT 'bench-' || :conv, c.next_seq, gen_random_uuid()::text, 'message', 'ana', 'd1', 'pgb-' || :client_id || '-' || :k,
+		'\x0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef'::bytea,
+		'a benchmark message of ordinary length', NULL, NULL FROM c
+	RETURNING seq, created_at)
+UPDATE conversations SET next_seq = ev.seq + 1, last_at = ev.created_at FROM ev WHERE id = 'bench-' || :conv
+RETURNING ev.seq;
+COMMIT;
+\endpipeline
