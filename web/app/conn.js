@@ -8,7 +8,10 @@
 //     so a listener that syncs on "open" misses no push;
 //   - reconnects forever with full-jitter exponential backoff (random in
 //     [0, min(30 s, 0.5 s·2^attempt)]), at once on goaway or when the
-//     browser comes back online;
+//     browser comes back online; while the browser says it is offline
+//     (navigator.onLine false) it waits for its "online" event instead,
+//     trying only every 30 s in case that event never comes, so the state
+//     stays "offline" rather than flickering through "connecting";
 //   - a refused upgrade is told apart by asking GET /api/me:
 //     UNAUTHENTICATED / STALE_INSTALL end the connection for good ("auth"),
 //     anything else is retried;
@@ -158,9 +161,15 @@ export class Conn {
 
   scheduleReconnect() {
     if (this.stopped) return;
+    clearTimeout(this.timer);
+    if (navigator.onLine === false) {
+      // Offline: the "online" event reconnects at once (reconnectNow).
+      this.setState("offline");
+      this.timer = setTimeout(() => this.open(), CAP_MS);
+      return;
+    }
     const ceil = Math.min(CAP_MS, BASE_MS * 2 ** this.attempt);
     this.attempt = Math.min(this.attempt + 1, 16);
-    clearTimeout(this.timer);
     this.timer = setTimeout(() => this.open(), Math.random() * ceil);
   }
 
