@@ -122,14 +122,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("bench: %w", err)
 	}
 	rep.Text(stdout)
-	if report != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(report, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("bench: --report: %w", err)
-		}
+	if err := writeReport(report, rep); err != nil {
+		return err
 	}
 	if plot != "" {
 		f, err := os.Create(plot)
@@ -163,14 +157,23 @@ func benchSends(ctx context.Context, cfg loadtest.Config, sc loadtest.SendsConfi
 		return fmt.Errorf("bench: %w", err)
 	}
 	rep.Text(stdout)
-	if report != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(report, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("bench: --report: %w", err)
-		}
+	if err := writeReport(report, rep); err != nil {
+		return err
+	}
+	return nil
+}
+
+// writeReport writes rep as indented JSON to path (--report; empty: none).
+func writeReport(path string, rep any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: --report: %w", err)
 	}
 	return nil
 }
