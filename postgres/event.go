@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
@@ -301,22 +302,62 @@ func checkSendItem(r parley.SendRequest) error {
 
 // sendArgs are a batch's items as parley_send_many's arrays.
 type sendArgs struct {
-	convs, users, devices, cmids, bodies, mids []string
-	hashes                                     [][]byte
+	convs, users, devices, cmids, bodies, mids textArray
+	hashes                                     byteaArray
 }
+
+// textArray and byteaArray are parley_send_many's array parameters, text[]
+// and bytea[]. pgx encodes a []string through pgtype.FlatArray, whose Index
+// boxes every element into an interface (an allocation each), and a
+// [][]byte by reflection; these hand it pointers into the array (no
+// allocation) to elements that encode themselves.
+type (
+	textArray  []textElem
+	textElem   string
+	byteaArray []byteaElem
+	byteaElem  []byte
+)
+
+var (
+	_ pgtype.ArrayGetter = textArray(nil)
+	_ pgtype.ArrayGetter = byteaArray(nil)
+	_ pgtype.TextValuer  = (*textElem)(nil)
+	_ pgtype.BytesValuer = (*byteaElem)(nil)
+)
+
+func (a textArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a)) }
+func (a textArray) Index(i int) any                      { return &a[i] }
+func (a textArray) IndexType() any                       { return (*textElem)(nil) }
+func (a byteaArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a)) }
+func (a byteaArray) Index(i int) any                     { return &a[i] }
+func (a byteaArray) IndexType() any                      { return (*byteaElem)(nil) }
+
+// dims are the dimensions of a one-dimensional array of n elements.
+func dims(n int) []pgtype.ArrayDimension {
+	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
+}
+
+func (e *textElem) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*e), Valid: true}, nil
+}
+
+// BytesValue never returns nil (which would be NULL): a fingerprint is 32
+// bytes.
+func (e *byteaElem) BytesValue() ([]byte, error) { return *e, nil }
 
 // sendItems commits items[idx] in one transaction and fills their results.
 func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int, out []parley.BatchResult) {
 	n := len(idx)
-	cols := make([]string, 6*n) // one allocation for the six text columns
+	cols := make(textArray, 6*n) // one allocation for the six text columns
 	a := sendArgs{
 		convs: cols[:n:n], users: cols[n : 2*n : 2*n], devices: cols[2*n : 3*n : 3*n],
 		cmids: cols[3*n : 4*n : 4*n], bodies: cols[4*n : 5*n : 5*n], mids: cols[5*n:],
-		hashes: make([][]byte, n),
+		hashes: make(byteaArray, n),
 	}
 	for j, i := range idx {
 		it := items[i]
-		a.convs[j], a.users[j], a.devices[j], a.cmids[j], a.bodies[j], a.mids[j] = it.Req.Conv, it.P.User, it.P.DeviceID, it.Req.CMID, it.Req.Body, parley.NewID()
+		a.convs[j], a.users[j], a.devices[j] = textElem(it.Req.Conv), textElem(it.P.User), textElem(it.P.DeviceID)
+		a.cmids[j], a.bodies[j], a.mids[j] = textElem(it.Req.CMID), textElem(it.Req.Body), textElem(parley.NewID())
 		a.hashes[j] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
 	}
 	rows, err := keyed("send", func() ([]sendRow, error) {
@@ -326,9 +367,11 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 		var rs pgx.Rows
 		var err error
 		if n == 1 {
-			rs, err = db.pool.Query(ctx, sendOneSQL, a.convs[0], a.users[0], a.devices[0], a.cmids[0], a.hashes[0], a.bodies[0], a.mids[0])
+			// Pointers into the arrays: a string or []byte in an
+			// interface would be an allocation each.
+			rs, err = db.pool.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0])
 		} else {
-			rs, err = db.pool.Query(ctx, sendSQL, a.convs, a.users, a.devices, a.cmids, a.hashes, a.bodies, a.mids)
+			rs, err = db.pool.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids)
 		}
 		if err != nil {
 			return nil, err
@@ -353,7 +396,7 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 			out[i].Err = err
 			continue
 		}
-		out[i] = rows[j].result(a.convs[j], a.hashes[j])
+		out[i] = rows[j].result(string(a.convs[j]), a.hashes[j])
 	}
 }
 
@@ -407,7 +450,8 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 		return nil, err
 	}
 	inserted := false
-	for j, conv := range a.convs {
+	for j := range a.convs {
+		conv := string(a.convs[j])
 		row := sendRow{item: int32(j)}
 		epoch, ok := epochs[conv]
 		if !ok {
@@ -416,7 +460,7 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 			continue
 		}
 		var k keyRow
-		if err := conn.QueryRow(ctx, keySQL, conv, a.users[j], a.cmids[j]).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
+		if err := conn.QueryRow(ctx, keySQL, conv, string(a.users[j]), string(a.cmids[j])).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
 			return nil, err
 		}
 		if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
@@ -434,13 +478,13 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 			if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
 				return nil, err
 			}
-			ev := parley.Event{Kind: parley.EventMessage, Sender: a.users[j], Device: a.devices[j], Body: a.bodies[j]}
-			args := appendArgs(conv, &ev, a.cmids[j], a.hashes[j])
-			args[1] = a.mids[j]
+			ev := parley.Event{Kind: parley.EventMessage, Sender: string(a.users[j]), Device: string(a.devices[j]), Body: string(a.bodies[j])}
+			args := appendArgs(conv, &ev, string(a.cmids[j]), a.hashes[j])
+			args[1] = string(a.mids[j])
 			if err := conn.QueryRow(ctx, appendAtSQL, args...).Scan(&row.seq, &row.at); err != nil {
 				return nil, err
 			}
-			row.outcome, row.mid = outNew, a.mids[j]
+			row.outcome, row.mid = outNew, string(a.mids[j])
 			inserted = true
 		}
 		rows = append(rows, row)
