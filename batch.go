@@ -189,8 +189,7 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	if n := min(len(l.queue), q.max-1); n > 0 {
 		others = make([]*waiter, n)
 		copy(others, l.queue)
-		clear(l.queue[:n])
-		l.queue = l.queue[n:]
+		l.queue = shift(l.queue, n)
 		// Values and deadline-free, so one impatient caller does not fail
 		// the others; made before the callers can see it.
 		b = &batch{}
@@ -228,8 +227,7 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	q.mu.Lock()
 	if len(l.queue) > 0 {
 		next := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		l.queue = shift(l.queue, 1)
 		next.taken, next.lead = true, true
 		next.signal <- struct{}{}
 	} else {
@@ -238,6 +236,15 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	}
 	q.mu.Unlock()
 	return res[0].Sent, res[0].Err
+}
+
+// shift drops the first n waiters of queue and moves the rest to the front:
+// the array keeps its capacity for the next callers (reslicing from the
+// front shrank it, and a busy lane reallocated its queue every few batches).
+func shift(queue []*waiter, n int) []*waiter {
+	rest := copy(queue, queue[n:])
+	clear(queue[rest:])
+	return queue[:rest]
 }
 
 // lanePool keeps retired lanes (and their queues' arrays) for reuse: an
