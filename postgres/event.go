@@ -216,9 +216,12 @@ const (
 	outTarget    = 5 // a recall's target checks refused it
 )
 
-// sendCols are the columns of a parley_send_many row, NULLs as zero values.
+// sendCols are the columns of a parley_send_many row, NULLs as zero values;
+// o_at in microseconds since 1970 (exact: timestamptz counts
+// microseconds), which pgx scans into an int64 as it is, where a
+// time.Time target costs two scan plans allocated for every statement.
 const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''), coalesce(o_kind, ''), o_hash,
-	coalesce(o_epoch, 0), coalesce(o_at, 'epoch')`
+	coalesce(o_epoch, 0), (extract(epoch FROM coalesce(o_at, 'epoch')) * 1000000)::bigint`
 
 // sendSQL appends a batch, of one conversation or several, in one
 // statement, its own transaction: the whole of SPEC §3.1 for every item
@@ -378,7 +381,9 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 		}
 		rows := make([]sendRow, 0, n)
 		var k sendRow
-		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &k.at}, func() error {
+		var atMicros int64
+		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &atMicros}, func() error {
+			k.at = time.UnixMicro(atMicros)
 			// One row per item, in item order: the index proves it.
 			if int(k.item) != len(rows) || len(rows) == n {
 				return fmt.Errorf("parley_send_many returned item %d as row %d of %d", k.item, len(rows), n)
