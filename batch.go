@@ -83,7 +83,7 @@ type waiter struct {
 	res    BatchResult
 	taken  bool          // in a batch or leading: no longer in the queue
 	lead   bool          // handed the lead rather than a result
-	signal chan struct{} // closed (1-buffered send) when res or lead is set
+	signal chan struct{} // 1-buffered: sent on once res or lead is set
 	batch  *batch        // the running batch it was taken into (not as leader)
 }
 
@@ -135,8 +135,24 @@ func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent,
 	if err := ctx.Err(); err != nil {
 		return Sent{}, err
 	}
-	w := &waiter{ctx: ctx, item: BatchSend{P: p, Req: r}}
-	k := q.key(r.Conv)
+	w := waiters.Get().(*waiter)
+	w.ctx, w.item = ctx, BatchSend{P: p, Req: r}
+	s, err := q.send(w)
+	// Nobody holds w any more: a leader is done with a waiter once it
+	// has signalled it, and each waiter receives every signal sent to it
+	// (none when it left the queue on its own).
+	*w = waiter{signal: w.signal}
+	waiters.Put(w)
+	return s, err
+}
+
+// waiters keeps waiters and their channels for reuse: every send needs one.
+var waiters = sync.Pool{New: func() any { return &waiter{signal: make(chan struct{}, 1)} }}
+
+// send is Send with w's context and request set.
+func (q *SendQueue) send(w *waiter) (Sent, error) {
+	ctx := w.ctx
+	k := q.key(w.item.Req.Conv)
 	q.mu.Lock()
 	l := q.lanes[k]
 	if l == nil {
@@ -148,7 +164,6 @@ func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent,
 		q.mu.Unlock()
 		return q.lead(k, w)
 	}
-	w.signal = make(chan struct{}, 1)
 	l.queue = append(l.queue, w)
 	q.mu.Unlock()
 
