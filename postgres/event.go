@@ -335,10 +335,22 @@ func (a byteaArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a)) }
 func (a byteaArray) Index(i int) any                     { return &a[i] }
 func (a byteaArray) IndexType() any                      { return (*byteaElem)(nil) }
 
-// dims are the dimensions of a one-dimensional array of n elements.
+// dims are the dimensions of a one-dimensional array of n elements: for a
+// batch's sizes, shared ones made once (pgx only reads them), so the seven
+// arrays of a statement allocate none.
 func dims(n int) []pgtype.ArrayDimension {
+	if n < len(batchDims) {
+		return batchDims[n]
+	}
 	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
 }
+
+var batchDims = func() (d [parley.DefaultMaxBatch + 1][]pgtype.ArrayDimension) {
+	for n := range d {
+		d[n] = []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
+	}
+	return d
+}()
 
 func (e *textElem) TextValue() (pgtype.Text, error) {
 	return pgtype.Text{String: string(*e), Valid: true}, nil
