@@ -83,7 +83,26 @@ type waiter struct {
 	res    BatchResult
 	taken  bool          // in a batch or leading: no longer in the queue
 	lead   bool          // handed the lead rather than a result
-	signal chan struct{} // closed (1-buffered send) when res or lead is set
+	signal chan struct{} // 1-buffered: sent on once res or lead is set
+	batch  *batch        // the running batch it was taken into (not as leader)
+}
+
+// batch is the shared context of a batch of several callers: it ends when
+// every caller has left (its context ended). A queued caller leaves from
+// its own wait in Send, which watches its context anyway; only the leader,
+// busy running the batch, needs a context.AfterFunc.
+type batch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	left   atomic.Int64
+}
+
+// leave counts one caller out; the last one ends the batch's context.
+// Late calls, after the batch ran, are harmless.
+func (b *batch) leave() {
+	if b.left.Add(-1) == 0 {
+		b.cancel()
+	}
 }
 
 // NewSendQueue returns a queue that runs batches of at most max items
@@ -116,8 +135,24 @@ func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent,
 	if err := ctx.Err(); err != nil {
 		return Sent{}, err
 	}
-	w := &waiter{ctx: ctx, item: BatchSend{P: p, Req: r}}
-	k := q.key(r.Conv)
+	w := waiters.Get().(*waiter)
+	w.ctx, w.item = ctx, BatchSend{P: p, Req: r}
+	s, err := q.send(w)
+	// Nobody holds w any more: a leader is done with a waiter once it
+	// has signalled it, and each waiter receives every signal sent to it
+	// (none when it left the queue on its own).
+	*w = waiter{signal: w.signal}
+	waiters.Put(w)
+	return s, err
+}
+
+// waiters keeps waiters and their channels for reuse: every send needs one.
+var waiters = sync.Pool{New: func() any { return &waiter{signal: make(chan struct{}, 1)} }}
+
+// send is Send with w's context and request set.
+func (q *SendQueue) send(w *waiter) (Sent, error) {
+	ctx := w.ctx
+	k := q.key(w.item.Req.Conv)
 	q.mu.Lock()
 	l := q.lanes[k]
 	if l == nil {
@@ -129,7 +164,6 @@ func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent,
 		q.mu.Unlock()
 		return q.lead(k, w)
 	}
-	w.signal = make(chan struct{}, 1)
 	l.queue = append(l.queue, w)
 	q.mu.Unlock()
 
@@ -147,7 +181,11 @@ func (q *SendQueue) Send(ctx context.Context, p Principal, r SendRequest) (Sent,
 			q.mu.Unlock()
 			return Sent{}, ctx.Err()
 		}
+		b := w.batch
 		q.mu.Unlock()
+		if b != nil {
+			b.leave()
+		}
 		<-w.signal
 	}
 	if w.lead {
@@ -162,13 +200,18 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	q.mu.Lock()
 	l := q.lanes[k]
 	var others []*waiter
+	var b *batch
 	if n := min(len(l.queue), q.max-1); n > 0 {
 		others = make([]*waiter, n)
 		copy(others, l.queue)
-		clear(l.queue[:n])
-		l.queue = l.queue[n:]
+		l.queue = shift(l.queue, n)
+		// Values and deadline-free, so one impatient caller does not fail
+		// the others; made before the callers can see it.
+		b = &batch{}
+		b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(w.ctx))
+		b.left.Store(int64(1 + n))
 		for _, o := range others {
-			o.taken = true
+			o.taken, o.batch = true, b
 		}
 	}
 	q.mu.Unlock()
@@ -178,9 +221,17 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	for i, o := range others {
 		items[i+1] = o.item
 	}
-	ctx, stop := batchContext(w, others)
-	res := q.run(ctx, items)
-	stop()
+	// The batch runs under the lone caller's own context, or under b's,
+	// which ends when all of its callers' contexts have ended.
+	var res []BatchResult
+	if b == nil {
+		res = q.run(w.ctx, items)
+	} else {
+		stop := context.AfterFunc(w.ctx, b.leave)
+		res = q.run(b.ctx, items)
+		stop()
+		b.cancel()
+	}
 	q.batches.Add(1)
 	q.batched.Add(int64(len(items)))
 	for i, o := range others {
@@ -191,8 +242,7 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	q.mu.Lock()
 	if len(l.queue) > 0 {
 		next := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		l.queue = shift(l.queue, 1)
 		next.taken, next.lead = true, true
 		next.signal <- struct{}{}
 	} else {
@@ -203,34 +253,15 @@ func (q *SendQueue) lead(k string, w *waiter) (Sent, error) {
 	return res[0].Sent, res[0].Err
 }
 
+// shift drops the first n waiters of queue and moves the rest to the front:
+// the array keeps its capacity for the next callers (reslicing from the
+// front shrank it, and a busy lane reallocated its queue every few batches).
+func shift(queue []*waiter, n int) []*waiter {
+	rest := copy(queue, queue[n:])
+	clear(queue[rest:])
+	return queue[:rest]
+}
+
 // lanePool keeps retired lanes (and their queues' arrays) for reuse: an
 // uncontended send makes and retires a lane every time.
 var lanePool = sync.Pool{New: func() any { return &lane{} }}
-
-// batchContext is the context a batch runs under: the lone caller's own, or
-// for several callers one that ends when all of theirs have ended (values
-// and deadline-free, so one impatient caller does not fail the others).
-func batchContext(w *waiter, others []*waiter) (context.Context, func()) {
-	if len(others) == 0 {
-		return w.ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(w.ctx))
-	var left atomic.Int64
-	left.Store(int64(1 + len(others)))
-	leave := func() {
-		if left.Add(-1) == 0 {
-			cancel()
-		}
-	}
-	stops := make([]func() bool, 0, 1+len(others))
-	stops = append(stops, context.AfterFunc(w.ctx, leave))
-	for _, o := range others {
-		stops = append(stops, context.AfterFunc(o.ctx, leave))
-	}
-	return ctx, func() {
-		for _, s := range stops {
-			s()
-		}
-		cancel()
-	}
-}

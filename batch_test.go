@@ -2,7 +2,9 @@ package parley_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +107,60 @@ func TestSendQueueBatchesBehindLeader(t *testing.T) {
 	s, err := q.Send(ctx, parley.Principal{User: "ana"}, parley.SendRequest{Conv: "other", CMID: "x", Body: "b"})
 	if err != nil || s.Seq != 8 {
 		t.Errorf("send in another lane: %+v, %v", s, err)
+	}
+}
+
+// TestSendQueueBatchContextEndsWithItsCallers: a batch of several callers
+// runs under a context that ends once every one of them has given up —
+// the leader running it and the callers taken from the queue alike — and
+// each of them still gets the batch's answer.
+func TestSendQueueBatchContextEndsWithItsCallers(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{})
+	second := make(chan context.Context, 1)
+	var calls int
+	run := func(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
+		calls++ // batches of one lane run one at a time
+		switch calls {
+		case 1:
+			close(started)
+			<-release
+		case 2:
+			second <- ctx
+			<-ctx.Done()
+		}
+		out := make([]parley.BatchResult, len(items))
+		for i := range out {
+			out[i].Err = fmt.Errorf("batch %d: %w", calls, ctx.Err())
+		}
+		return out
+	}
+	q := parley.NewSendQueue(run, func(c string) string { return c }, 4)
+	send := func(ctx context.Context, cmid string) error {
+		_, err := q.Send(ctx, parley.Principal{User: "ana"}, parley.SendRequest{Conv: "c", CMID: cmid, Body: "b"})
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { send(t.Context(), "lead") })
+	<-started
+	cancels := make([]context.CancelFunc, 3)
+	errs := make([]error, 3)
+	for i := range cancels {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels[i] = cancel
+		wg.Go(func() { errs[i] = send(ctx, fmt.Sprint("q", i)) })
+		waitQueued(t, q, "c", i+1)
+	}
+	close(release)
+	// q0 leads the second batch; q1 and q2 are in it.
+	ctx := <-second
+	cancels[1]()
+	cancels[2]()
+	cancels[0]()
+	<-ctx.Done() // a caller that did not leave would hang the test here
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "batch 2:") {
+			t.Errorf("caller q%d: %v, want batch 2's answer", i, err)
+		}
 	}
 }

@@ -364,6 +364,11 @@ const (
 // isUnique reports whether err is a unique violation, on one of the named
 // constraints or indexes when any are given.
 func isUnique(err error, constraints ...string) bool {
+	if err == nil {
+		// Every successful write asks: errors.As checks its target by
+		// reflection on each call, nil or not.
+		return false
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != sqlstateUniqueViolation {
 		return false

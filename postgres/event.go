@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
@@ -215,9 +216,12 @@ const (
 	outTarget    = 5 // a recall's target checks refused it
 )
 
-// sendCols are the columns of a parley_send_many row, NULLs as zero values.
+// sendCols are the columns of a parley_send_many row, NULLs as zero values;
+// o_at in microseconds since 1970 (exact: timestamptz counts
+// microseconds), which pgx scans into an int64 as it is, where a
+// time.Time target costs two scan plans allocated for every statement.
 const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''), coalesce(o_kind, ''), o_hash,
-	coalesce(o_epoch, 0), coalesce(o_at, 'epoch')`
+	coalesce(o_epoch, 0), (extract(epoch FROM coalesce(o_at, 'epoch')) * 1000000)::bigint`
 
 // sendSQL appends a batch, of one conversation or several, in one
 // statement, its own transaction: the whole of SPEC §3.1 for every item
@@ -301,22 +305,74 @@ func checkSendItem(r parley.SendRequest) error {
 
 // sendArgs are a batch's items as parley_send_many's arrays.
 type sendArgs struct {
-	convs, users, devices, cmids, bodies, mids []string
-	hashes                                     [][]byte
+	convs, users, devices, cmids, bodies, mids textArray
+	hashes                                     byteaArray
 }
+
+// textArray and byteaArray are parley_send_many's array parameters, text[]
+// and bytea[]. pgx encodes a []string through pgtype.FlatArray, whose Index
+// boxes every element into an interface (an allocation each), and a
+// [][]byte by reflection; these hand it pointers into the array (no
+// allocation) to elements that encode themselves.
+type (
+	textArray  []textElem
+	textElem   string
+	byteaArray []byteaElem
+	byteaElem  []byte
+)
+
+var (
+	_ pgtype.ArrayGetter = textArray(nil)
+	_ pgtype.ArrayGetter = byteaArray(nil)
+	_ pgtype.TextValuer  = (*textElem)(nil)
+	_ pgtype.BytesValuer = (*byteaElem)(nil)
+)
+
+func (a textArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a)) }
+func (a textArray) Index(i int) any                      { return &a[i] }
+func (a textArray) IndexType() any                       { return (*textElem)(nil) }
+func (a byteaArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a)) }
+func (a byteaArray) Index(i int) any                     { return &a[i] }
+func (a byteaArray) IndexType() any                      { return (*byteaElem)(nil) }
+
+// dims are the dimensions of a one-dimensional array of n elements: for a
+// batch's sizes, shared ones made once (pgx only reads them), so the seven
+// arrays of a statement allocate none.
+func dims(n int) []pgtype.ArrayDimension {
+	if n < len(batchDims) {
+		return batchDims[n]
+	}
+	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
+}
+
+var batchDims = func() (d [parley.DefaultMaxBatch + 1][]pgtype.ArrayDimension) {
+	for n := range d {
+		d[n] = []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
+	}
+	return d
+}()
+
+func (e *textElem) TextValue() (pgtype.Text, error) {
+	return pgtype.Text{String: string(*e), Valid: true}, nil
+}
+
+// BytesValue never returns nil (which would be NULL): a fingerprint is 32
+// bytes.
+func (e *byteaElem) BytesValue() ([]byte, error) { return *e, nil }
 
 // sendItems commits items[idx] in one transaction and fills their results.
 func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int, out []parley.BatchResult) {
 	n := len(idx)
-	cols := make([]string, 6*n) // one allocation for the six text columns
+	cols := make(textArray, 6*n) // one allocation for the six text columns
 	a := sendArgs{
 		convs: cols[:n:n], users: cols[n : 2*n : 2*n], devices: cols[2*n : 3*n : 3*n],
 		cmids: cols[3*n : 4*n : 4*n], bodies: cols[4*n : 5*n : 5*n], mids: cols[5*n:],
-		hashes: make([][]byte, n),
+		hashes: make(byteaArray, n),
 	}
 	for j, i := range idx {
 		it := items[i]
-		a.convs[j], a.users[j], a.devices[j], a.cmids[j], a.bodies[j], a.mids[j] = it.Req.Conv, it.P.User, it.P.DeviceID, it.Req.CMID, it.Req.Body, parley.NewID()
+		a.convs[j], a.users[j], a.devices[j] = textElem(it.Req.Conv), textElem(it.P.User), textElem(it.P.DeviceID)
+		a.cmids[j], a.bodies[j], a.mids[j] = textElem(it.Req.CMID), textElem(it.Req.Body), textElem(parley.NewID())
 		a.hashes[j] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
 	}
 	rows, err := keyed("send", func() ([]sendRow, error) {
@@ -326,16 +382,20 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 		var rs pgx.Rows
 		var err error
 		if n == 1 {
-			rs, err = db.pool.Query(ctx, sendOneSQL, a.convs[0], a.users[0], a.devices[0], a.cmids[0], a.hashes[0], a.bodies[0], a.mids[0])
+			// Pointers into the arrays: a string or []byte in an
+			// interface would be an allocation each.
+			rs, err = db.pool.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0])
 		} else {
-			rs, err = db.pool.Query(ctx, sendSQL, a.convs, a.users, a.devices, a.cmids, a.hashes, a.bodies, a.mids)
+			rs, err = db.pool.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids)
 		}
 		if err != nil {
 			return nil, err
 		}
 		rows := make([]sendRow, 0, n)
 		var k sendRow
-		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &k.at}, func() error {
+		var atMicros int64
+		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &atMicros}, func() error {
+			k.at = time.UnixMicro(atMicros)
 			// One row per item, in item order: the index proves it.
 			if int(k.item) != len(rows) || len(rows) == n {
 				return fmt.Errorf("parley_send_many returned item %d as row %d of %d", k.item, len(rows), n)
@@ -353,7 +413,7 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 			out[i].Err = err
 			continue
 		}
-		out[i] = rows[j].result(a.convs[j], a.hashes[j])
+		out[i] = rows[j].result(string(a.convs[j]), a.hashes[j])
 	}
 }
 
@@ -407,7 +467,8 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 		return nil, err
 	}
 	inserted := false
-	for j, conv := range a.convs {
+	for j := range a.convs {
+		conv := string(a.convs[j])
 		row := sendRow{item: int32(j)}
 		epoch, ok := epochs[conv]
 		if !ok {
@@ -416,7 +477,7 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 			continue
 		}
 		var k keyRow
-		if err := conn.QueryRow(ctx, keySQL, conv, a.users[j], a.cmids[j]).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
+		if err := conn.QueryRow(ctx, keySQL, conv, string(a.users[j]), string(a.cmids[j])).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
 			return nil, err
 		}
 		if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
@@ -434,13 +495,13 @@ func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err err
 			if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
 				return nil, err
 			}
-			ev := parley.Event{Kind: parley.EventMessage, Sender: a.users[j], Device: a.devices[j], Body: a.bodies[j]}
-			args := appendArgs(conv, &ev, a.cmids[j], a.hashes[j])
-			args[1] = a.mids[j]
+			ev := parley.Event{Kind: parley.EventMessage, Sender: string(a.users[j]), Device: string(a.devices[j]), Body: string(a.bodies[j])}
+			args := appendArgs(conv, &ev, string(a.cmids[j]), a.hashes[j])
+			args[1] = string(a.mids[j])
 			if err := conn.QueryRow(ctx, appendAtSQL, args...).Scan(&row.seq, &row.at); err != nil {
 				return nil, err
 			}
-			row.outcome, row.mid = outNew, a.mids[j]
+			row.outcome, row.mid = outNew, string(a.mids[j])
 			inserted = true
 		}
 		rows = append(rows, row)
