@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -174,7 +175,9 @@ func (q *SendQueue) send(w *waiter) (Sent, error) {
 		if !w.taken {
 			for i, o := range l.queue {
 				if o == w {
-					l.queue = append(l.queue[:i], l.queue[i+1:]...)
+					// slices.Delete clears the slot past the new end: waiters
+					// are pooled, and the array must not keep this one.
+					l.queue = slices.Delete(l.queue, i, i+1)
 					break
 				}
 			}
