@@ -53,6 +53,7 @@ type conn struct {
 	bytes     int64     // everything queued
 	pushBytes int64     // the pushes among it
 	writing   bool      // a writer goroutine runs (wwg counts it)
+	wave      *wave     // the fan-out wave that started the writer, until it takes its first batch
 	stopped   bool      // nothing more is queued or written
 	closing   *closeReq // write what is queued, then close
 	wwg       sync.WaitGroup
@@ -286,7 +287,8 @@ func (c *conn) addIf(q queued, fits func(bytes, pushBytes, n int64) bool) bool {
 }
 
 // addHeld is addIf that, when hold is set, leaves the writer to be started
-// by startWriter.
+// by startWriterWave (unless one runs already: it takes q with its next
+// batch).
 func (c *conn) addHeld(q queued, fits func(bytes, pushBytes, n int64) bool, hold bool) bool {
 	n := q.f.size()
 	c.qmu.Lock()
@@ -317,10 +319,13 @@ func (c *conn) addHeld(q queued, fits func(bytes, pushBytes, n int64) bool, hold
 	return true
 }
 
-// startWriter starts the writer if something is queued and none runs.
-func (c *conn) startWriter() {
+// startWriterWave starts the writer if something is queued and none runs,
+// counted in wv until it has taken its first batch (wave.taken).
+func (c *conn) startWriterWave(wv *wave) {
 	c.qmu.Lock()
-	if len(c.queue) > 0 {
+	if len(c.queue) > 0 && !c.writing && !c.stopped {
+		wv.n.Add(1)
+		c.wave = wv
 		c.startWriterLocked()
 	}
 	c.qmu.Unlock()
@@ -381,7 +386,8 @@ func (c *conn) underHighWater(bytes, _, n int64) bool {
 // connection, which sends the batch in one write under one deadline
 // (WriteTimeout). It returns once the queue is empty (the next frame
 // queued starts another), after a close asked by closeAfterFlush, or when
-// a write fails or times out (the socket ends).
+// a write fails or times out (the socket ends). A writer started by a
+// fan-out wave tells the wave once it has taken its first batch.
 func (c *conn) writeLoop() {
 	defer c.wwg.Done()
 	for {
@@ -390,16 +396,20 @@ func (c *conn) writeLoop() {
 		c.queue = nil
 		req := c.closing
 		c.closing = nil
+		wv := c.wave
+		c.wave = nil
 		switch {
 		case req != nil:
 			c.stopped = true // what is queued now is the last
 		case c.stopped || len(batch) == 0:
 			c.writing = false
 			c.qmu.Unlock()
+			wv.taken()
 			c.doneAll(batch)
 			return
 		}
 		c.qmu.Unlock()
+		wv.taken()
 		ok := c.writeBatch(batch)
 		if req != nil {
 			c.ended(req.code, req.reason, "server")
@@ -486,11 +496,11 @@ func (c *conn) control(f *frame) {
 	}
 }
 
-// pushHeld queues an event; above the high-water mark it becomes a hint.
-// When hold is set the writer is left to be started by startWriter (a hint
-// starts it at once).
-func (c *conn) pushHeld(f *frame, conv string, head int64, hold bool) {
-	if !c.addHeld(queued{f: f, push: true}, c.underHighWater, hold) {
+// pushHeld queues an event, leaving the writer to be started by the
+// fan-out's wave (startWriterWave); above the high-water mark it becomes a
+// hint, which starts the writer at once.
+func (c *conn) pushHeld(f *frame, conv string, head int64) {
+	if !c.addHeld(queued{f: f, push: true}, c.underHighWater, true) {
 		c.hint(conv, head)
 		return
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -30,6 +31,14 @@ type worker struct {
 	forget  bool                       // the bus lost notices: drop the kept audiences
 
 	states map[string]*convState // owned by run
+
+	// The wave being gathered, owned by run: the sockets with pushes
+	// queued and their writer not started, and how many events and wakes
+	// it has held them for (release).
+	held       map[*conn]struct{}
+	heldEvents int
+	heldWakes  int
+	prev       *wave // the last wave released
 }
 
 type readKey struct{ conv, user, device string }
@@ -58,7 +67,7 @@ func newWorker(h *Hub) *worker {
 		h: h, signal: make(chan struct{}, 1),
 		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
 		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
-		states: map[string]*convState{},
+		states: map[string]*convState{}, held: map[*conn]struct{}{},
 	}
 }
 
@@ -135,7 +144,19 @@ func (w *worker) check(hd parley.Head) {
 func (w *worker) run(ctx context.Context) {
 	prune := time.NewTicker(time.Minute)
 	defer prune.Stop()
+	defer w.release() // nothing stays held when the worker ends
 	for {
+		if len(w.held) > 0 {
+			// The wave leaves once nothing more waits for the worker and
+			// the previous one's writers have taken their batches (its
+			// last writer wakes the worker), or once it was held for
+			// holdEvents wakes (with events it holds for as many events,
+			// deliver), so a busy worker does not hold it for long.
+			w.heldWakes++
+			if w.heldWakes > holdEvents || (w.prevTaken() && w.idle()) {
+				w.release()
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -213,6 +234,9 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 		w.states[conv] = st
 	}
 	for st.pushed < target {
+		if len(w.held) > 0 && w.prevTaken() {
+			w.release() // what is queued does not wait for a store read
+		}
 		kept := st.kept()
 		read := w.h.store.Feed
 		if kept {
@@ -278,22 +302,13 @@ func (w *worker) follow(st *convState, f *parley.Feed) bool {
 // (here, or a push over the high-water mark) carries the head capped for
 // its user: a former member learns nothing above their last visible seq.
 //
-// When the Feed holds several events (the fan-out fell behind, e.g. under
-// pipelined sends), each socket's writer is started only after up to
-// holdEvents of them are queued to it, so they leave in one batch (one
-// write) instead of one write each.
+// The sockets' writers are held: they are started by the worker's wave
+// (release), so the events of one wake, and those queued while the last
+// wave was being written, leave in one batch (one write) per socket.
 func (w *worker) deliver(st *convState, f parley.Feed) {
 	caps := formerCaps(f)
 	steady := steadyMembers(f)
-	var held heldConns
-	if len(f.Events) > 1 {
-		held.set = map[*conn]struct{}{}
-		defer held.release()
-	}
-	for i, ev := range f.Events {
-		if held.set != nil && i > 0 && i%holdEvents == 0 {
-			held.release()
-		}
+	for _, ev := range f.Events {
 		if fault.Hit(fault.GatewayPush) != nil {
 			continue // lab fault: this push is lost (the client must notice the gap)
 		}
@@ -315,32 +330,71 @@ func (w *worker) deliver(st *convState, f parley.Feed) {
 			if large {
 				c.hint(f.Conv, head)
 			} else {
-				c.pushHeld(fr, f.Conv, head, held.set != nil)
-				held.add(c)
+				c.pushHeld(fr, f.Conv, head)
+				w.held[c] = struct{}{}
+			}
+		}
+		if !large {
+			w.heldEvents++
+			if w.heldEvents >= holdEvents {
+				w.release()
 			}
 		}
 	}
 }
 
-// holdEvents bounds the events queued to a socket before its writer starts:
-// the first of them waits for at most this many to be queued everywhere.
+// holdEvents bounds a wave: a socket's writer is held for at most this
+// many events queued by the worker (to any socket), or this many wakes of
+// the worker, before it is started.
 const holdEvents = 16
 
-// heldConns are sockets with pushes queued but their writer not started.
-type heldConns struct{ set map[*conn]struct{} }
+// A wave is one release of held writers. The worker releases the next one
+// only once every writer this one started has taken its first batch
+// (prevTaken): while they run, the events that come in are queued behind
+// them and leave together in the next wave, instead of each starting a
+// writer of its own and leaving in a write of one or two frames.
+type wave struct {
+	w *worker
+	n atomic.Int64 // writers started and yet to take their batch, +1 while releasing
+}
 
-func (h *heldConns) add(c *conn) {
-	if h.set != nil {
-		h.set[c] = struct{}{}
+// taken is called by a writer of wv once it took its first batch; the last
+// one wakes the worker, which may be waiting to release the next wave.
+func (wv *wave) taken() {
+	if wv != nil && wv.n.Add(-1) == 0 {
+		wv.w.wake()
 	}
 }
 
-// release starts the writers of the held sockets.
-func (h *heldConns) release() {
-	for c := range h.set {
-		c.startWriter()
+// release starts the writers of the held sockets, as one wave.
+func (w *worker) release() {
+	w.heldEvents, w.heldWakes = 0, 0
+	if len(w.held) == 0 {
+		return
 	}
-	clear(h.set)
+	wv := &wave{w: w}
+	wv.n.Store(1) // the count cannot reach 0, and wake, before all are started
+	for c := range w.held {
+		c.startWriterWave(wv)
+	}
+	clear(w.held)
+	w.prev = wv
+	wv.n.Add(-1) // no wake needed: the worker is here
+}
+
+// prevTaken reports whether every writer of the last wave has taken its
+// batch.
+func (w *worker) prevTaken() bool {
+	return w.prev == nil || w.prev.n.Load() == 0
+}
+
+// idle reports whether nothing waits for the worker: no notice, baseline,
+// head or carried event came in since it took its inputs.
+func (w *worker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.want) == 0 && len(w.named) == 0 && len(w.base) == 0 && len(w.start) == 0 &&
+		len(w.heads) == 0 && len(w.reads) == 0 && len(w.carried) == 0 && !w.forget
 }
 
 // audience is who a conversation's last pushed event went to: the users

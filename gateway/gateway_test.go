@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -472,6 +473,71 @@ func TestPushGapFilled(t *testing.T) {
 			if f := ben.push(wire.TEvent); f.Ev.Seq != want {
 				t.Fatalf("push seq %d, want %d", f.Ev.Seq, want)
 			}
+		}
+	})
+}
+
+// TestPipelinedPushes: two sockets pipeline their sends (each writes all
+// its send frames before reading a reply), so the fan-out worker takes
+// notices while the writers of earlier pushes still run and holds writers
+// across its wakes (waves). Every subscribed socket gets every event
+// exactly once, in seq order, with its body; nothing is held back: with
+// the backstop off, the last pushes arrive only if the worker released
+// its last wave by itself (client.next fails after 15 s).
+func TestPipelinedPushes(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		srv := newServer(t, s, gateway.Options{Backstop: time.Hour})
+		for _, u := range []string{"ana", "ben", "cy", "dan"} {
+			user(t, s, u)
+		}
+		group(t, s, "g1", "ana", "ben", "cy", "dan")
+		var subs []*client
+		for _, ud := range [][2]string{{"ana", "d2"}, {"ben", "d1"}, {"ben", "d2"}, {"cy", "d1"}, {"dan", "d1"}} {
+			c := dial(t, srv.url, login(t, s, ud[0], ud[1], "i1").Token)
+			if f := c.do(map[string]any{"t": "sub"}); f.T != wire.TSubscribed {
+				t.Fatalf("sub: %+v", f)
+			}
+			subs = append(subs, c)
+		}
+		senders := []*client{ // not subscribed: they read only replies
+			dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token),
+			dial(t, srv.url, login(t, s, "ben", "d3", "i1").Token),
+		}
+		const n = 150 // per sender
+		for i := range n {
+			for k, c := range senders {
+				b, _ := json.Marshal(map[string]any{"t": "send", "rid": fmt.Sprint(k, "-", i), "conv": "g1", "cmid": fmt.Sprint("p", k, "-", i), "body": fmt.Sprint("body ", k, "-", i)})
+				c.raw(websocket.MessageText, b)
+			}
+		}
+		body := map[int64]string{} // seq → body sent
+		for k, c := range senders {
+			for i := range n {
+				f := c.next()
+				if f.T != wire.TSent || string(f.RID) != fmt.Sprintf(`"%d-%d"`, k, i) || f.Seq == nil {
+					t.Fatalf("sender %d, reply %d: %s %s %s %s", k, i, f.T, f.RID, f.Code, f.Msg)
+				}
+				body[*f.Seq] = fmt.Sprint("body ", k, "-", i)
+			}
+		}
+		first := int64(math.MaxInt64)
+		for seq := range body {
+			first = min(first, seq)
+		}
+		last := first + int64(len(body)) - 1
+		if _, ok := body[last]; !ok || len(body) != 2*n {
+			t.Fatalf("%d sends got seqs %d.. but not %d", len(body), first, last)
+		}
+		for k, c := range subs {
+			for want := first; want <= last; want++ {
+				f := c.push(wire.TEvent)
+				if f.Ev == nil || f.Ev.Seq != want || f.Ev.Body != body[want] {
+					t.Fatalf("socket %d: push %+v, want seq %d %q", k, f.Ev, want, body[want])
+				}
+			}
+		}
+		for _, c := range subs {
+			c.quiet(100 * time.Millisecond) // and no event twice
 		}
 	})
 }

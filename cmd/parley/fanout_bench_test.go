@@ -33,7 +33,8 @@ import (
 // latency of every delivery (p50, p99: from just before the send frame is
 // written to when the member's reader has the event), and the server
 // process's CPU (utime + stime from /proc/PID/stat, over the timed part)
-// per delivery.
+// per delivery, and the deliveries per write system call the server made
+// (syscw of /proc/PID/io: every write, the socket writes nearly all).
 //
 // PARLEY_BENCH_STATE=DIR keeps the set-up for the next run: the SQLite
 // database under DIR, the PostgreSQL one as database parley_fanout_bench,
@@ -82,6 +83,7 @@ func BenchmarkFanoutPipelined(b *testing.B) {
 				b.ReportMetric(res.p50, r.name+"p50-ms")
 				b.ReportMetric(res.p99, r.name+"p99-ms")
 				b.ReportMetric(res.cpu, r.name+"server-cpu-µs/delivery")
+				b.ReportMetric(res.perWrite, r.name+"deliveries/write")
 			}
 		}
 	})
@@ -135,7 +137,7 @@ func fanoutSetup(b *testing.B, bk backend, members int) (backend, []string) {
 	return bk, tokens
 }
 
-type fanoutResult struct{ deliveries, p50, p99, cpu float64 }
+type fanoutResult struct{ deliveries, p50, p99, cpu, perWrite float64 }
 
 // fanoutRound starts a server, connects and subscribes the members, runs n
 // pipelined sends (tagged with round k) and stops the server.
@@ -226,6 +228,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 	}
 
 	cpu0 := procCPU(b, p.cmd.Process.Pid)
+	writes0 := procWrites(b, p.cmd.Process.Pid)
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		select {
@@ -251,6 +254,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 	}
 	elapsed := time.Since(start)
 	cpu := procCPU(b, p.cmd.Process.Pid) - cpu0
+	writes := procWrites(b, p.cmd.Process.Pid) - writes0
 	if m := bad.Load(); m != nil {
 		b.Fatal(*m)
 	}
@@ -264,6 +268,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 		p50:        ms(percentile(all, 50)),
 		p99:        ms(percentile(all, 99)),
 		cpu:        float64(cpu) / float64(time.Microsecond) / float64(members*n),
+		perWrite:   float64(members*n) / float64(max(writes, 1)),
 	}
 }
 
@@ -294,6 +299,27 @@ func rawSub(ws *websocket.Conn) error {
 		return fmt.Errorf("sub answered %s", m)
 	}
 	return nil
+}
+
+// procWrites returns the write system calls process pid has made (syscw
+// of /proc/PID/io).
+func procWrites(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				tb.Fatalf("bad /proc/%d/io: %q", pid, b)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("no syscw in /proc/%d/io: %q", pid, b)
+	return 0
 }
 
 // procCPU returns the CPU time (user + system) process pid has used, from
