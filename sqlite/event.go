@@ -71,10 +71,9 @@ func (db *DB) keyed(ctx context.Context, op string, fn func(tx *txn) error) erro
 // Send implements parley.Store. Concurrent sends, to any conversations,
 // are batched (parley.SendQueue) into one write transaction: SQLite has one
 // writer, and a batch pays for one commit.
+// A bad request is refused by SendBatch, item by item, without changing
+// what the other items of its batch get.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
-	if err := parley.ValidateSend(r); err != nil {
-		return parley.Sent{}, err
-	}
 	return db.sends.Send(ctx, p, r)
 }
 
