@@ -263,20 +263,9 @@ func testStopsOnCancel(t *testing.T, be Backend) {
 // order per conversation and per user. A Selective bus delivers nothing
 // else.
 func testInterestRouting(t *testing.T, be Backend) {
-	a, b := be.New(t)
 	watched := []string{"route.w1", "route.w2"}
 	served := []string{"alice", "b0b.x-y_z"}
-	b.Interest(parley.Interest{Watch: append([]string{probeTag}, watched...), Serve: served})
-	rb := newRecorder(t)
-	recs := []*recorder{rb}
-	start(t, b, rb)
-	if a != b {
-		a.Interest(parley.Interest{Watch: []string{probeTag}})
-		ra := newRecorder(t)
-		start(t, a, ra)
-		recs = append(recs, ra)
-	}
-	waitReady(t, a, recs...)
+	a, _, rb := interested(t, be, parley.Interest{Watch: append([]string{probeTag}, watched...), Serve: served})
 
 	entitled := func(n parley.Notice) bool {
 		if n.Account() || n.Read() {
@@ -326,13 +315,14 @@ func testInterestRouting(t *testing.T, be Backend) {
 	}
 }
 
-// A Selective bus stops delivering a conversation once it is unwatched and
-// a user's notices once the user is unserved; the rest of the interest
-// stays.
-func testInterestRemoved(t *testing.T, be Backend) {
-	a, b := be.New(t)
-	b.Interest(parley.Interest{Watch: []string{probeTag, "gone.x", "kept.y"}, Serve: []string{"alice", "cy"}})
-	rb := newRecorder(t)
+// interested starts a pair of be's buses: b declares in and runs a
+// recorder (returned), a publishes (and, when it is another instance,
+// watches only the probes). It returns once both hear the probes.
+func interested(t *testing.T, be Backend, in parley.Interest) (a, b parley.Bus, rb *recorder) {
+	t.Helper()
+	a, b = be.New(t)
+	b.Interest(in)
+	rb = newRecorder(t)
 	recs := []*recorder{rb}
 	start(t, b, rb)
 	if a != b {
@@ -342,6 +332,14 @@ func testInterestRemoved(t *testing.T, be Backend) {
 		recs = append(recs, ra)
 	}
 	waitReady(t, a, recs...)
+	return a, b, rb
+}
+
+// A Selective bus stops delivering a conversation once it is unwatched and
+// a user's notices once the user is unserved; the rest of the interest
+// stays.
+func testInterestRemoved(t *testing.T, be Backend) {
+	a, b, rb := interested(t, be, parley.Interest{Watch: []string{probeTag, "gone.x", "kept.y"}, Serve: []string{"alice", "cy"}})
 	before := []parley.Notice{{Conv: "gone.x", Seq: 1}, {Conv: "gone.x", Seq: 1, User: "alice", Device: "phone"}, {Conv: "kept.y", Seq: 1}}
 	a.Publish(before...)
 	rb.waitFor(t, "before removal", before, nil)
