@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -302,8 +303,11 @@ func TestWebSocketFrameLimits(t *testing.T) {
 					}
 				}
 				head := s.head("g")
-				tt.frame["rid"] = "x1"
-				ws.send(tt.frame)
+				// A copy: the sqlite and postgres subtests run in
+				// parallel and must not write the table's map.
+				frame := maps.Clone(tt.frame)
+				frame["rid"] = "x1"
+				ws.send(frame)
 				f := ws.next(wire.TError)
 				if f.Code != parley.CodeRateLimited || f.RetryAfterMS <= 0 || string(f.RID) != `"x1"` {
 					t.Fatalf("%s frame over the %s limit: %+v", typ, tt.bucket, f)
