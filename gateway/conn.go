@@ -628,6 +628,8 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	switch req.T {
 	case wire.TSend:
 		var sent parley.Sent
+		sw := c.h.worker(req.Conv)
+		sw.sendStarted() // its push may wait for it (awaitSends)
 		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
 		if err == nil && !sent.Dup && fault.Hit(fault.GatewaySend) != nil {
 			// Lab fault (broken on purpose): the message is committed a
@@ -642,6 +644,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 			err = fault.Hit(fault.APIAfterSendCommit)
 			sentReply = wire.MarshalSent(sent, req.RID)
 		}
+		sw.sendDone()
 		c.h.metric(func(m Metrics) { m.Send("ws", parley.SendOutcome(sent, err)) })
 	case wire.TRecall:
 		var r parley.Recalled

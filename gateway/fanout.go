@@ -38,7 +38,14 @@ type worker struct {
 	held       map[*conn]struct{}
 	heldEvents int
 	heldWakes  int
-	prev       *wave // the last wave released
+	prev       *wave     // the last wave released
+	heldSince  time.Time // when the first push of the wave was held
+	linger     *time.Timer
+
+	// sending counts the sends to this worker's conversations being
+	// committed through this gateway (conn.handle); the one that takes
+	// it to zero wakes the worker.
+	sending atomic.Int64
 }
 
 type readKey struct{ conv, user, device string }
@@ -68,6 +75,17 @@ func newWorker(h *Hub) *worker {
 		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
 		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
 		states: map[string]*convState{}, held: map[*conn]struct{}{},
+		linger: time.NewTimer(time.Hour),
+	}
+}
+
+// sendStarted and sendDone bracket a send to one of w's conversations,
+// from before its commit to after its notice is published.
+func (w *worker) sendStarted() { w.sending.Add(1) }
+
+func (w *worker) sendDone() {
+	if w.sending.Add(-1) == 0 {
+		w.wake()
 	}
 }
 
@@ -147,13 +165,15 @@ func (w *worker) run(ctx context.Context) {
 	defer w.release() // nothing stays held when the worker ends
 	for {
 		if len(w.held) > 0 {
-			// The wave leaves once nothing more waits for the worker and
-			// the previous one's writers have taken their batches (its
-			// last writer wakes the worker), or once it was held for
-			// holdEvents wakes (with events it holds for as many events,
-			// deliver), so a busy worker does not hold it for long.
+			// The wave leaves once nothing more waits for the worker, the
+			// previous one's writers have taken their batches (its last
+			// writer wakes the worker) and no send to its conversations
+			// is being committed here (awaitSends), or once it was held
+			// for holdEvents wakes (with events it holds for as many
+			// events, deliver), so a busy worker does not hold it for
+			// long.
 			w.heldWakes++
-			if w.heldWakes > holdEvents || (w.prevTaken() && w.idle()) {
+			if w.heldWakes > holdEvents || (w.prevTaken() && w.idle() && !w.awaitSends()) {
 				w.release()
 			}
 		}
@@ -168,6 +188,7 @@ func (w *worker) run(ctx context.Context) {
 			}
 			continue
 		case <-w.signal:
+		case <-w.linger.C:
 		}
 		w.mu.Lock()
 		want, named, base, start, heads, reads := w.want, w.named, w.base, w.start, w.heads, w.reads
@@ -335,6 +356,9 @@ func (w *worker) deliver(st *convState, f parley.Feed) {
 			}
 		}
 		if !large {
+			if w.heldEvents == 0 {
+				w.heldSince = time.Now()
+			}
 			w.heldEvents++
 			if w.heldEvents >= holdEvents {
 				w.release()
@@ -380,6 +404,22 @@ func (w *worker) release() {
 	clear(w.held)
 	w.prev = wv
 	wv.n.Add(-1) // no wake needed: the worker is here
+}
+
+// awaitSends reports whether the held wave waits for the sends being
+// committed here to its conversations, whose events would join it: while
+// there are some and the wave was held for less than Linger. The worker
+// is woken by the last of them (sendDone) or by the linger timer.
+func (w *worker) awaitSends() bool {
+	if w.h.o.Linger < 0 || w.sending.Load() == 0 {
+		return false
+	}
+	left := w.h.o.Linger - time.Since(w.heldSince)
+	if left <= 0 {
+		return false
+	}
+	w.linger.Reset(left)
+	return true
 }
 
 // prevTaken reports whether every writer of the last wave has taken its

@@ -111,6 +111,13 @@ type Options struct {
 	// Workers is the number of fan-out goroutines (default 8). A
 	// conversation is always handled by the same one, in seq order.
 	Workers int
+	// Linger bounds how long a fan-out worker holds a wave of pushes
+	// while a send to one of its conversations is being committed
+	// through this gateway (default DefaultLinger; negative: never). The
+	// committing send's event then leaves in the same write to each
+	// socket instead of a write of its own. A send with none other in
+	// flight is never held: its own commit is over before its push.
+	Linger time.Duration
 	// Limit decides whether user may make one more request counted in the
 	// rate-limit bucket now (nil: no limit). Every request frame asks it
 	// with the bucket of its HTTP twin (FrameBuckets); a refused frame is
@@ -136,6 +143,11 @@ const (
 	DefaultMaxUserSockets = 16
 	// FrameOverhead is what a queued frame costs besides its bytes.
 	FrameOverhead = 64
+	// DefaultLinger is 5 ms: about one PostgreSQL commit with its flush
+	// on our machines, so the sends that met in one group commit, or
+	// followed each other into two, are pushed together; the most a
+	// push waits for it.
+	DefaultLinger = 5 * time.Millisecond
 	// socketsRetryAfter is the Retry-After of an upgrade refused by the
 	// per-user cap: time for a closed tab's socket to go.
 	socketsRetryAfter = 5 * time.Second
@@ -202,6 +214,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Workers <= 0 {
 		o.Workers = 8
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
 	}
 	if o.Reauth <= 0 {
 		o.Reauth = time.Minute

@@ -43,6 +43,7 @@ type serveFlags struct {
 	sendBudget   int
 	userSockets  int
 	backstop     time.Duration
+	pushLinger   time.Duration
 	ping         time.Duration
 	reauth       time.Duration
 	drainTimeout time.Duration
@@ -73,6 +74,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&f.sendBudget, "send-budget", gateway.DefaultSendBudget, "bytes queued per socket: over it the socket's requests wait and its pushes become hints, then close it")
 	fs.IntVar(&f.userSockets, "user-sockets", gateway.DefaultMaxUserSockets, "open WebSocket connections per user on this gateway; more are refused with 429 RATE_LIMITED")
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
+	fs.DurationVar(&f.pushLinger, "push-linger", gateway.DefaultLinger, "how long a push may wait for sends being committed to the same conversations, to leave in one write with them (0: never)")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
@@ -263,7 +265,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	hub := gateway.New(gateway.Options{
 		Store: store, Bus: bus, Log: log,
-		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop,
+		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop, Linger: lingerOption(f.pushLinger),
 		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins, SecureCookie: f.secureCookie,
 		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
 			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), bucket, user)
@@ -690,4 +692,13 @@ func warnUnusedBuckets(log *slog.Logger, c *config.Config) {
 			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(middleware.Buckets, ","))
 		}
 	}
+}
+
+// lingerOption is --push-linger as gateway.Options.Linger, where 0 means
+// the default: the flag's 0 (or less) means never.
+func lingerOption(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
