@@ -77,7 +77,7 @@ func BenchmarkFanoutPipelined(b *testing.B) {
 		for b.Loop() {
 			for k, r := range rounds {
 				serverBin = r.bin
-				res := fanoutRound(b, bk, tokens, sends, window, k)
+				res := fanoutRound(b, bk, tokens, sends, window, k, fanoutServers{n: 1})
 				serverBin = os.Args[0]
 				b.ReportMetric(res.deliveries, r.name+"deliveries/s")
 				b.ReportMetric(res.p50, r.name+"p50-ms")
@@ -137,14 +137,72 @@ func fanoutSetup(b *testing.B, bk backend, members int) (backend, []string) {
 	return bk, tokens
 }
 
+// BenchmarkFanoutGateways is BenchmarkFanoutPipelined (same members,
+// publisher, window and metrics; PostgreSQL only) with the NATS bus
+// (PARLEY_TEST_NATS) and the members spread over several gateways: per
+// round, one gateway and then PARLEY_BENCH_GATEWAYS (default 3), member i
+// on gateway i mod n, the publisher on the first. Each metric is reported
+// per round (gw1-…, gw3-…); server CPU is that of all the gateways
+// together. Run it with -benchtime 1x. On one machine the gateways share
+// its cores with each other, PostgreSQL, NATS and the load client, so
+// what it shows is the cost of the bus, not more hardware.
+func BenchmarkFanoutGateways(b *testing.B) {
+	nats := os.Getenv("PARLEY_TEST_NATS")
+	if nats == "" {
+		b.Skip("PARLEY_TEST_NATS is not set (e.g. nats://127.0.0.1:4222)")
+	}
+	gateways := 3
+	if v, err := strconv.Atoi(os.Getenv("PARLEY_BENCH_GATEWAYS")); err == nil && v > 0 {
+		gateways = v
+	}
+	window := 8
+	if v, err := strconv.Atoi(os.Getenv("PARLEY_BENCH_WINDOW")); err == nil && v > 0 {
+		window = v
+	}
+	sends := 1000
+	if v, err := strconv.Atoi(os.Getenv("PARLEY_BENCH_SENDS")); err == nil && v > 0 {
+		sends = v
+	}
+	bk := backend{name: "postgres", db: pgtest.Libpq(pgtest.DSN(b)), dir: b.TempDir()}
+	bk, tokens := fanoutSetup(b, bk, 1000)
+	for b.Loop() {
+		for k, n := range []int{1, gateways, gateways, 1} {
+			res := fanoutRound(b, bk, tokens, sends, window, k, fanoutServers{n: n, args: []string{"--bus", nats}})
+			name := fmt.Sprintf("gw%d-%d-", n, k+1)
+			b.ReportMetric(res.deliveries, name+"deliveries/s")
+			b.ReportMetric(res.p50, name+"p50-ms")
+			b.ReportMetric(res.p99, name+"p99-ms")
+			b.ReportMetric(res.cpu, name+"server-cpu-µs/delivery")
+			b.ReportMetric(res.perWrite, name+"deliveries/write")
+		}
+	}
+}
+
 type fanoutResult struct{ deliveries, p50, p99, cpu, perWrite float64 }
 
-// fanoutRound starts a server, connects and subscribes the members, runs n
-// pipelined sends (tagged with round k) and stops the server.
-func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fanoutResult {
+// fanoutServers is how a round's servers run: n gateways on the one store,
+// each with args.
+type fanoutServers struct {
+	n    int
+	args []string
+}
+
+// fanoutRound starts the servers, connects and subscribes the members
+// (member i to server i mod n), runs n pipelined sends (tagged with round
+// k) from the first server and stops the servers.
+func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv fanoutServers) fanoutResult {
 	members := len(tokens)
-	p := serve(b, bk.db, bk.dir)
-	defer p.kill()
+	var ps []*proc
+	for i := range sv.n {
+		dir := bk.dir
+		if i > 0 {
+			dir = filepath.Join(bk.dir, fmt.Sprintf("gw%d", i))
+		}
+		p := serveEnv(b, nil, append([]string{"--db", bk.db, "--data-dir", dir}, sv.args...)...)
+		defer p.kill()
+		ps = append(ps, p)
+	}
+	p := ps[0]
 
 	sentAt := make([]atomic.Int64, n+1) // send i's publish time, unix ns
 	count := make([]atomic.Int32, n+1)  // members that have send i
@@ -163,7 +221,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 	}()
 	marker := []byte(fmt.Sprintf("fp%d:", k))
 	err := parallel(members, 32, func(i int) error {
-		ws, err := rawDial(p.ws, tokens[i])
+		ws, err := rawDial(ps[i%len(ps)].ws, tokens[i])
 		if err != nil {
 			return fmt.Errorf("socket %d: %w", i, err)
 		}
@@ -227,8 +285,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 		slots <- struct{}{}
 	}
 
-	cpu0 := procCPU(b, p.cmd.Process.Pid)
-	writes0 := procWrites(b, p.cmd.Process.Pid)
+	cpu0, writes0 := serversCPU(b, ps), serversWrites(b, ps)
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		select {
@@ -253,8 +310,8 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int) fa
 		}
 	}
 	elapsed := time.Since(start)
-	cpu := procCPU(b, p.cmd.Process.Pid) - cpu0
-	writes := procWrites(b, p.cmd.Process.Pid) - writes0
+	cpu := serversCPU(b, ps) - cpu0
+	writes := serversWrites(b, ps) - writes0
 	if m := bad.Load(); m != nil {
 		b.Fatal(*m)
 	}
@@ -299,6 +356,25 @@ func rawSub(ws *websocket.Conn) error {
 		return fmt.Errorf("sub answered %s", m)
 	}
 	return nil
+}
+
+// serversCPU is the CPU time the processes of ps have used (procCPU).
+func serversCPU(tb testing.TB, ps []*proc) time.Duration {
+	var d time.Duration
+	for _, p := range ps {
+		d += procCPU(tb, p.cmd.Process.Pid)
+	}
+	return d
+}
+
+// serversWrites is the write system calls the processes of ps have made
+// (procWrites).
+func serversWrites(tb testing.TB, ps []*proc) int64 {
+	var n int64
+	for _, p := range ps {
+		n += procWrites(tb, p.cmd.Process.Pid)
+	}
+	return n
 }
 
 // procWrites returns the write system calls process pid has made (syscw
