@@ -112,8 +112,8 @@ type Options struct {
 	// conversation is always handled by the same one, in seq order.
 	Workers int
 	// Linger bounds how long a fan-out worker holds a wave of pushes
-	// while a send to one of its conversations is being committed
-	// through this gateway (default DefaultLinger; negative: never). The
+	// while a send to one of its conversations is being committed over
+	// this hub's sockets (default DefaultLinger; negative: never). The
 	// committing send's event then leaves in the same write to each
 	// socket instead of a write of its own. A send with none other in
 	// flight is never held: its own commit is over before its push.
@@ -143,10 +143,10 @@ const (
 	DefaultMaxUserSockets = 16
 	// FrameOverhead is what a queued frame costs besides its bytes.
 	FrameOverhead = 64
-	// DefaultLinger is 5 ms: about one PostgreSQL commit with its flush
-	// on our machines, so the sends that met in one group commit, or
-	// followed each other into two, are pushed together; the most a
-	// push waits for it.
+	// DefaultLinger is 5 ms, the most a push waits for it: long enough
+	// for the sends in flight beside it to commit on a loaded 2-core
+	// machine (1 ms held too little, 10 ms was no better; see
+	// docs/benchmarks.md, issue 15, --push-linger).
 	DefaultLinger = 5 * time.Millisecond
 	// socketsRetryAfter is the Retry-After of an upgrade refused by the
 	// per-user cap: time for a closed tab's socket to go.
