@@ -489,7 +489,16 @@ func TestJanitor(t *testing.T) {
 		}
 		slices.Sort(want)
 		if got := files(t, dir); !slices.Equal(got, want) {
-			t.Errorf("after the sweep:\n got %v\nwant %v", got, want)
+			// The queued job's state and its files' times say which rule
+			// kept a file (a flake seen once in CI kept its stale temps).
+			qj, qerr := w.st.ExportJob(c, queued.ID)
+			var times []string
+			for _, name := range got {
+				if info, err := os.Stat(filepath.Join(dir, name)); err == nil {
+					times = append(times, name+" "+info.ModTime().Format(time.RFC3339Nano))
+				}
+			}
+			t.Errorf("after the sweep:\n got %v\nwant %v\nqueued job %+v %v\nfiles: %v", got, want, qj, qerr, times)
 		}
 	})
 }
