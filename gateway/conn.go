@@ -440,6 +440,7 @@ func (c *conn) writeBatch(batch []queued) bool {
 		}
 	}
 	if c.raw == nil { // not hijacked by us: a deadline per frame
+		c.h.stats.SocketWrites.Add(int64(len(batch)))
 		for _, q := range batch {
 			ctx, cancel := context.WithTimeout(c.ctx, c.h.o.WriteTimeout)
 			err := c.ws.Write(ctx, websocket.MessageText, q.f.b)
@@ -450,6 +451,7 @@ func (c *conn) writeBatch(batch []queued) bool {
 		}
 		return true
 	}
+	c.h.stats.SocketWrites.Add(1)
 	c.raw.cork()
 	ok := true
 	for _, q := range batch {

@@ -40,6 +40,7 @@ type worker struct {
 	heldWakes  int
 	prev       *wave     // the last wave released
 	heldSince  time.Time // when the first push of the wave was held
+	lingered   bool      // the held wave has waited for sends (awaitSends)
 	linger     *time.Timer
 
 	// sending counts the sends to this worker's conversations being
@@ -392,10 +393,11 @@ func (wv *wave) taken() {
 
 // release starts the writers of the held sockets, as one wave.
 func (w *worker) release() {
-	w.heldEvents, w.heldWakes = 0, 0
+	w.heldEvents, w.heldWakes, w.lingered = 0, 0, false
 	if len(w.held) == 0 {
 		return
 	}
+	w.h.stats.Waves.Add(1)
 	wv := &wave{w: w}
 	wv.n.Store(1) // the count cannot reach 0, and wake, before all are started
 	for c := range w.held {
@@ -417,6 +419,10 @@ func (w *worker) awaitSends() bool {
 	left := w.h.o.Linger - time.Since(w.heldSince)
 	if left <= 0 {
 		return false
+	}
+	if !w.lingered {
+		w.lingered = true
+		w.h.stats.Lingered.Add(1)
 	}
 	w.linger.Reset(left)
 	return true

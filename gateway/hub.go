@@ -285,6 +285,13 @@ type Stats struct {
 	MemberReads     atomic.Int64 // fan-out reads of the membership periods (Feed): no audience kept for the conversation
 	RosterLost      atomic.Int64 // kept audiences dropped because the events read could not be followed (a gap, a purge, a new epoch)
 	Revoked         atomic.Int64 // sockets closed because their token stopped working
+	// Waves of socket writers the fan-out released, those of them that
+	// waited for sends being committed (Linger), and the batches the
+	// sockets' writers wrote (one write system call each, more for a
+	// batch over 64 KiB): Pushed over SocketWrites is the frames per write.
+	Waves        atomic.Int64
+	Lingered     atomic.Int64
+	SocketWrites atomic.Int64
 	// Bus notices this gateway handed to the bus, and those the bus
 	// delivered to it (its own echoes included). Losses are BusGap.
 	NoticesSent     atomic.Int64

@@ -80,6 +80,9 @@ func TestLinger(t *testing.T) {
 					t.Fatalf("push %+v, want the held event (seq %d)", f.Ev, *first.Seq+1)
 				}
 				ben.quiet(100 * time.Millisecond)
+				if got := srv.hub.Stats().Lingered.Load(); (got > 0) != (tt.linger > 0) {
+					t.Errorf("%d waves lingered, want some only with a linger", got)
+				}
 			})
 		})
 	}

@@ -18,7 +18,7 @@ func TestSendMetrics(t *testing.T) {
 		tok := seed(t, s, "ana/phone", "ben/phone")
 		p := serve(t, b.db, b.dir)
 		for _, name := range []string{"parley_send_batches_total", "parley_send_batched_total", "parley_ws_carried_total",
-			"parley_ws_member_reads_total", "parley_ws_roster_lost_total"} {
+			"parley_ws_member_reads_total", "parley_ws_roster_lost_total", "parley_ws_waves_total", "parley_ws_waves_lingered_total"} {
 			if got := counter(t, p, name); got != 0 {
 				t.Errorf("%s = %d before any send, want 0", name, got)
 			}
@@ -49,6 +49,9 @@ func TestSendMetrics(t *testing.T) {
 		batches, sends := counter(t, p, "parley_send_batches_total"), counter(t, p, "parley_send_batched_total")
 		if sends != n || batches < 1 || batches > n {
 			t.Errorf("%d sends in %d batches, want %d sends in 1..%d batches", sends, batches, n, n)
+		}
+		if waves, writes := counter(t, p, "parley_ws_waves_total"), counter(t, p, "parley_ws_socket_writes_total"); waves < 1 || writes < waves {
+			t.Errorf("parley_ws_waves_total = %d, parley_ws_socket_writes_total = %d after pushes to ben; want at least one wave and a write per wave", waves, writes)
 		}
 		if got := counter(t, p, "parley_ws_member_reads_total"); got < 1 {
 			t.Errorf("parley_ws_member_reads_total = %d after pushes to ben, want at least the first read", got)
