@@ -457,21 +457,7 @@ func goRuntime(tb testing.TB, base string) map[string]float64 {
 // vmRSS returns the resident memory of process pid, in KiB.
 func vmRSS(tb testing.TB, pid int) int64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			if f := strings.Fields(v); len(f) == 2 && f[1] == "kB" {
-				if kib, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return kib
-				}
-			}
-		}
-	}
-	tb.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return procField(tb, pid, "status", "VmRSS", "kB")
 }
 
 // percentile returns the p-th percentile of sorted durations.

@@ -285,7 +285,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 		slots <- struct{}{}
 	}
 
-	cpu0, writes0 := serversCPU(b, ps), serversWrites(b, ps)
+	cpu0, writes0 := sumOver(b, ps, procCPU), sumOver(b, ps, procWrites)
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		select {
@@ -310,8 +310,8 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 		}
 	}
 	elapsed := time.Since(start)
-	cpu := serversCPU(b, ps) - cpu0
-	writes := serversWrites(b, ps) - writes0
+	cpu := sumOver(b, ps, procCPU) - cpu0
+	writes := sumOver(b, ps, procWrites) - writes0
 	if m := bad.Load(); m != nil {
 		b.Fatal(*m)
 	}
@@ -358,43 +358,46 @@ func rawSub(ws *websocket.Conn) error {
 	return nil
 }
 
-// serversCPU is the CPU time the processes of ps have used (procCPU).
-func serversCPU(tb testing.TB, ps []*proc) time.Duration {
-	var d time.Duration
+// sumOver adds up f over the processes of ps (procCPU, procWrites).
+func sumOver[T int64 | time.Duration](tb testing.TB, ps []*proc, f func(testing.TB, int) T) T {
+	var sum T
 	for _, p := range ps {
-		d += procCPU(tb, p.cmd.Process.Pid)
+		sum += f(tb, p.cmd.Process.Pid)
 	}
-	return d
-}
-
-// serversWrites is the write system calls the processes of ps have made
-// (procWrites).
-func serversWrites(tb testing.TB, ps []*proc) int64 {
-	var n int64
-	for _, p := range ps {
-		n += procWrites(tb, p.cmd.Process.Pid)
-	}
-	return n
+	return sum
 }
 
 // procWrites returns the write system calls process pid has made (syscw
 // of /proc/PID/io).
 func procWrites(tb testing.TB, pid int) int64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	return procField(tb, pid, "io", "syscw", "")
+}
+
+// procField returns the whole number after "key:" in /proc/PID/file,
+// which must be followed by unit alone ("" for none).
+func procField(tb testing.TB, pid int, file, key, unit string) int64 {
+	tb.Helper()
+	path := fmt.Sprintf("/proc/%d/%s", pid, file)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				tb.Fatalf("bad /proc/%d/io: %q", pid, b)
-			}
+		v, ok := strings.CutPrefix(line, key+":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 || strings.Join(f[1:], " ") != unit {
+			break
+		}
+		if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
 			return n
 		}
+		break
 	}
-	tb.Fatalf("no syscw in /proc/%d/io: %q", pid, b)
+	tb.Fatalf("no %s: … %s in %s: %q", key, unit, path, b)
 	return 0
 }
 
