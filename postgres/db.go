@@ -166,16 +166,18 @@ type DB struct {
 // lane (its order is the arrival order at the lane's leader) and senders in
 // different conversations share a batch: one round trip and one commit for
 // several sends, where one lane per conversation paid both for each send.
-// Fewer lanes make bigger batches (less of our CPU per send) but put more
-// of PostgreSQL's work on one backend at a time and make a send wait for
-// its lane's running batch; more lanes shrink the batches back towards
-// one send each. Measured on a loaded 2-core machine (pgbatch section of
-// docs/benchmarks.md), Go-side CPU per send of BenchmarkSend (16 senders):
-// one lane per conversation ≈ 270 µs, 1 lane ≈ 115, 2 ≈ 120, 4 ≈ 160,
-// 8 ≈ 210; end to end through `parley serve`, 2 lanes matched 1 lane's
-// throughput at 16 and 64 senders with a lower p99 at 64, and 4 lanes cost
-// more CPU per send. Two lanes also let PostgreSQL overlap two commits.
-const sendLanes = 2
+// Fewer lanes make bigger batches but make a send wait for its lane's
+// running batch; more lanes shrink the batches back towards one send each.
+//
+// One lane: end to end through `parley serve` on a quiet 2-core machine
+// (docs/benchmarks.md, "one send lane"), it gave batches twice as large as
+// two lanes (7.8 against 3.8 sends at 16 senders, 31 against 14.5 at 64),
+// about a third fewer context switches and a quarter less server CPU per
+// send, more sends/s and a lower p99 at both 16 and 64 senders: a send's
+// wait behind the running batch costs less than the round trip, commit and
+// wake-ups a smaller batch pays per send. (On a machine loaded by other
+// work, 2 lanes had matched 1 lane's throughput; the pgbatch section.)
+const sendLanes = 1
 
 // laneSeed hashes conversations to lanes; any seed is fine within a process.
 var laneSeed = maphash.MakeSeed()

@@ -1,0 +1,61 @@
+#!/bin/bash
+# Server builds side by side on the send path (docs/benchmarks.md, issue 16):
+# for each binary given, in order, a fresh database and `parley serve` on
+# PostgreSQL, then `parley bench --senders N [--hot]` against it. Besides
+# the bench's sends/s, p99 and server CPU per send it reads, over 6 s in
+# the middle of the run, the server's context switches per send (every
+# thread's voluntary and involuntary switches, /proc/PID/task/*/status)
+# and the mean group-commit batch (parley_send_batched_total over
+# parley_send_batches_total). Give the builds interleaved, A B B A.
+#
+#   bench/serverab.sh SECONDS SENDERS [--hot] BINARY...
+#   e.g. bench/serverab.sh 12 16 /tmp/parley-a /tmp/parley-b /tmp/parley-b /tmp/parley-a
+# Environment: PGHOST (127.0.0.1), PGUSER (postgres), DBNAME (parley_ab),
+# CLIENT (the `parley` that runs the bench; default the first BINARY).
+set -euo pipefail
+secs=$1 n=$2
+shift 2
+hot=()
+if [ "${1:-}" = --hot ]; then hot=(--hot); shift; fi
+export PGHOST=${PGHOST:-127.0.0.1} PGUSER=${PGUSER:-postgres}
+db=${DBNAME:-parley_ab}
+client=$(realpath "${CLIENT:-$1}")
+dsn="postgres://$PGUSER@$PGHOST:5432/$db?sslmode=disable"
+grep -m1 'model name' /proc/cpuinfo
+for bin in "$@"; do
+	bin=$(realpath "$bin")
+	work=$(mktemp -d)
+	psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
+	echo root-password-1 | "$bin" user add root --admin --password-stdin --db "$dsn" >/dev/null
+	"$bin" serve --db "$dsn" --addr 127.0.0.1:0 --data-dir "$work" --export-dir "$work/exports" \
+		--drain-window 0s >"$work/serve.out" 2>"$work/serve.log" &
+	spid=$!
+	until grep -q '^listening on' "$work/serve.out"; do sleep 0.2; done
+	url=$(sed -n 's/^listening on //p' "$work/serve.out")
+	"$client" bench --server "$url" --admin root:root-password-1 --senders "$n" "${hot[@]}" \
+		--duration "${secs}s" --warmup 2s --quiet --report "$work/r.json" >/dev/null &
+	bpid=$!
+	switches() { cat /proc/"$spid"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
+	counters() {
+		curl -s "$url/metrics" | awk '/^parley_sends_total/ {s += $2} /^parley_send_batches_total/ {b = $2}
+			/^parley_send_batched_total/ {x = $2} END {print s + 0, b + 0, x + 0}'
+	}
+	sleep 4
+	c0=$(switches)
+	read -r s0 b0 x0 < <(counters)
+	sleep 6
+	c1=$(switches)
+	read -r s1 b1 x1 < <(counters)
+	wait "$bpid"
+	python3 - "$work/r.json" "$(basename "$bin")" "$n${hot[*]:+ hot}" $((c1 - c0)) $((s1 - s0)) $((b1 - b0)) $((x1 - x0)) <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cs, sends, batches, batched = map(int, sys.argv[4:8])
+print("%-24s %-7s %6.0f sends/s  p99 %5.2f ms  server CPU %5.1f µs/send  %.2f switches/send  batch %.1f" % (
+    sys.argv[2], sys.argv[3], r["sends_per_s"], r["send_to_sent"]["p99_ms"], r["server_cpu_per_send_us"],
+    cs / max(sends, 1), batched / max(batches, 1)))
+EOF
+	kill "$spid"
+	wait "$spid" 2>/dev/null || true
+	rm -rf "$work"
+done
