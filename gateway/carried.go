@@ -15,21 +15,10 @@ import (
 // (a gap, a new epoch, a conversation not read yet, no audience kept) goes
 // through the store as before.
 
-// keepCarriedLocked keeps n's carried event for run. Call it with w.mu held.
+// keepCarriedLocked keeps n's carried event for run, which takes it with
+// the notice's seq (worker.inputs). Call it with w.mu held.
 func (w *worker) keepCarriedLocked(n parley.Notice) {
-	if w.carried == nil {
-		w.carried = map[string][]parley.Notice{}
-	}
 	w.carried[n.Conv] = append(w.carried[n.Conv], n)
-}
-
-// takeCarried empties what notice kept.
-func (w *worker) takeCarried() map[string][]parley.Notice {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c := w.carried
-	w.carried = nil
-	return c
 }
 
 // pushCarried pushes the carried events of conv that follow what was

@@ -19,16 +19,14 @@ type worker struct {
 	h      *Hub
 	signal chan struct{}
 
-	mu    sync.Mutex
-	want  map[string]int64       // conv → highest committed seq announced
-	named map[string][]string    // conv → members named by membership notices
-	base  map[string]parley.Head // conv → head when a socket subscribed
-	start map[string]int64       // conv → pushed seq to start from, after a bus loss (join)
-	heads map[string]parley.Head // conv → head the backstop read
-	reads map[readKey]parley.Notice
+	mu sync.Mutex
+	inputs
+	forget bool // the bus lost notices: drop the kept audiences
 
-	carried map[string][]parley.Notice // conv → notices carrying events (carried.go)
-	forget  bool                       // the bus lost notices: drop the kept audiences
+	// spare is the other set of input maps, owned by run: it swaps the two
+	// at each wake and empties the one it took once done with it, so a
+	// wake allocates no maps.
+	spare inputs
 
 	states map[string]*convState // owned by run
 
@@ -50,6 +48,55 @@ type worker struct {
 }
 
 type readKey struct{ conv, user, device string }
+
+// inputs is what producers hand a worker between two of its wakes, merged.
+type inputs struct {
+	want  map[string]int64       // conv → highest committed seq announced
+	named map[string][]string    // conv → members named by membership notices
+	base  map[string]parley.Head // conv → head when a socket subscribed
+	start map[string]int64       // conv → pushed seq to start from, after a bus loss (join)
+	heads map[string]parley.Head // conv → head the backstop read
+	reads map[readKey]parley.Notice
+
+	carried map[string][]parley.Notice // conv → notices carrying events (carried.go)
+}
+
+func newInputs() inputs {
+	return inputs{
+		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
+		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{}, carried: map[string][]parley.Notice{},
+	}
+}
+
+// reuseMax is the most entries an input map may have held to be emptied
+// for reuse; a larger one (a burst: a bus loss, a backstop round over
+// many conversations) is dropped, as clearing costs its size every wake.
+const reuseMax = 256
+
+// reset empties in for reuse.
+func (in *inputs) reset() {
+	resetMap(&in.want)
+	resetMap(&in.named)
+	resetMap(&in.base)
+	resetMap(&in.start)
+	resetMap(&in.heads)
+	resetMap(&in.reads)
+	resetMap(&in.carried)
+}
+
+func resetMap[K comparable, V any](m *map[K]V) {
+	if len(*m) > reuseMax {
+		*m = map[K]V{}
+		return
+	}
+	clear(*m)
+}
+
+// empty reports whether nothing came in.
+func (in *inputs) empty() bool {
+	return len(in.want) == 0 && len(in.named) == 0 && len(in.base) == 0 && len(in.start) == 0 &&
+		len(in.heads) == 0 && len(in.reads) == 0 && len(in.carried) == 0
+}
 
 // convState is what this gateway has pushed of one conversation.
 type convState struct {
@@ -73,8 +120,7 @@ func (st *convState) kept() bool {
 func newWorker(h *Hub) *worker {
 	return &worker{
 		h: h, signal: make(chan struct{}, 1),
-		want: map[string]int64{}, named: map[string][]string{}, base: map[string]parley.Head{}, start: map[string]int64{},
-		heads: map[string]parley.Head{}, reads: map[readKey]parley.Notice{},
+		inputs: newInputs(), spare: newInputs(),
 		states: map[string]*convState{}, held: map[*conn]struct{}{},
 		linger: time.NewTimer(time.Hour),
 	}
@@ -192,11 +238,12 @@ func (w *worker) run(ctx context.Context) {
 		case <-w.linger.C:
 		}
 		w.mu.Lock()
-		want, named, base, start, heads, reads := w.want, w.named, w.base, w.start, w.heads, w.reads
-		w.want, w.named, w.base, w.start, w.heads, w.reads = map[string]int64{}, map[string][]string{}, map[string]parley.Head{}, map[string]int64{}, map[string]parley.Head{}, map[readKey]parley.Notice{}
+		in := w.inputs
+		w.inputs = w.spare
 		forget := w.forget
 		w.forget = false
 		w.mu.Unlock()
+		want, named, base, start, heads, reads, carried := in.want, in.named, in.base, in.start, in.heads, in.reads, in.carried
 
 		if forget {
 			for _, st := range w.states {
@@ -228,7 +275,6 @@ func (w *worker) run(ctx context.Context) {
 				}
 			}
 		}
-		carried := w.takeCarried()
 		for conv, seq := range want {
 			if ctx.Err() != nil {
 				return
@@ -242,6 +288,8 @@ func (w *worker) run(ctx context.Context) {
 		for _, n := range reads {
 			w.readHint(n)
 		}
+		in.reset()
+		w.spare = in
 	}
 }
 
@@ -439,8 +487,7 @@ func (w *worker) prevTaken() bool {
 func (w *worker) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.want) == 0 && len(w.named) == 0 && len(w.base) == 0 && len(w.start) == 0 &&
-		len(w.heads) == 0 && len(w.reads) == 0 && len(w.carried) == 0 && !w.forget
+	return w.inputs.empty() && !w.forget
 }
 
 // audience is who a conversation's last pushed event went to: the users
