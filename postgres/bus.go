@@ -49,6 +49,13 @@ type BusOptions struct {
 	// Logger receives connection failures and malformed payloads. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// SkipOwn drops, unread, the notifications this bus's own publishing
+	// connection sent (its backend pid), loss markers included: for a
+	// publisher that has already handed its notices to its own handler,
+	// as gateway.Hub.Publish does, so hearing them back is decoding for
+	// nothing. Off, the bus keeps the parley.Bus contract's "this one
+	// included".
+	SkipOwn bool
 }
 
 func (o BusOptions) withDefaults() BusOptions {
@@ -88,9 +95,10 @@ func (o BusOptions) withDefaults() BusOptions {
 //     cannot do that; the receivers' backstop poll covers it.
 //   - Run's listener holds one connection that LISTENs on the channel.
 //     PostgreSQL delivers a NOTIFY to every listener, this bus's own
-//     included, so a gateway hears its own notices back; receivers already
-//     dedupe, so that is harmless, and it is what the contract asks
-//     ("every gateway, this one included").
+//     included, so a gateway hears its own notices back, as the contract
+//     asks ("every gateway, this one included"), unless
+//     BusOptions.SkipOwn drops them (`parley serve` sets it: the gateway
+//     has pushed its own notices already).
 //   - When the listening connection fails, the listener reconnects with
 //     exponential backoff and jitter (capped at 2s), LISTENs again, and
 //     then calls Lost: notices sent meanwhile were missed. It does the same
@@ -379,7 +387,7 @@ func (b *Bus) receive(ctx context.Context, conn *pgx.Conn) error {
 		wctx, cancel := context.WithTimeout(ctx, b.opts.PingEvery)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
-		if n != nil {
+		if n != nil && !(b.opts.SkipOwn && n.PID == b.publishPID.Load()) {
 			ns, lost, derr := decodeNotices(n.Payload)
 			if derr != nil {
 				b.log.Warn("postgres: bus: skipped a payload that is not ours", "channel", n.Channel, "sender_pid", n.PID, "err", derr)

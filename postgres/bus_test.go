@@ -297,6 +297,50 @@ func TestBusPublisherIdleReconnect(t *testing.T) {
 	}
 }
 
+// With SkipOwn, a bus does not hand its handler what it published itself
+// (the gateway pushed that already), and the others still hear it all.
+func TestBusSkipOwn(t *testing.T) {
+	dsn := busDSN(t)
+	ch := testChannel()
+	a := newBus(t, dsn, postgres.BusOptions{Channel: ch, SkipOwn: true})
+	b := newBus(t, dsn, postgres.BusOptions{Channel: ch})
+	ha, hb := newHandler(), newHandler()
+	run(t, a, ha)
+	run(t, b, hb)
+	ready(t, b, ha)
+	ready(t, b, hb)
+	ready(t, a, hb) // a's publisher is connected
+
+	own := make([]parley.Notice, 50)
+	for i := range own {
+		own[i] = parley.Notice{Conv: "froma", Seq: int64(i + 1)}
+		a.Publish(own[i])
+	}
+	hb.waitUntil(t, "b hears all of a's notices", func() bool {
+		for _, n := range own {
+			if !hb.has(n) {
+				return false
+			}
+		}
+		return true
+	})
+	// PostgreSQL delivers notifications in commit order: once a hears
+	// this, it has been sent everything of its own published before.
+	marker := parley.Notice{Conv: "fromb", Seq: 1}
+	b.Publish(marker)
+	ha.waitUntil(t, "a hears b's notice", func() bool { return ha.has(marker) })
+	ha.mu.Lock()
+	defer ha.mu.Unlock()
+	for _, n := range ha.ns {
+		if n.Conv == "froma" {
+			t.Errorf("a heard its own notice %+v", n)
+		}
+	}
+	if ha.lost != 0 || hb.lost != 0 {
+		t.Errorf("Lost called: a %d, b %d times", ha.lost, hb.lost)
+	}
+}
+
 // A publisher whose buffer overflows tells the other gateways, which call
 // Lost.
 func TestBusOverflowAnnounced(t *testing.T) {

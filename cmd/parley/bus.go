@@ -46,7 +46,9 @@ func newBus(bus, kind, dsn string, log *slog.Logger) (parley.Bus, error) {
 	case strings.HasPrefix(bus, "nats://"):
 		return nats.NewBus(bus, nats.Options{Logger: log})
 	case bus == "postgres" || bus == "" && kind == "postgres":
-		return postgres.NewBus(dsn, postgres.BusOptions{Logger: log})
+		// The hub hands its notices to its own fan-out before the bus
+		// (gateway.Hub.Publish): hearing them back is work for nothing.
+		return postgres.NewBus(dsn, postgres.BusOptions{Logger: log, SkipOwn: true})
 	}
 	return inmem.NewBus(), nil
 }
