@@ -293,7 +293,8 @@ type Stats struct {
 	Lingered     atomic.Int64
 	SocketWrites atomic.Int64
 	// Bus notices this gateway handed to the bus, and those the bus
-	// delivered to it (its own echoes included). Losses are BusGap.
+	// delivered to it (its own echoes included, on a bus that sends them
+	// back). Losses are BusGap.
 	NoticesSent     atomic.Int64
 	NoticesReceived atomic.Int64
 }

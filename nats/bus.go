@@ -73,6 +73,12 @@ type Options struct {
 	// Logger receives connection changes and malformed messages. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// SkipOwn asks the server not to deliver this bus's own messages to
+	// its subscriptions (NATS "no echo"), loss announcements included:
+	// for a publisher that has already handed its notices to its own
+	// handler, as gateway.Hub.Publish does. Off, the bus keeps the
+	// parley.Bus contract's "this one included".
+	SkipOwn bool
 }
 
 func (o Options) withDefaults() Options {
@@ -335,12 +341,12 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 	msgs := make(chan *natsgo.Msg, b.opts.MaxBuffered)
 	var everConnected atomic.Bool
 	var retried atomic.Bool
-	nc, err := natsgo.Connect(b.url,
+	opts := []natsgo.Option{
 		natsgo.Name(b.opts.Name),
 		natsgo.Timeout(b.opts.Timeout),
 		natsgo.RetryOnFailedConnect(true),
 		natsgo.MaxReconnects(-1),
-		natsgo.ReconnectWait(100*time.Millisecond),
+		natsgo.ReconnectWait(100 * time.Millisecond),
 		natsgo.ReconnectJitter(100*time.Millisecond, time.Second),
 		natsgo.PingInterval(b.opts.PingEvery),
 		natsgo.MaxPingsOutstanding(2),
@@ -371,7 +377,11 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 			}
 			b.log.Warn("nats: bus: error", "err", err)
 		}),
-	)
+	}
+	if b.opts.SkipOwn {
+		opts = append(opts, natsgo.NoEcho())
+	}
+	nc, err := natsgo.Connect(b.url, opts...)
 	if err != nil {
 		// With RetryOnFailedConnect only a bad option fails here.
 		return fmt.Errorf("nats: bus: connect: %w", err)

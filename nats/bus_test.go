@@ -153,3 +153,39 @@ func TestPrefixesIsolated(t *testing.T) {
 		c.h.mu.Unlock()
 	}
 }
+
+// With SkipOwn, a gateway's own notices are not delivered back to it (the
+// gateway pushed them already); the other gateways hear them all.
+func TestSkipOwn(t *testing.T) {
+	url := natsURL(t)
+	prefix := "s" + parley.NewID()[:8]
+	a := newBus(t, url, nats.Options{Prefix: prefix, SkipOwn: true})
+	b := newBus(t, url, nats.Options{Prefix: prefix})
+	ha, hb := newHandler(), newHandler()
+	in := parley.Interest{Watch: []string{"probe", "froma", "fromb"}}
+	a.Interest(in)
+	b.Interest(in)
+	run(t, a, ha)
+	run(t, b, hb)
+	heard(t, b, ha, "probe")
+	heard(t, a, hb, "probe")
+
+	for i := range int64(50) {
+		a.Publish(parley.Notice{Conv: "froma", Seq: i + 1})
+	}
+	eventually(t, 15*time.Second, "b hears a's 50 notices", func() bool {
+		n, _ := hb.state("froma")
+		return n == 50
+	})
+	// The server queued a's messages for a's own subscriptions, had it
+	// any, before b heard them: they would arrive before this.
+	b.Publish(parley.Notice{Conv: "fromb", Seq: 1})
+	eventually(t, 15*time.Second, "a hears b's notice", func() bool {
+		n, _ := ha.state("fromb")
+		return n == 1
+	})
+	time.Sleep(100 * time.Millisecond)
+	if n, lost := ha.state("froma"); n != 0 || lost != 0 {
+		t.Errorf("a heard %d of its own notices (Lost %d times)", n, lost)
+	}
+}

@@ -54,7 +54,10 @@ type BusOptions struct {
 	// publisher that has already handed its notices to its own handler,
 	// as gateway.Hub.Publish does, so hearing them back is decoding for
 	// nothing. Off, the bus keeps the parley.Bus contract's "this one
-	// included".
+	// included". (Should the publishing connection die unnoticed and
+	// PostgreSQL give its pid to another gateway's publisher, that one's
+	// notices would be dropped here until the bus reconnects; the
+	// gateway's backstop poll covers that, as any lost notice.)
 	SkipOwn bool
 }
 

@@ -44,7 +44,7 @@ func checkBus(bus, kind string) error {
 func newBus(bus, kind, dsn string, log *slog.Logger) (parley.Bus, error) {
 	switch {
 	case strings.HasPrefix(bus, "nats://"):
-		return nats.NewBus(bus, nats.Options{Logger: log})
+		return nats.NewBus(bus, nats.Options{Logger: log, SkipOwn: true}) // as the PostgreSQL bus below
 	case bus == "postgres" || bus == "" && kind == "postgres":
 		// The hub hands its notices to its own fan-out before the bus
 		// (gateway.Hub.Publish): hearing them back is work for nothing.

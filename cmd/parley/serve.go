@@ -622,7 +622,7 @@ func registerHubMetrics(m *metrics.Metrics, hub *gateway.Hub) {
 		{"parley_ws_socket_writes_total", "Batches of frames written to sockets, each in one write (pushed over this is frames per write).", &st.SocketWrites},
 		{"parley_ws_roster_lost_total", "Kept audiences dropped because the events read could not be followed (a gap, a purge, a new epoch).", &st.RosterLost},
 		{metrics.NameBusSent, "Notices this gateway handed to the bus.", &st.NoticesSent},
-		{metrics.NameBusReceived, "Notices the bus delivered to this gateway (its own echoes included).", &st.NoticesReceived},
+		{metrics.NameBusReceived, "Notices the bus delivered to this gateway (its own dropped on PostgreSQL and NATS).", &st.NoticesReceived},
 	} {
 		m.CounterFunc(c.name, c.help, func() float64 { return float64(c.v.Load()) })
 	}
