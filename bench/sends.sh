@@ -24,13 +24,8 @@ dsn="postgres://$PGUSER@$PGHOST:5432/$db?sslmode=disable"
 work=$(mktemp -d)
 trap 'kill $spid 2>/dev/null || true; rm -rf "$work"' EXIT
 
-psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-echo root-password-1 | "$server" user add root --admin --password-stdin --db "$dsn" >/dev/null
-"$server" serve --db "$dsn" --addr 127.0.0.1:0 --data-dir "$work" --export-dir "$work/exports" \
-	--drain-window 0s >"$work/serve.out" 2>"$work/serve.log" &
-spid=$!
-until grep -q '^listening on' "$work/serve.out"; do sleep 0.2; done
-url=$(sed -n 's/^listening on //p' "$work/serve.out")
+. "$here/serve.sh"
+start_server "$server" "$db" "$dsn" "$work"
 psql -q -d "$db" -f "$here/seed.sql"
 
 grep -m1 'model name' /proc/cpuinfo

@@ -22,17 +22,12 @@ export PGHOST=${PGHOST:-127.0.0.1} PGUSER=${PGUSER:-postgres}
 db=${DBNAME:-parley_ab}
 client=$(realpath "${CLIENT:-$1}")
 dsn="postgres://$PGUSER@$PGHOST:5432/$db?sslmode=disable"
+. "$(dirname "$0")/serve.sh"
 grep -m1 'model name' /proc/cpuinfo
 for bin in "$@"; do
 	bin=$(realpath "$bin")
 	work=$(mktemp -d)
-	psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
-	echo root-password-1 | "$bin" user add root --admin --password-stdin --db "$dsn" >/dev/null
-	"$bin" serve --db "$dsn" --addr 127.0.0.1:0 --data-dir "$work" --export-dir "$work/exports" \
-		--drain-window 0s >"$work/serve.out" 2>"$work/serve.log" &
-	spid=$!
-	until grep -q '^listening on' "$work/serve.out"; do sleep 0.2; done
-	url=$(sed -n 's/^listening on //p' "$work/serve.out")
+	start_server "$bin" "$db" "$dsn" "$work"
 	"$client" bench --server "$url" --admin root:root-password-1 --senders "$n" "${hot[@]}" \
 		--duration "${secs}s" --warmup 2s --quiet --report "$work/r.json" >/dev/null &
 	bpid=$!
