@@ -74,6 +74,7 @@ func TestCommands(t *testing.T) {
 		{"serve", "--db", "mysql://x"},
 		{"serve", "--send-budget", "100"},
 		{"serve", "--user-sockets", "0"},
+		{"serve", "--heap-floor", "-1"},
 		{"serve", "--token-idle", "1m"},
 		{"serve", "--stale-install-grace", "0s"},
 		{"serve", "--token-sweep", "10ms"},

@@ -60,6 +60,7 @@ type serveFlags struct {
 	stdout       io.Writer // where --demo says what it created
 	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
 	bus          string    // --bus (bus.go)
+	heapFloorMiB int       // --heap-floor (heapfloor.go)
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -90,11 +91,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.retention.register(fs)
 	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
+	fs.IntVar(&f.heapFloorMiB, "heap-floor", DefaultHeapFloorMiB, "MiB: while the live heap is smaller, the garbage collector waits for the heap to reach this size (fewer collections under load for at most this much memory; 0: the runtime's GOGC pacing alone)")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if f.heapFloorMiB < 0 || f.heapFloorMiB > 1<<20 {
+		return usagef("--heap-floor %d: want 0 to 1048576 MiB", f.heapFloorMiB)
 	}
 	if err := f.tokens.check(); err != nil {
 		return err
@@ -152,6 +157,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Warn("fault points armed (lab setting)", "faults", spec)
 	}
 
+	defer processHeapFloor.start(uint64(f.heapFloorMiB) << 20)()
 	m := metrics.New(metrics.Options{Log: log})
 	var cfg *config.Watcher
 	cfg, err = config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: func(ok bool) {

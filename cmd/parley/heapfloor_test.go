@@ -1,0 +1,86 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+)
+
+func TestFloorGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name               string
+		floor, live, roots uint64
+		base, want         int
+	}{
+		{"small heap: the goal is the floor", 64 * mib, 3 * mib, 1 * mib, 100, 1525},
+		{"before the first collection: the runtime's minimum goal is the floor", 64 * mib, 0, 0, 100, 1600},
+		{"the minimum goal bounds a tiny heap too", 64 * mib, 100 << 10, 0, 100, 1600},
+		{"heap near the floor: never under GOGC", 16 * mib, 12 * mib, 1 * mib, 100, 100},
+		{"heap over the floor", 16 * mib, 200 * mib, 10 * mib, 100, 100},
+		{"an operator's larger GOGC stays", 16 * mib, 3 * mib, 0, 800, 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := floorGCPercent(tc.floor, tc.live, tc.roots, tc.base); got != tc.want {
+				t.Errorf("floorGCPercent(%d MiB, %d, %d, %d) = %d, want %d", tc.floor/mib, tc.live, tc.roots, tc.base, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestHeapFloor runs the floor in this process: while a small live heap
+// allocates 256 MiB of garbage it collects about every floor bytes, not
+// every 4 MiB, its heap goal never passes the floor by more than the live
+// heap's share, and stopping it restores GOGC.
+func TestHeapFloor(t *testing.T) {
+	const floor = 64 << 20
+	const garbage = 256 << 20
+	base := currentGCPercent()
+	if base < 0 {
+		t.Skip("GOGC=off in this test's environment")
+	}
+	without, _ := churn(garbage)
+
+	stop := processHeapFloor.start(floor)
+	with, maxGoal := churn(garbage)
+	if got := currentGCPercent(); got <= base {
+		t.Errorf("GOGC %d while the floor runs, want more than %d", got, base)
+	}
+	stop()
+	if got := currentGCPercent(); got != base {
+		t.Errorf("GOGC %d after stop, want %d again", got, base)
+	}
+	t.Logf("collections while allocating %d MiB: %d without the floor, %d with it; largest goal %.1f MiB", garbage>>20, without, with, float64(maxGoal)/(1<<20))
+	if limit := uint64(garbage/floor*2 + 2); with > limit {
+		t.Errorf("%d collections with a %d MiB floor, want at most %d", with, floor>>20, limit)
+	}
+	if with*4 > without {
+		t.Errorf("%d collections with the floor, %d without: want a quarter or fewer", with, without)
+	}
+	if maxGoal > floor+16<<20 {
+		t.Errorf("heap goal reached %.1f MiB, want about the %d MiB floor", float64(maxGoal)/(1<<20), floor>>20)
+	}
+}
+
+var sink []byte
+
+// churn allocates n bytes of short-lived garbage and returns how many
+// collections ran meanwhile and the largest heap goal seen.
+func churn(n int) (cycles uint64, maxGoal uint64) {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/goal:bytes"}}
+	runtime.GC()
+	metrics.Read(s)
+	start := s[0].Value.Uint64()
+	for i := 0; i < n; i += 4096 {
+		sink = make([]byte, 4096)
+		if i%(1<<20) == 0 {
+			metrics.Read(s)
+			maxGoal = max(maxGoal, s[1].Value.Uint64())
+		}
+	}
+	metrics.Read(s)
+	sink = nil
+	debug.FreeOSMemory()
+	return s[0].Value.Uint64() - start, max(maxGoal, s[1].Value.Uint64())
+}
