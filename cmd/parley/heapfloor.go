@@ -41,6 +41,7 @@ type heapFloor struct {
 	base  int    // GOGC when the first user started
 	gen   uint64 // bumped when the last user stops; a stale cycle ends
 	last  int    // the GOGC last set
+	seen  uint64 // collections it has heard of (tests)
 }
 
 var processHeapFloor heapFloor
@@ -99,6 +100,7 @@ func (h *heapFloor) cycle(gen uint64) {
 	if gen != h.gen { // stopped since
 		return
 	}
+	h.seen++
 	h.tuneLocked()
 	h.arm(gen)
 }

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func TestFloorGCPercent(t *testing.T) {
@@ -43,7 +44,15 @@ func TestHeapFloor(t *testing.T) {
 	without, _ := churn(garbage)
 
 	stop := processHeapFloor.start(floor)
+	seen := floorSeen()
 	with, maxGoal := churn(garbage)
+	// Cleanups run on their own goroutine, after the collection.
+	for i := 0; i < 500 && floorSeen() == seen; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if floorSeen() == seen {
+		t.Errorf("the floor heard of none of %d collections", with)
+	}
 	if got := currentGCPercent(); got <= base {
 		t.Errorf("GOGC %d while the floor runs, want more than %d", got, base)
 	}
@@ -61,6 +70,12 @@ func TestHeapFloor(t *testing.T) {
 	if maxGoal > floor+16<<20 {
 		t.Errorf("heap goal reached %.1f MiB, want about the %d MiB floor", float64(maxGoal)/(1<<20), floor>>20)
 	}
+}
+
+func floorSeen() uint64 {
+	processHeapFloor.mu.Lock()
+	defer processHeapFloor.mu.Unlock()
+	return processHeapFloor.seen
 }
 
 var sink []byte
