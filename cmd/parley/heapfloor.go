@@ -9,7 +9,7 @@ import (
 
 // DefaultHeapFloorMiB is serve's --heap-floor. A gateway's live heap under
 // a send load is a few MB; with the runtime's default (GOGC=100, a 4 MB
-// minimum target) it collects 20–25 times a second, and every cycle wakes
+// minimum target) it collects 12–25 times a second, and every cycle wakes
 // both processors' threads — about a sixth of the server's CPU per send on
 // a 2-core host (docs/benchmarks.md, "a floor under the heap"). A floor of
 // 64 MiB brings that to under one cycle a second and costs an idle server at
@@ -37,7 +37,7 @@ const runtimeHeapMinimum = 4 << 20
 type heapFloor struct {
 	mu    sync.Mutex
 	users int
-	floor uint64 // bytes, the largest asked for by a running user
+	floor uint64 // bytes, the largest asked for since the first user started
 	base  int    // GOGC when the first user started
 	gen   uint64 // bumped when the last user stops; a stale cycle ends
 	last  int    // the GOGC last set
@@ -55,18 +55,14 @@ func (h *heapFloor) start(floor uint64) (stop func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.users == 0 {
+		h.gen++
 		h.base = currentGCPercent()
 		h.last = h.base
-		h.floor = 0
-		if h.base < 0 { // GOGC=off: nothing to raise
-			h.users++
-			h.gen++
-			return h.stopFunc()
-		}
-		h.gen++
 		h.floor = floor
-		h.tuneLocked()
-		h.arm(h.gen)
+		if h.base >= 0 { // GOGC=off: nothing to raise
+			h.tuneLocked()
+			h.arm(h.gen)
+		}
 	}
 	h.users++
 	h.floor = max(h.floor, floor)
