@@ -40,7 +40,15 @@ export class Conn {
     this.opened = false;
     this.onOnline = () => this.reconnectNow();
     this.onOffline = () => {
-      if (this.ws) this.ws.close(4000, "browser offline");
+      const ws = this.ws;
+      if (!ws) {
+        this.scheduleReconnect(); // waiting to retry: now for "online"
+        return;
+      }
+      ws.close(4000, "browser offline");
+      // An offline browser may hold the close handshake, and so onclose,
+      // until it is back online: the socket is given up now.
+      this.lost(ws);
     };
   }
 
@@ -105,14 +113,17 @@ export class Conn {
       }
       this.frame(f, ws);
     };
-    ws.onclose = () => {
-      if (this.ws !== ws) return;
-      this.ws = null;
-      this.failAll("connection lost");
-      if (this.stopped) return;
-      this.setState(navigator.onLine === false ? "offline" : "connecting");
-      this.checkAuthThenReconnect(!this.opened);
-    };
+    ws.onclose = () => this.lost(ws);
+  }
+
+  /** lost gives up socket ws: its requests fail and the reconnect loop takes over. */
+  lost(ws) {
+    if (this.ws !== ws) return;
+    this.ws = null;
+    this.failAll("connection lost");
+    if (this.stopped) return;
+    this.setState(navigator.onLine === false ? "offline" : "connecting");
+    this.checkAuthThenReconnect(!this.opened);
   }
 
   frame(f, ws) {
