@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/client"
 	"github.com/parleychat/parley/httpapi"
 )
@@ -14,7 +15,7 @@ import (
 // store accepts, and a refused login as the *parley.Error of its problem.
 func TestLogin(t *testing.T) {
 	s := newStore(t)
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Deps{Store: s}))
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Deps{App: app.New(app.Options{Store: s}), Store: s}))
 	t.Cleanup(srv.Close)
 	tests := []struct {
 		name string

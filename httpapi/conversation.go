@@ -17,16 +17,16 @@ func handleConvs(d Deps) http.Handler {
 			err = parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "convs")
+			d.writeError(w, err, "convs")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		page, err := d.Store.Convs(ctx, caller(r), parley.ConvsRequest{
+		page, err := d.App.Convs(ctx, caller(r), parley.ConvsRequest{
 			Limit: int(min(limit, parley.MaxConvsPage)), Before: r.URL.Query().Get("before"),
 		})
 		if err != nil {
-			writeError(w, d.Log, err, "convs")
+			d.writeError(w, err, "convs")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Convs(page)))
@@ -74,25 +74,16 @@ func handleCreateConv(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b createConvBody
 		if err := decode(w, r, &b); err != nil {
-			writeError(w, d.Log, err, "create conversation")
+			d.writeError(w, err, "create conversation")
 			return
 		}
-		p := caller(r)
 		nc := parley.NewConversation{ID: b.ID, Kind: b.Kind, Title: b.Title, Members: b.Members}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		c, err := d.Store.CreateConversation(ctx, p, nc)
+		c, err := d.App.CreateConversation(ctx, caller(r), nc)
 		if err != nil {
-			writeError(w, d.Log, err, "create conversation")
+			d.writeError(w, err, "create conversation")
 			return
-		}
-		// The members in the store's order (creator first): member i
-		// joined at seq i+1.
-		nc.ID, nc.Kind = c.ID, c.Kind
-		if v, err := parley.ValidateNewConversation(p.User, nc); err == nil {
-			for i, m := range v.Members {
-				d.Publish(parley.Notice{Conv: c.ID, Seq: int64(i + 1), User: m})
-			}
 		}
 		encode(w, http.StatusCreated, fromConversation(c))
 	})
@@ -116,13 +107,12 @@ func handleAddMember(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b memberBody
 		if err := decode(w, r, &b); err != nil {
-			writeError(w, d.Log, err, "add member")
+			d.writeError(w, err, "add member")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		mc, err := d.Store.AddMember(ctx, caller(r), r.PathValue("id"), b.User)
-		mc.Conv, mc.User = r.PathValue("id"), b.User
+		mc, err := d.App.AddMember(ctx, caller(r), r.PathValue("id"), b.User)
 		d.answerMember(w, mc, err, "add member")
 	})
 }
@@ -133,19 +123,15 @@ func handleRemoveMember(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		mc, err := d.Store.RemoveMember(ctx, caller(r), r.PathValue("id"), r.PathValue("user"))
-		mc.Conv, mc.User = r.PathValue("id"), r.PathValue("user")
+		mc, err := d.App.RemoveMember(ctx, caller(r), r.PathValue("id"), r.PathValue("user"))
 		d.answerMember(w, mc, err, "remove member")
 	})
 }
 
 func (d Deps) answerMember(w http.ResponseWriter, mc parley.MemberChange, err error, op string) {
 	if err != nil {
-		writeError(w, d.Log, err, op)
+		d.writeError(w, err, op)
 		return
-	}
-	if mc.Changed {
-		d.Publish(parley.Notice{Conv: mc.Conv, Seq: mc.Seq, User: mc.User})
 	}
 	encode(w, http.StatusOK, memberReply{Conv: mc.Conv, User: mc.User, Seq: mc.Seq, Changed: mc.Changed})
 }

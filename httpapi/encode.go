@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,32 +81,11 @@ func encode(w http.ResponseWriter, status int, v any) {
 	wire.WriteJSON(w, v)
 }
 
-// writeError answers err; an error without a protocol code is logged with
-// the request's id and answered UNAVAILABLE with a generic message and that
-// id. A canceled context (the client hung up) is no internal error: it is
-// not logged here (the access line records status 499).
-func writeError(w http.ResponseWriter, log *slog.Logger, err error, op string) {
-	var pe *parley.Error
-	if errors.As(err, &pe) {
-		msg := pe.Msg
-		if pe.Code == parley.CodePermissionDenied {
-			msg = parley.ErrAccessDenied.Msg // one message: the refused learn nothing
-		}
-		wire.WriteProblem(w, pe.Code, msg, "")
-		return
-	}
-	// A request whose client hung up ends with its context canceled: not
-	// an internal error (the access line says 499); nobody reads the answer.
-	if errors.Is(err, context.Canceled) {
-		wire.WriteProblem(w, parley.CodeUnavailable, parley.InternalMessage, "")
-		return
-	}
-	id := w.Header().Get(middleware.RequestIDHeader) // the access line's id
-	if id == "" {
-		id = parley.NewID()
-	}
-	log.Error("internal error", "op", op, "request_id", id, "err", err)
-	wire.WriteProblem(w, parley.CodeUnavailable, parley.InternalMessage, id)
+// writeError answers err as app.Explain says (an internal error is logged
+// under the access line's request id and shown with it).
+func (d Deps) writeError(w http.ResponseWriter, err error, op string) {
+	f := d.App.Explain(err, op, w.Header().Get(middleware.RequestIDHeader))
+	wire.WriteProblem(w, f.Code, f.Msg, f.RequestID)
 }
 
 // frameBody is a reply frame as an HTTP body: the frame without t and rid.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/parleychat/parley"
-	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -24,28 +24,21 @@ func handleSend(d Deps) http.Handler {
 			err = decode(w, r, &b)
 		}
 		if err != nil {
-			d.refuseSend(w, err, "http")
+			d.refuseSend(w, err, app.HTTP)
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		p, req := caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body}
-		sent, err := d.Store.Send(ctx, p, req)
-		d.answerSent(w, p, req, sent, err, "http")
+		sent, err := d.App.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body})
+		d.answerSent(w, sent, err)
 	})
 }
 
-// answerSent finishes p's send req (HTTP or webhook): publish after the
-// commit (carrying the event, as a WebSocket send does), then count the
-// outcome, then answer.
-func (d Deps) answerSent(w http.ResponseWriter, p parley.Principal, req parley.SendRequest, sent parley.Sent, err error, transport string) {
-	if err == nil {
-		d.Publish(parley.SentNotice(p, req, sent))
-		err = fault.Hit(fault.APIAfterSendCommit)
-	}
-	d.Metrics.Send(transport, parley.SendOutcome(sent, err))
+// answerSent answers a send (HTTP or webhook): 201 for a new message, 200
+// for a replay.
+func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error) {
 	if err != nil {
-		writeError(w, d.Log, err, "send")
+		d.writeError(w, err, "send")
 		return
 	}
 	status := http.StatusCreated
@@ -57,8 +50,7 @@ func (d Deps) answerSent(w http.ResponseWriter, p parley.Principal, req parley.S
 
 // refuseSend answers a send that never reached the store, counting it.
 func (d Deps) refuseSend(w http.ResponseWriter, err error, transport string) {
-	d.Metrics.Send(transport, parley.SendOutcome(parley.Sent{}, err))
-	writeError(w, d.Log, err, "send")
+	d.writeError(w, d.App.RefuseSend(transport, err), "send")
 }
 
 // handleEvents is sync: GET /api/convs/{id}/events?after=&limit=&epoch=.
@@ -73,20 +65,20 @@ func handleEvents(d Deps) http.Handler {
 			epoch, err = queryInt(r, "epoch", 0)
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "sync")
+			d.writeError(w, err, "sync")
 			return
 		}
 		if limit < 1 {
-			writeError(w, d.Log, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1"), "sync")
+			d.writeError(w, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1"), "sync")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		page, err := d.Store.Sync(ctx, caller(r), parley.SyncRequest{
+		page, err := d.App.Sync(ctx, caller(r), parley.SyncRequest{
 			Conv: r.PathValue("id"), After: after, Limit: int(min(limit, parley.MaxPage)), Epoch: epoch,
 		})
 		if err != nil {
-			writeError(w, d.Log, err, "sync")
+			d.writeError(w, err, "sync")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Page(page)))
@@ -98,14 +90,14 @@ func handleFetch(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seq, err := pathSeq(r, "seq")
 		if err != nil {
-			writeError(w, d.Log, err, "fetch")
+			d.writeError(w, err, "fetch")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		ev, err := d.Store.Fetch(ctx, caller(r), r.PathValue("id"), seq)
+		ev, err := d.App.Fetch(ctx, caller(r), r.PathValue("id"), seq)
 		if err != nil {
-			writeError(w, d.Log, err, "fetch")
+			d.writeError(w, err, "fetch")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Fetched(ev)))
@@ -126,25 +118,18 @@ func (b seqBody) check() error {
 // handleRead moves the user's read cursor; the user's other devices get a
 // hint when it moved.
 func handleRead(d Deps) http.Handler {
-	return handleCursor(d, "read", d.Store.Read, func(p parley.Principal, conv string, asked, read int64) wire.Frame {
-		if read == asked {
-			d.Publish(parley.Notice{Conv: conv, Seq: read, User: p.User, Device: p.DeviceID})
-		}
-		return wire.ReadOK(conv, read)
-	})
+	return handleCursor(d, "read", d.App.Read, wire.ReadOK)
 }
 
 // handleAck moves the device's delivered cursor.
 func handleAck(d Deps) http.Handler {
-	return handleCursor(d, "ack", d.Store.Ack, func(_ parley.Principal, conv string, _, delivered int64) wire.Frame {
-		return wire.Acked(conv, delivered)
-	})
+	return handleCursor(d, "ack", d.App.Ack, wire.Acked)
 }
 
 // handleCursor serves read and ack: {seq} in, the cursor's new value out.
 func handleCursor(d Deps, op string,
 	move func(context.Context, parley.Principal, string, int64) (int64, error),
-	reply func(p parley.Principal, conv string, asked, now int64) wire.Frame,
+	reply func(conv string, now int64) wire.Frame,
 ) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b seqBody
@@ -153,18 +138,18 @@ func handleCursor(d Deps, op string,
 			err = b.check()
 		}
 		if err != nil {
-			writeError(w, d.Log, err, op)
+			d.writeError(w, err, op)
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		p, conv := caller(r), r.PathValue("id")
-		now, err := move(ctx, p, conv, *b.Seq)
+		conv := r.PathValue("id")
+		now, err := move(ctx, caller(r), conv, *b.Seq)
 		if err != nil {
-			writeError(w, d.Log, err, op)
+			d.writeError(w, err, op)
 			return
 		}
-		encode(w, http.StatusOK, frameBody(reply(p, conv, *b.Seq, now)))
+		encode(w, http.StatusOK, frameBody(reply(conv, now)))
 	})
 }
 
@@ -185,17 +170,16 @@ func handleRecall(d Deps) http.Handler {
 			err = parley.Errorf(parley.CodeInvalidArgument, "target is required")
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "recall")
+			d.writeError(w, err, "recall")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		rec, err := d.Store.Recall(ctx, caller(r), parley.RecallRequest{Conv: r.PathValue("id"), Target: *b.Target, CMID: key})
+		rec, err := d.App.Recall(ctx, caller(r), parley.RecallRequest{Conv: r.PathValue("id"), Target: *b.Target, CMID: key})
 		if err != nil {
-			writeError(w, d.Log, err, "recall")
+			d.writeError(w, err, "recall")
 			return
 		}
-		d.Publish(parley.RecalledNotice(rec))
 		status := http.StatusCreated
 		if rec.Dup {
 			status = http.StatusOK

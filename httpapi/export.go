@@ -65,26 +65,24 @@ func handleCreateExport(d Deps) http.Handler {
 			err = decode(w, r, &b)
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "export.create")
+			d.writeError(w, err, "export.create")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		job, err := d.Store.CreateExport(ctx, caller(r), parley.ExportRequest{
+		job, err := d.App.CreateExport(ctx, caller(r), parley.ExportRequest{
 			Key: key, Scope: b.Scope, MaxActive: d.config(r).ExportMaxActive(),
 		})
 		if err != nil {
 			if parley.ErrorCode(err) == parley.CodeRateLimited {
 				w.Header().Set("Retry-After", "10")
 			}
-			writeError(w, d.Log, err, "export.create")
+			d.writeError(w, err, "export.create")
 			return
 		}
 		status := http.StatusAccepted
 		if job.Replayed {
 			status = http.StatusOK
-		} else if d.KickExports != nil {
-			d.KickExports()
 		}
 		encode(w, status, d.exportReply(job))
 	})
@@ -97,40 +95,20 @@ func handleExport(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		job, err := ownExport(ctx, d.Store, caller(r), r.PathValue("id"))
+		job, err := d.App.Export(ctx, caller(r), r.PathValue("id"))
 		if err != nil {
-			writeError(w, d.Log, err, "export.show")
+			d.writeError(w, err, "export.show")
 			return
 		}
 		encode(w, http.StatusOK, d.exportReply(job))
 	})
 }
 
-// ownExport returns the caller's job id, or ErrExportNotFound for a job
-// that is missing or another user's.
-func ownExport(ctx context.Context, s parley.Store, p parley.Principal, id string) (parley.ExportJob, error) {
-	if err := parley.CheckExportID(id); err != nil {
-		return parley.ExportJob{}, err
-	}
-	job, err := s.ExportJob(ctx, id)
-	if err == nil && job.User != p.User {
-		err = parley.ErrExportNotFound
-	}
-	if parley.ErrorCode(err) == parley.CodeNotFound {
-		err = parley.ErrExportNotFound
-	}
-	return job, err
-}
-
 // handleAdminRevokeExport is POST /api/admin/exports/{id}/revoke: its
 // downloads answer 410 from then on and a worker running it stops.
 func handleAdminRevokeExport(d Deps) http.Handler {
 	return adminCall(d, "export.revoke", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		id := r.PathValue("id")
-		if err := parley.CheckExportID(id); err != nil {
-			return 0, nil, err
-		}
-		job, err := d.Store.RevokeExport(ctx, id)
+		job, err := d.App.RevokeExport(ctx, r.PathValue("id"))
 		if err != nil {
 			return 0, nil, err
 		}

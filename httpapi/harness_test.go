@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/export"
 	"github.com/parleychat/parley/gateway"
@@ -162,14 +163,15 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 			s.hub.Publish(n)
 		}
 	}
+	uc := app.New(app.Options{
+		Store: store, Publish: publish, Revoke: s.hub, KickExports: worker.Kick, Metrics: s.metrics, Log: log,
+	})
 	h := httpapi.NewHandler(httpapi.Deps{
-		Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
+		App: uc, Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,
 		Limiter: func() ratelimit.Store { return limits },
-		Metrics: s.metrics, Publish: publish, Draining: s.hub.Draining,
-		Revoke: s.hub.RevokeToken, RevokeUser: s.hub.RevokeUser, Now: o.now,
-		ExportLink:  func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
-		KickExports: worker.Kick,
-		Hashes:      o.hashes, HashWait: o.hashWait, LoginBackoff: o.loginBackoff,
+		Metrics: s.metrics, Draining: s.hub.Draining, Now: o.now,
+		ExportLink: func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
+		Hashes:     o.hashes, HashWait: o.hashWait, LoginBackoff: o.loginBackoff,
 		Download: &export.Download{
 			Store: store, Dir: s.exportDir, Log: log, Metrics: s.metrics,
 			Keys: func() *export.Keyring { return keys }, Now: now,

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
@@ -29,7 +30,7 @@ func TestRoutes(t *testing.T) {
 	}
 	var draining atomic.Bool
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Deps{
-		Store: s, Gateway: http.NotFoundHandler(), Draining: draining.Load,
+		App: app.New(app.Options{Store: s}), Store: s, Gateway: http.NotFoundHandler(), Draining: draining.Load,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}))
 	t.Cleanup(srv.Close)

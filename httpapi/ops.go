@@ -60,7 +60,7 @@ func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *htt
 		e := parley.AuditEntry{Operator: operator, Action: action, Target: capBytes(target, parley.MaxAuditAction), Params: RedactParams(params)}
 		if err != nil {
 			d.audit(r, e, err)
-			writeError(w, d.Log, err, action)
+			d.writeError(w, err, action)
 			return
 		}
 		e.Outcome = parley.AuditPending
@@ -68,7 +68,7 @@ func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *htt
 		pending, err := d.Store.AppendAudit(actx, e)
 		cancel()
 		if err != nil {
-			writeError(w, d.Log, fmt.Errorf("audit before %s: %w", action, err), action)
+			d.writeError(w, fmt.Errorf("audit before %s: %w", action, err), action)
 			return
 		}
 		ctx, cancel := d.ctx(r)
@@ -76,7 +76,7 @@ func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *htt
 		cancel()
 		d.finishAudit(r, pending, err)
 		if err != nil {
-			writeError(w, d.Log, err, action)
+			d.writeError(w, err, action)
 			return
 		}
 		encode(w, status, reply)
@@ -278,7 +278,7 @@ func handleAdminCreateUser(d Deps) http.Handler {
 			}
 			defer release()
 		}
-		u, err := d.Store.CreateUser(ctx, nu)
+		u, err := d.App.CreateUser(ctx, nu)
 		return http.StatusCreated, fromUser(u), err
 	})
 }
@@ -293,22 +293,19 @@ func handleAdminSetDisabled(d Deps, disabled bool) http.Handler {
 	}
 	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		id := r.PathValue("id")
-		if err := d.Store.SetUserDisabled(ctx, id, disabled); err != nil {
+		u, err := d.App.SetUserDisabled(ctx, id, disabled)
+		if err != nil {
 			return 0, nil, err
 		}
 		d.Identifier.ForgetUser(id)
-		if d.RevokeUser != nil {
-			d.RevokeUser(id)
-		}
-		u, err := d.Store.User(ctx, id)
-		return http.StatusOK, fromUser(u), err
+		return http.StatusOK, fromUser(u), nil
 	})
 }
 
 // handleAdminConv shows a conversation's header.
 func handleAdminConv(d Deps) http.Handler {
 	return adminCall(d, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
+		c, err := d.App.Conversation(ctx, r.PathValue("id"))
 		return http.StatusOK, fromConversation(c), err
 	})
 }
@@ -332,10 +329,7 @@ func handleAdminRollback(d Deps) http.Handler {
 		if b.ToSeq == nil {
 			return 0, nil, parley.Errorf(parley.CodeInvalidArgument, "to_seq is required")
 		}
-		res, err := d.Store.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
-		if err == nil {
-			d.Publish(parley.Notice{Conv: res.Conv, Seq: res.Head})
-		}
+		res, err := d.App.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
 		return http.StatusOK, rollbackReply{Conv: res.Conv, Removed: res.Removed, Head: res.Head, Epoch: res.Epoch}, err
 	})
 }
@@ -358,10 +352,7 @@ func handleAdminRetention(d Deps) http.Handler {
 			ret.MaxAge = age
 		}
 		ret.KeepLast = b.KeepLast
-		if err := d.Store.SetRetention(ctx, r.PathValue("id"), ret); err != nil {
-			return 0, nil, err
-		}
-		c, err := d.Store.Conversation(ctx, r.PathValue("id"))
+		c, err := d.App.SetRetention(ctx, r.PathValue("id"), ret)
 		return http.StatusOK, fromConversation(c), err
 	})
 }
@@ -376,7 +367,7 @@ type purgeReply struct {
 // handleAdminPurge applies a conversation's retention policy now.
 func handleAdminPurge(d Deps) http.Handler {
 	return adminCall(d, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		res, err := d.Store.Purge(ctx, r.PathValue("id"))
+		res, err := d.App.Purge(ctx, r.PathValue("id"))
 		return http.StatusOK, purgeReply{Conv: res.Conv, Deleted: res.Deleted, Tombstones: res.Tombstones, MinSeq: res.MinSeq}, err
 	})
 }
@@ -408,7 +399,7 @@ func fromHook(h parley.Hook) hookReply {
 // once.
 func handleAdminCreateHook(d Deps) http.Handler {
 	return adminCall(d, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (int, any, error) {
-		h, err := d.Store.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
+		h, err := d.App.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
 		return http.StatusCreated, fromHook(h), err
 	})
 }
@@ -444,7 +435,7 @@ type hooksReply struct {
 // handleAdminDeleteHook deletes a webhook: its secret stops working.
 func handleAdminDeleteHook(d Deps) http.Handler {
 	return adminCall(d, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		err := d.Store.DeleteHook(ctx, r.PathValue("id"))
+		err := d.App.DeleteHook(ctx, r.PathValue("id"))
 		return http.StatusOK, map[string]any{"id": r.PathValue("id"), "deleted": err == nil}, err
 	})
 }
@@ -476,14 +467,14 @@ func handleAdminAudit(d Deps) http.Handler {
 			limit, err = queryLimit(r, parley.DefaultAuditPage, parley.MaxAuditPage)
 		}
 		if err != nil {
-			writeError(w, d.Log, err, "audit")
+			d.writeError(w, err, "audit")
 			return
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
 		es, err := d.Store.Audit(ctx, parley.AuditQuery{Before: before, Limit: limit})
 		if err != nil {
-			writeError(w, d.Log, err, "audit")
+			d.writeError(w, err, "audit")
 			return
 		}
 		out := make([]auditReply, len(es))

@@ -9,11 +9,13 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
@@ -23,7 +25,11 @@ import (
 
 // Deps are what the handlers need.
 type Deps struct {
-	Store   parley.Store
+	// App runs every use case the routes answer (required).
+	App *app.Service
+	// Store is what the handlers read besides the use cases: identity for
+	// the chain, readiness, the operators' listings and the audit log.
+	Store   Store
 	Gateway http.Handler // GET /ws
 	Log     *slog.Logger
 	// Config returns the configuration in force (hot-reloaded); nil means
@@ -40,16 +46,8 @@ type Deps struct {
 	// MetricsElsewhere keeps GET /metrics off this handler (404): the
 	// admin listener (--admin-addr) serves it.
 	MetricsElsewhere bool
-	// Publish announces a committed change to the gateways (nil: none):
-	// every write calls it after its commit.
-	Publish func(parley.Notice)
 	// Draining reports a graceful drain in progress: /readyz answers 503.
 	Draining func() bool
-	// Revoke ends the sockets that use a token, after a logout (nil: none).
-	Revoke func(token string)
-	// RevokeUser ends a user's sockets whose tokens stopped working and
-	// tells every gateway to do the same, after a disable (nil: none).
-	RevokeUser func(user string)
 	// SecureCookie names the session cookie __Host-parley_session and
 	// marks it Secure (serve behind a TLS-terminating proxy); a request
 	// that came over TLS gets that cookie anyway.
@@ -62,9 +60,6 @@ type Deps struct {
 	// ExportLink signs a download link for a done export job, valid until
 	// exp (export.Keyring.Link); nil: GET /exports/{id} gives no url.
 	ExportLink func(job, user string, exp time.Time) string
-	// KickExports wakes the export workers after a job is created (nil:
-	// they find it on their next poll).
-	KickExports func()
 	// Download serves GET /download/{id} (export.Download); nil: 404.
 	Download http.Handler
 	// Web serves the browser app (web.Site): GET /assets/ and the shell
@@ -82,6 +77,20 @@ type Deps struct {
 	// address (nil: ratelimit.NewBackoff's defaults: 5 free failures, then
 	// 1s doubling up to 15 minutes).
 	LoginBackoff *ratelimit.Backoff
+}
+
+// Store is what the HTTP API reads of parley.Store itself; the writes go
+// through the application layer (Deps.App).
+type Store interface {
+	Authenticate(ctx context.Context, token string) (parley.Principal, error)
+	Ping(ctx context.Context) error
+	AppendAudit(ctx context.Context, e parley.AuditEntry) (parley.AuditEntry, error)
+	FinishAudit(ctx context.Context, id int64, outcome string) error
+	Audit(ctx context.Context, q parley.AuditQuery) ([]parley.AuditEntry, error)
+	AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error)
+	AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error)
+	AdminExports(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminExport], error)
+	AdminHooks(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.Hook], error)
 }
 
 // NewHandler returns the HTTP API. Every route is listed here with its
@@ -207,6 +216,9 @@ func NewStarting() http.Handler {
 }
 
 func (d Deps) withDefaults() Deps {
+	if d.App == nil {
+		panic("httpapi: Deps.App is required")
+	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
@@ -220,9 +232,6 @@ func (d Deps) withDefaults() Deps {
 	if d.Limiter == nil {
 		local := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 		d.Limiter = func() ratelimit.Store { return local }
-	}
-	if d.Publish == nil {
-		d.Publish = func(parley.Notice) {}
 	}
 	if d.Now == nil {
 		d.Now = time.Now

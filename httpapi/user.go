@@ -42,12 +42,12 @@ func handleLogin(d Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b loginBody
 		if err := decode(w, r, &b); err != nil {
-			writeError(w, d.Log, err, "login")
+			d.writeError(w, err, "login")
 			return
 		}
 		req := parley.LoginRequest{Login: b.Login, Password: b.Password, DeviceID: b.DeviceID, InstallID: b.InstallID}
 		if err := parley.ValidateLogin(req); err != nil {
-			writeError(w, d.Log, err, "login")
+			d.writeError(w, err, "login")
 			return
 		}
 		// The canonical name is the key: "Ana" and "ana" are one name. An
@@ -55,7 +55,7 @@ func handleLogin(d Deps) http.Handler {
 		// (keying them together would tell who owns an email).
 		_, name, err := parley.ResolveLogin(b.Login)
 		if err != nil {
-			writeError(w, d.Log, err, "login")
+			d.writeError(w, err, "login")
 			return
 		}
 		if ok, wait := d.LoginBackoff.Begin(name); !ok {
@@ -71,11 +71,11 @@ func handleLogin(d Deps) http.Handler {
 
 		release, err := d.Hashes.Acquire(r.Context(), d.hashWait(r))
 		if err != nil {
-			writeError(w, d.Log, err, "login")
+			d.writeError(w, err, "login")
 			return
 		}
 		ctx, cancel := d.ctx(r)
-		s, err := d.Store.Login(ctx, req)
+		s, err := d.App.Login(ctx, req)
 		cancel()
 		release()
 		switch parley.ErrorCode(err) {
@@ -90,22 +90,16 @@ func handleLogin(d Deps) http.Handler {
 				d.Log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
 					"request_id", middleware.RequestID(r.Context()))
 			}
-			writeError(w, d.Log, err, "login")
+			d.writeError(w, err, "login")
 			return
 		}
 		middleware.NoteUser(r.Context(), s.User)
 		d.Log.Info("login", "user", s.User, "device", s.DeviceID, "new_install", s.Replaced,
 			"addr", middleware.CallerFrom(r.Context()).Addr.String(), "request_id", middleware.RequestID(r.Context()))
-		// A login that replaced the device's install: every gateway
-		// re-checks the user's sockets now (the old install's end with
-		// STALE_INSTALL) and forgets cached lookups of the user's tokens.
-		// Any other login changed no token's standing: no notice, so a
-		// login costs the gateways nothing.
+		// A login that replaced the device's install revoked the user's
+		// other tokens (app.Login): this chain forgets its cached lookups.
 		if s.Replaced {
 			d.Identifier.ForgetUser(s.User)
-			if d.RevokeUser != nil {
-				d.RevokeUser(s.User)
-			}
 		}
 		http.SetCookie(w, d.sessionCookie(r, s.Token))
 		reply := loginReply{User: s.User, DeviceID: s.DeviceID, Token: s.Token}
@@ -149,20 +143,15 @@ func handleLogout(d Deps) http.Handler {
 		}
 		ctx, cancel := d.ctx(r)
 		defer cancel()
-		if err := d.Store.Logout(ctx, token); err != nil {
-			writeError(w, d.Log, err, "logout")
+		var user string // the token's user, when the chain knew the token
+		if c := middleware.CallerFrom(r.Context()); c.Known {
+			user = c.Principal.User
+		}
+		if err := d.App.Logout(ctx, token, user); err != nil {
+			d.writeError(w, err, "logout")
 			return
 		}
-		// At once here: the identity cache and this gateway's sockets.
-		// Elsewhere: the account notice makes every gateway re-check the
-		// user's sockets and forget their cached lookups.
 		d.Identifier.ForgetToken(token)
-		if d.Revoke != nil {
-			d.Revoke(token)
-		}
-		if c := middleware.CallerFrom(r.Context()); c.Known && d.RevokeUser != nil {
-			d.RevokeUser(c.Principal.User)
-		}
 		d.Log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
 		gone := d.sessionCookie(r, "")
 		gone.MaxAge = -1
@@ -218,7 +207,7 @@ func handleReadyz(d Deps) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := d.Store.Ping(ctx); err != nil {
-			writeError(w, d.Log, err, "readyz")
+			d.writeError(w, err, "readyz")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

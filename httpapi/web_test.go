@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/web"
@@ -23,7 +24,7 @@ import (
 // webServer is the API with the embedded browser app (or none, when app
 // is nil), on a real listener over a fresh SQLite store with users ana
 // (admin) and ben.
-func webServer(t *testing.T, app http.Handler, mutate ...func(*httpapi.Deps)) (*httptest.Server, parley.Store) {
+func webServer(t *testing.T, site http.Handler, mutate ...func(*httpapi.Deps)) (*httptest.Server, parley.Store) {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
 	if err != nil {
@@ -36,7 +37,7 @@ func webServer(t *testing.T, app http.Handler, mutate ...func(*httpapi.Deps)) (*
 		}
 	}
 	d := httpapi.Deps{
-		Store: s, Gateway: http.NotFoundHandler(), Web: app,
+		App: app.New(app.Options{Store: s}), Store: s, Gateway: http.NotFoundHandler(), Web: site,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for _, m := range mutate {
@@ -422,7 +423,7 @@ func TestSessionCookie(t *testing.T) {
 			if _, err := s.CreateUser(context.Background(), parley.NewUser{ID: "ana", Password: "password-ana"}); err != nil {
 				t.Fatal(err)
 			}
-			h := httpapi.NewHandler(httpapi.Deps{Store: s, Gateway: http.NotFoundHandler(), SecureCookie: tc.secure, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := httpapi.NewHandler(httpapi.Deps{App: app.New(app.Options{Store: s}), Store: s, Gateway: http.NotFoundHandler(), SecureCookie: tc.secure, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			srv := httptest.NewUnstartedServer(h)
 			if tc.tls {
 				srv.StartTLS()

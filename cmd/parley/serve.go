@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/export"
 	"github.com/parleychat/parley/fault"
@@ -299,17 +300,20 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
 		Timeout: func() time.Duration { return cfg.Current().StoreTimeout() },
 	}
+	uc := app.New(app.Options{
+		Store: store, Publish: hub.Publish, Revoke: hub, KickExports: worker.Kick, Metrics: m, Log: log,
+	})
 	api := httpapi.NewHandler(httpapi.Deps{
+		App: uc,
 		ExportLink: func(job, user string, exp time.Time) string {
 			if ring := keys.For(cfg.Current()); ring != nil {
 				return ring.Link(job, user, exp)
 			}
 			return "" // the store's key could not be read: no link this time
 		},
-		KickExports: worker.Kick, Download: download,
-		Store: store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
-		Metrics: m, Publish: hub.Publish, Draining: hub.Draining, Revoke: hub.RevokeToken,
-		RevokeUser: hub.RevokeUser, SecureCookie: f.secureCookie, Origins: origins,
+		Download: download,
+		Store:    store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
+		Metrics: m, Draining: hub.Draining, SecureCookie: f.secureCookie, Origins: origins,
 		MetricsElsewhere: f.adminAddr != "",
 		Web:              site,
 	})

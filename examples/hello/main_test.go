@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/inmem"
@@ -41,7 +42,10 @@ func TestHello(t *testing.T) {
 	hctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { hub.Run(hctx) })
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Deps{Store: store, Gateway: hub, Log: log, Draining: hub.Draining}))
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Deps{
+		App:   app.New(app.Options{Store: store, Publish: hub.Publish, Revoke: hub, Log: log}),
+		Store: store, Gateway: hub, Log: log, Draining: hub.Draining,
+	}))
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); stop(); wg.Wait() })
 
 	dir := t.TempDir()

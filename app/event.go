@@ -1,0 +1,93 @@
+package app
+
+import (
+	"context"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/fault"
+)
+
+// Send stores p's message and announces it: after the commit the notice
+// carrying the event is published (parley.SentNotice), then the
+// api.after_send_commit fault point may fail the request (the message is
+// stored: the client's retry under the same key is a replay), and the
+// outcome is counted under transport. A replay publishes again: a
+// gateway ignores a seq it has pushed.
+func (s *Service) Send(ctx context.Context, transport string, p parley.Principal, req parley.SendRequest) (parley.Sent, error) {
+	sent, err := s.store.Send(ctx, p, req)
+	if err == nil && transport == WebSocket && !sent.Dup && fault.Hit(fault.GatewaySend) != nil {
+		s.double(ctx, p, req)
+	}
+	if err == nil {
+		s.publish(parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent))
+		err = fault.Hit(fault.APIAfterSendCommit)
+	}
+	s.countSend(transport, sent, err)
+	return sent, err
+}
+
+// double is the gateway.send=dup lab fault (broken on purpose): the
+// message is committed a second time under another key, as a server that
+// doubled a socket send would.
+func (s *Service) double(ctx context.Context, p parley.Principal, req parley.SendRequest) {
+	req.CMID = dupKey(req.CMID)
+	if again, err := s.store.Send(ctx, p, req); err == nil {
+		s.publish(parley.Notice{Conv: again.Conv, Seq: again.Seq})
+	}
+}
+
+// dupKey is the request key of the gateway.send=dup fault's second copy.
+func dupKey(cmid string) string {
+	if len(cmid) > parley.MaxCMIDChars-4 {
+		cmid = cmid[:parley.MaxCMIDChars-4]
+	}
+	return cmid + "~dup"
+}
+
+// RefuseSend counts a send refused before it reached the store (a request
+// that could not be decoded, a webhook that does not verify) and returns
+// err, so a transport answers it like any other failed send.
+func (s *Service) RefuseSend(transport string, err error) error {
+	s.countSend(transport, parley.Sent{}, err)
+	return err
+}
+
+// Recall recalls one of p's messages and announces the recall event.
+func (s *Service) Recall(ctx context.Context, p parley.Principal, req parley.RecallRequest) (parley.Recalled, error) {
+	rec, err := s.store.Recall(ctx, p, req)
+	if err == nil {
+		s.publish(parley.RecalledNotice(rec))
+	}
+	return rec, err
+}
+
+// Read moves p's read cursor in conv to seq and returns the cursor's new
+// value; when it moved to seq, p's other devices are told.
+func (s *Service) Read(ctx context.Context, p parley.Principal, conv string, seq int64) (int64, error) {
+	read, err := s.store.Read(ctx, p, conv, seq)
+	if err == nil && read == seq {
+		s.publish(parley.Notice{Conv: conv, Seq: read, User: p.User, Device: p.DeviceID})
+	}
+	return read, err
+}
+
+// Ack moves p's device's delivered cursor in conv to seq and returns its
+// new value. Nobody else is told.
+func (s *Service) Ack(ctx context.Context, p parley.Principal, conv string, seq int64) (int64, error) {
+	return s.store.Ack(ctx, p, conv, seq)
+}
+
+// Sync reads one page of conv's events that p may see (parley.Store.Sync).
+func (s *Service) Sync(ctx context.Context, p parley.Principal, req parley.SyncRequest) (parley.Page, error) {
+	return s.store.Sync(ctx, p, req)
+}
+
+// Fetch reads one event of conv that p may see.
+func (s *Service) Fetch(ctx context.Context, p parley.Principal, conv string, seq int64) (parley.Event, error) {
+	return s.store.Fetch(ctx, p, conv, seq)
+}
+
+// Convs reads one page of p's conversations, latest activity first.
+func (s *Service) Convs(ctx context.Context, p parley.Principal, req parley.ConvsRequest) (parley.ConvsPage, error) {
+	return s.store.Convs(ctx, p, req)
+}
