@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/fault"
 	"github.com/parleychat/parley/wire"
 )
@@ -572,10 +573,11 @@ func (c *conn) reply(f wire.Frame, rid json.RawMessage) {
 	c.enqueue(&frame{b: wire.MarshalFrame(f)})
 }
 
+// replyErr replies with what app.Explain lets the client see of err.
 func (c *conn) replyErr(rid json.RawMessage, err error, op string) {
-	code, msg, requestID := c.h.errorOf(err, op)
-	f := wire.Error(code, msg)
-	f.RequestID = requestID
+	e := c.h.app.Explain(err, op, "")
+	f := wire.Error(e.Code, e.Msg)
+	f.RequestID = e.RequestID
 	c.reply(f, rid)
 }
 
@@ -612,7 +614,8 @@ func (h *Hub) metric(f func(Metrics)) {
 	f(h.o.Metrics)
 }
 
-// handle answers one request frame.
+// handle answers one request frame: decode, pass the rate limit, run the
+// use case (package app) under the store timeout, reply.
 func (c *conn) handle(ctx context.Context, data []byte) {
 	req, err := wire.DecodeRequest(data)
 	if err != nil {
@@ -621,80 +624,67 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.h.timeout())
 	defer cancel()
-	s, p := c.h.store, c.p
-	var f wire.Frame
-	var sentReply []byte // a send's reply, written without reflection
 	if c.limited(ctx, req) {
 		return
 	}
+	if req.T == wire.TSend {
+		c.send(ctx, req)
+		return
+	}
+	f, err := c.request(ctx, req)
+	if err != nil {
+		c.replyErr(req.RID, err, req.T)
+		return
+	}
+	c.reply(f, req.RID)
+}
+
+// send answers a send frame. While it is being committed, the push of its
+// conversation's worker may wait for it (awaitSends), so its event leaves
+// with the others of the wave; its reply is encoded without reflection.
+func (c *conn) send(ctx context.Context, req wire.Request) {
+	sw := c.h.worker(req.Conv)
+	sw.sendStarted()
+	sent, err := c.h.app.Send(ctx, app.WebSocket, c.p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
+	sw.sendDone()
+	if err != nil {
+		c.replyErr(req.RID, err, req.T)
+		return
+	}
+	c.enqueue(&frame{b: wire.MarshalSent(sent, req.RID)})
+}
+
+// request runs every request but send and returns its reply frame.
+func (c *conn) request(ctx context.Context, req wire.Request) (wire.Frame, error) {
+	a, p := c.h.app, c.p
 	switch req.T {
-	case wire.TSend:
-		var sent parley.Sent
-		sw := c.h.worker(req.Conv)
-		sw.sendStarted() // its push may wait for it (awaitSends)
-		sent, err = s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
-		if err == nil && !sent.Dup && fault.Hit(fault.GatewaySend) != nil {
-			// Lab fault (broken on purpose): the message is committed a
-			// second time under another key, as a server that doubled a
-			// send would.
-			if again, e := s.Send(ctx, p, parley.SendRequest{Conv: req.Conv, CMID: dupKey(req.CMID), Body: req.Body}); e == nil {
-				c.h.Publish(parley.Notice{Conv: again.Conv, Seq: again.Seq})
-			}
-		}
-		if err == nil {
-			c.h.Publish(parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent))
-			err = fault.Hit(fault.APIAfterSendCommit)
-			sentReply = wire.MarshalSent(sent, req.RID)
-		}
-		sw.sendDone()
-		c.h.metric(func(m Metrics) { m.Send("ws", parley.SendOutcome(sent, err)) })
 	case wire.TRecall:
-		var r parley.Recalled
-		r, err = s.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})
-		if err == nil {
-			c.h.Publish(parley.Notice{Conv: r.Conv, Seq: r.Seq})
-			f = wire.Recalled(r)
-		}
+		r, err := a.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})
+		return wire.Recalled(r), err
 	case wire.TSync:
-		var page parley.Page
-		page, err = s.Sync(ctx, p, req.SyncRequest())
+		page, err := a.Sync(ctx, p, req.SyncRequest())
 		if err == nil && len(page.Events) > 0 && fault.Hit(fault.GatewaySync) != nil {
 			// Lab fault (broken on purpose): the page skips an event but
 			// keeps its cursor, so the client never sees it.
 			page.Events = page.Events[1:]
 		}
-		f = wire.Page(page)
+		return wire.Page(page), err
 	case wire.TAck:
-		var d int64
-		d, err = s.Ack(ctx, p, req.Conv, *req.Seq)
-		f = wire.Acked(req.Conv, d)
+		d, err := a.Ack(ctx, p, req.Conv, *req.Seq)
+		return wire.Acked(req.Conv, d), err
 	case wire.TRead:
-		var r int64
-		r, err = s.Read(ctx, p, req.Conv, *req.Seq)
-		if err == nil && r == *req.Seq {
-			c.h.Publish(parley.Notice{Conv: req.Conv, Seq: r, User: p.User, Device: p.DeviceID})
-		}
-		f = wire.ReadOK(req.Conv, r)
+		r, err := a.Read(ctx, p, req.Conv, *req.Seq)
+		return wire.ReadOK(req.Conv, r), err
 	case wire.TConvs:
-		var page parley.ConvsPage
-		page, err = s.Convs(ctx, p, req.ConvsRequest())
-		f = wire.Convs(page)
+		page, err := a.Convs(ctx, p, req.ConvsRequest())
+		return wire.Convs(page), err
 	case wire.TFetch:
-		var ev parley.Event
-		ev, err = s.Fetch(ctx, p, req.Conv, *req.Seq)
-		f = wire.Fetched(ev)
+		ev, err := a.Fetch(ctx, p, req.Conv, *req.Seq)
+		return wire.Fetched(ev), err
 	case wire.TSub:
-		err = c.h.subscribe(ctx, c)
-		f = wire.Subscribed()
+		return wire.Subscribed(), c.h.subscribe(ctx, c)
 	}
-	switch {
-	case err != nil:
-		c.replyErr(req.RID, err, req.T)
-	case sentReply != nil:
-		c.enqueue(&frame{b: sentReply})
-	default:
-		c.reply(f, req.RID)
-	}
+	return wire.Frame{}, parley.Errorf(parley.CodeInvalidArgument, "unknown request type %q", req.T)
 }
 
 // Publish announces a committed change: to this gateway's fan-out at once
@@ -714,12 +704,4 @@ func (h *Hub) Publish(n parley.Notice) {
 		h.stats.NoticesSent.Add(1)
 		h.bus.Publish(n)
 	}
-}
-
-// dupKey is the request key of the gateway.send=dup fault's second copy.
-func dupKey(cmid string) string {
-	if len(cmid) > parley.MaxCMIDChars-4 {
-		cmid = cmid[:parley.MaxCMIDChars-4]
-	}
-	return cmid + "~dup"
 }

@@ -48,15 +48,22 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
 // Options configure a Hub. Zero values take the defaults named.
 type Options struct {
-	Store parley.Store
+	// Store is what the hub reads itself: tokens, and the events and
+	// audiences it pushes.
+	Store Store
 	Bus   parley.Bus
 	Log   *slog.Logger
+	// App runs the requests' use cases. Nil: a Service over Store (which
+	// must then implement app.Store, as every parley.Store does) that
+	// publishes through this hub and counts sends to Metrics.
+	App *app.Service
 
 	// HintMembers: conversations with more members than this get a hint
 	// instead of the event (default 1000).
@@ -168,6 +175,13 @@ var FrameBuckets = map[string]string{
 	wire.TSub:    middleware.BucketRead,
 }
 
+// Store is what the hub reads of parley.Store: tokens for the upgrade and
+// the re-checks, and the feed its pushes come from.
+type Store interface {
+	Authenticate(ctx context.Context, token string) (parley.Principal, error)
+	parley.Feeder
+}
+
 // Metrics is what the hub reports; *metrics.Metrics implements it.
 type Metrics interface {
 	Send(transport, outcome string)
@@ -227,7 +241,8 @@ func (o Options) withDefaults() Options {
 // Hub is one gateway: its sockets, its subscriptions and its fan-out.
 type Hub struct {
 	o     Options
-	store parley.Store
+	store Store
+	app   *app.Service
 	bus   parley.Bus
 	log   *slog.Logger
 
@@ -317,6 +332,18 @@ func New(o Options) *Hub {
 	h.workers = make([]*worker, o.Workers)
 	for i := range h.workers {
 		h.workers[i] = newWorker(h)
+	}
+	h.app = o.App
+	if h.app == nil {
+		full, ok := o.Store.(app.Store)
+		if !ok {
+			panic("gateway: Options.App is nil and Options.Store does not implement app.Store")
+		}
+		ao := app.Options{Store: full, Publish: h.Publish, Revoke: h, Log: o.Log}
+		if o.Metrics != nil {
+			ao.Metrics = o.Metrics
+		}
+		h.app = app.New(ao)
 	}
 	return h
 }
@@ -453,8 +480,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}
 	if err != nil {
-		code, msg, rid := h.errorOf(err, "authenticate")
-		wire.WriteProblem(w, code, msg, rid)
+		e := h.app.Explain(err, "authenticate", "")
+		wire.WriteProblem(w, e.Code, e.Msg, e.RequestID)
 		return
 	}
 	if !h.reserve(p.User) {
@@ -690,26 +717,6 @@ func (h *Hub) isWatched(conv string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.watch[conv] > 0
-}
-
-// errorOf turns an error into what a client sees. An error without a
-// protocol code is internal: logged with a request id, shown as UNAVAILABLE
-// with a generic message and that id.
-func (h *Hub) errorOf(err error, op string) (code parley.Code, msg, requestID string) {
-	code = parley.ErrorCode(err)
-	var pe *parley.Error
-	if errors.As(err, &pe) {
-		return code, pe.Msg, ""
-	}
-	if errors.Is(err, context.Canceled) {
-		// The socket or the server ended mid-request: nobody is left to
-		// judge, and nothing went wrong inside (the lifetime line says
-		// how the socket closed).
-		return parley.CodeUnavailable, parley.InternalMessage, ""
-	}
-	requestID = parley.NewID()
-	h.log.Error("internal error", "op", op, "request_id", requestID, "err", err)
-	return parley.CodeUnavailable, parley.InternalMessage, requestID
 }
 
 // busHandler adapts the hub to parley.BusHandler.
