@@ -37,8 +37,8 @@ func adminQuery(r *http.Request) (parley.AdminQuery, error) {
 
 // adminList makes a listing handler: list reads one page, item renders one
 // entry.
-func adminList[T, R any](d Deps, action string, list func(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[T], error), item func(T) R) http.Handler {
-	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+func adminList[T, R any](o ops, action string, list func(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[T], error), item func(T) R) http.Handler {
+	return adminCall(o, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		q, err := adminQuery(r)
 		if err != nil {
 			return 0, nil, err
@@ -69,8 +69,8 @@ type adminUserReply struct {
 }
 
 // handleAdminUsers lists accounts with role, disabled and last seen.
-func handleAdminUsers(d Deps) http.Handler {
-	return adminList(d, "user.list", d.Store.AdminUsers, func(u parley.AdminUser) adminUserReply {
+func handleAdminUsers(o ops) http.Handler {
+	return adminList(o, "user.list", o.store.AdminUsers, func(u parley.AdminUser) adminUserReply {
 		return adminUserReply{userReply: fromUser(u.User), LastSeen: timeText(u.LastSeen)}
 	})
 }
@@ -82,8 +82,8 @@ type adminConvReply struct {
 
 // handleAdminConvs lists conversations with kind, member count, head and
 // retention.
-func handleAdminConvs(d Deps) http.Handler {
-	return adminList(d, "conv.list", d.Store.AdminConvs, func(c parley.AdminConv) adminConvReply {
+func handleAdminConvs(o ops) http.Handler {
+	return adminList(o, "conv.list", o.store.AdminConvs, func(c parley.AdminConv) adminConvReply {
 		return adminConvReply{convReply: fromConversation(c.Conversation), Members: c.Members}
 	})
 }
@@ -103,8 +103,8 @@ type adminExportReply struct {
 
 // handleAdminExports lists every user's export jobs with state, owner and
 // size.
-func handleAdminExports(d Deps) http.Handler {
-	return adminList(d, "export.list", d.Store.AdminExports, func(j parley.AdminExport) adminExportReply {
+func handleAdminExports(o ops) http.Handler {
+	return adminList(o, "export.list", o.store.AdminExports, func(j parley.AdminExport) adminExportReply {
 		return adminExportReply{JobID: j.ID, User: j.User, Scope: j.Scope, State: string(j.State),
 			Progress: exportProgress{Done: j.Done, Total: j.Total}, Bytes: j.Bytes, Error: j.Error,
 			Created: timeText(j.CreatedAt), Finished: timeText(j.FinishedAt), Expires: timeText(j.ExpiresAt)}

@@ -10,23 +10,23 @@ import (
 // handleConvs lists one page of the caller's conversations, latest
 // activity first: GET /api/convs?limit=&before= (both optional: the first
 // page of DefaultConvs; before is the next of the previous page).
-func handleConvs(d Deps) http.Handler {
+func handleConvs(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit, err := queryInt(r, "limit", parley.DefaultConvs)
 		if err == nil && limit < 1 {
 			err = parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
 		}
 		if err != nil {
-			d.writeError(w, err, "convs")
+			c.writeError(w, err, "convs")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		page, err := d.App.Convs(ctx, caller(r), parley.ConvsRequest{
+		page, err := c.app.Convs(ctx, caller(r), parley.ConvsRequest{
 			Limit: int(min(limit, parley.MaxConvsPage)), Before: r.URL.Query().Get("before"),
 		})
 		if err != nil {
-			d.writeError(w, err, "convs")
+			c.writeError(w, err, "convs")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Convs(page)))
@@ -70,22 +70,22 @@ func fromConversation(c parley.Conversation) convReply {
 
 // handleCreateConv creates a conversation owned by the caller: 201 with its
 // header. Every initial member's gateway learns of it at once.
-func handleCreateConv(d Deps) http.Handler {
+func handleCreateConv(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b createConvBody
 		if err := decode(w, r, &b); err != nil {
-			d.writeError(w, err, "create conversation")
+			c.writeError(w, err, "create conversation")
 			return
 		}
 		nc := parley.NewConversation{ID: b.ID, Kind: b.Kind, Title: b.Title, Members: b.Members}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		c, err := d.App.CreateConversation(ctx, caller(r), nc)
+		conv, err := c.app.CreateConversation(ctx, caller(r), nc)
 		if err != nil {
-			d.writeError(w, err, "create conversation")
+			c.writeError(w, err, "create conversation")
 			return
 		}
-		encode(w, http.StatusCreated, fromConversation(c))
+		encode(w, http.StatusCreated, fromConversation(conv))
 	})
 }
 
@@ -103,34 +103,34 @@ type memberReply struct {
 }
 
 // handleAddMember adds a user to a group (a member, or an admin, may).
-func handleAddMember(d Deps) http.Handler {
+func handleAddMember(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b memberBody
 		if err := decode(w, r, &b); err != nil {
-			d.writeError(w, err, "add member")
+			c.writeError(w, err, "add member")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		mc, err := d.App.AddMember(ctx, caller(r), r.PathValue("id"), b.User)
-		d.answerMember(w, mc, err, "add member")
+		mc, err := c.app.AddMember(ctx, caller(r), r.PathValue("id"), b.User)
+		c.answerMember(w, mc, err, "add member")
 	})
 }
 
 // handleRemoveMember removes a user from a group (the owner, an admin, or
 // the user themself may).
-func handleRemoveMember(d Deps) http.Handler {
+func handleRemoveMember(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		mc, err := d.App.RemoveMember(ctx, caller(r), r.PathValue("id"), r.PathValue("user"))
-		d.answerMember(w, mc, err, "remove member")
+		mc, err := c.app.RemoveMember(ctx, caller(r), r.PathValue("id"), r.PathValue("user"))
+		c.answerMember(w, mc, err, "remove member")
 	})
 }
 
-func (d Deps) answerMember(w http.ResponseWriter, mc parley.MemberChange, err error, op string) {
+func (c calls) answerMember(w http.ResponseWriter, mc parley.MemberChange, err error, op string) {
 	if err != nil {
-		d.writeError(w, err, op)
+		c.writeError(w, err, op)
 		return
 	}
 	encode(w, http.StatusOK, memberReply{Conv: mc.Conv, User: mc.User, Seq: mc.Seq, Changed: mc.Changed})

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
@@ -19,18 +20,25 @@ import (
 // maxBody bounds request bodies the API reads.
 const maxBody = 64 << 10
 
+// calls is what every handler needs to run a use case and answer it: the
+// application layer, and the configuration in force for the store timeout.
+type calls struct {
+	app     *app.Service
+	current func() *config.Config
+}
+
 // ctx bounds the store calls of one request by the configured store
 // timeout: a slow or exhausted store answers UNAVAILABLE, never hangs.
-func (d Deps) ctx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), d.config(r).StoreTimeout())
+func (c calls) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.config(r).StoreTimeout())
 }
 
 // config is the configuration the chain judged r by.
-func (d Deps) config(r *http.Request) *config.Config {
+func (c calls) config(r *http.Request) *config.Config {
 	if cfg := middleware.ConfigFrom(r.Context()); cfg != nil {
 		return cfg
 	}
-	return d.Config()
+	return c.current()
 }
 
 // caller is the principal the chain identified (routes that need one are
@@ -83,8 +91,8 @@ func encode(w http.ResponseWriter, status int, v any) {
 
 // writeError answers err as app.Explain says (an internal error is logged
 // under the access line's request id and shown with it).
-func (d Deps) writeError(w http.ResponseWriter, err error, op string) {
-	f := d.App.Explain(err, op, w.Header().Get(middleware.RequestIDHeader))
+func (c calls) writeError(w http.ResponseWriter, err error, op string) {
+	f := c.app.Explain(err, op, w.Header().Get(middleware.RequestIDHeader))
 	wire.WriteProblem(w, f.Code, f.Msg, f.RequestID)
 }
 

@@ -16,7 +16,7 @@ type sendBody struct {
 // handleSend posts a message: 201 for the first request under an
 // Idempotency-Key, 200 with dup true for its replays. The key (the cmid) is
 // read before the body, so a request without one changes nothing.
-func handleSend(d Deps) http.Handler {
+func handleSend(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
 		var b sendBody
@@ -24,21 +24,21 @@ func handleSend(d Deps) http.Handler {
 			err = decode(w, r, &b)
 		}
 		if err != nil {
-			d.refuseSend(w, err, app.HTTP)
+			c.refuseSend(w, err, app.HTTP)
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		sent, err := d.App.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body})
-		d.answerSent(w, sent, err)
+		sent, err := c.app.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body})
+		c.answerSent(w, sent, err)
 	})
 }
 
 // answerSent answers a send (HTTP or webhook): 201 for a new message, 200
 // for a replay.
-func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error) {
+func (c calls) answerSent(w http.ResponseWriter, sent parley.Sent, err error) {
 	if err != nil {
-		d.writeError(w, err, "send")
+		c.writeError(w, err, "send")
 		return
 	}
 	status := http.StatusCreated
@@ -49,12 +49,12 @@ func (d Deps) answerSent(w http.ResponseWriter, sent parley.Sent, err error) {
 }
 
 // refuseSend answers a send that never reached the store, counting it.
-func (d Deps) refuseSend(w http.ResponseWriter, err error, transport string) {
-	d.writeError(w, d.App.RefuseSend(transport, err), "send")
+func (c calls) refuseSend(w http.ResponseWriter, err error, transport string) {
+	c.writeError(w, c.app.RefuseSend(transport, err), "send")
 }
 
 // handleEvents is sync: GET /api/convs/{id}/events?after=&limit=&epoch=.
-func handleEvents(d Deps) http.Handler {
+func handleEvents(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		after, err := queryInt(r, "after", 0)
 		var limit, epoch int64
@@ -65,20 +65,20 @@ func handleEvents(d Deps) http.Handler {
 			epoch, err = queryInt(r, "epoch", 0)
 		}
 		if err != nil {
-			d.writeError(w, err, "sync")
+			c.writeError(w, err, "sync")
 			return
 		}
 		if limit < 1 {
-			d.writeError(w, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1"), "sync")
+			c.writeError(w, parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1"), "sync")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		page, err := d.App.Sync(ctx, caller(r), parley.SyncRequest{
+		page, err := c.app.Sync(ctx, caller(r), parley.SyncRequest{
 			Conv: r.PathValue("id"), After: after, Limit: int(min(limit, parley.MaxPage)), Epoch: epoch,
 		})
 		if err != nil {
-			d.writeError(w, err, "sync")
+			c.writeError(w, err, "sync")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Page(page)))
@@ -86,18 +86,18 @@ func handleEvents(d Deps) http.Handler {
 }
 
 // handleFetch returns one event: GET /api/convs/{id}/events/{seq}.
-func handleFetch(d Deps) http.Handler {
+func handleFetch(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seq, err := pathSeq(r, "seq")
 		if err != nil {
-			d.writeError(w, err, "fetch")
+			c.writeError(w, err, "fetch")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		ev, err := d.App.Fetch(ctx, caller(r), r.PathValue("id"), seq)
+		ev, err := c.app.Fetch(ctx, caller(r), r.PathValue("id"), seq)
 		if err != nil {
-			d.writeError(w, err, "fetch")
+			c.writeError(w, err, "fetch")
 			return
 		}
 		encode(w, http.StatusOK, frameBody(wire.Fetched(ev)))
@@ -117,17 +117,17 @@ func (b seqBody) check() error {
 
 // handleRead moves the user's read cursor; the user's other devices get a
 // hint when it moved.
-func handleRead(d Deps) http.Handler {
-	return handleCursor(d, "read", d.App.Read, wire.ReadOK)
+func handleRead(c calls) http.Handler {
+	return handleCursor(c, "read", c.app.Read, wire.ReadOK)
 }
 
 // handleAck moves the device's delivered cursor.
-func handleAck(d Deps) http.Handler {
-	return handleCursor(d, "ack", d.App.Ack, wire.Acked)
+func handleAck(c calls) http.Handler {
+	return handleCursor(c, "ack", c.app.Ack, wire.Acked)
 }
 
 // handleCursor serves read and ack: {seq} in, the cursor's new value out.
-func handleCursor(d Deps, op string,
+func handleCursor(c calls, op string,
 	move func(context.Context, parley.Principal, string, int64) (int64, error),
 	reply func(conv string, now int64) wire.Frame,
 ) http.Handler {
@@ -138,15 +138,15 @@ func handleCursor(d Deps, op string,
 			err = b.check()
 		}
 		if err != nil {
-			d.writeError(w, err, op)
+			c.writeError(w, err, op)
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
 		conv := r.PathValue("id")
 		now, err := move(ctx, caller(r), conv, *b.Seq)
 		if err != nil {
-			d.writeError(w, err, op)
+			c.writeError(w, err, op)
 			return
 		}
 		encode(w, http.StatusOK, frameBody(reply(conv, now)))
@@ -159,7 +159,7 @@ type recallBody struct {
 
 // handleRecall recalls the caller's message: 201 first, 200 with dup true
 // for a replay under the same Idempotency-Key.
-func handleRecall(d Deps) http.Handler {
+func handleRecall(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
 		var b recallBody
@@ -170,14 +170,14 @@ func handleRecall(d Deps) http.Handler {
 			err = parley.Errorf(parley.CodeInvalidArgument, "target is required")
 		}
 		if err != nil {
-			d.writeError(w, err, "recall")
+			c.writeError(w, err, "recall")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		rec, err := d.App.Recall(ctx, caller(r), parley.RecallRequest{Conv: r.PathValue("id"), Target: *b.Target, CMID: key})
+		rec, err := c.app.Recall(ctx, caller(r), parley.RecallRequest{Conv: r.PathValue("id"), Target: *b.Target, CMID: key})
 		if err != nil {
-			d.writeError(w, err, "recall")
+			c.writeError(w, err, "recall")
 			return
 		}
 		status := http.StatusCreated

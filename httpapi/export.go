@@ -36,7 +36,13 @@ type exportProgress struct {
 	Total int `json:"total"`
 }
 
-func (d Deps) exportReply(j parley.ExportJob) exportReply {
+// exportLinks renders jobs, with a fresh signed link for a done one.
+type exportLinks struct {
+	link func(job, user string, exp time.Time) string // nil: no links
+	now  func() time.Time
+}
+
+func (x exportLinks) reply(j parley.ExportJob) exportReply {
 	out := exportReply{
 		JobID: j.ID, State: string(j.State), Replayed: j.Replayed, Scope: j.Scope,
 		Progress: exportProgress{Done: j.Done, Total: j.Total},
@@ -46,8 +52,8 @@ func (d Deps) exportReply(j parley.ExportJob) exportReply {
 	if j.State == parley.ExportDone {
 		out.SHA256, out.Bytes = j.SHA256, j.Bytes
 		out.Expires = j.ExpiresAt.UTC().Format(time.RFC3339Nano)
-		if d.ExportLink != nil {
-			out.URL = d.ExportLink(j.ID, j.User, d.Now().Add(LinkTTL))
+		if x.link != nil {
+			out.URL = x.link(j.ID, j.User, x.now().Add(LinkTTL))
 			out.URLTTL = int(LinkTTL / time.Second)
 		}
 	}
@@ -57,7 +63,7 @@ func (d Deps) exportReply(j parley.ExportJob) exportReply {
 // handleCreateExport is POST /exports: 202 for a new job, 200 with
 // replayed true for a replay of its Idempotency-Key. The key is read before
 // the body, so a request without one changes nothing.
-func handleCreateExport(d Deps) http.Handler {
+func handleCreateExport(c calls, x exportLinks) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
 		var b exportBody
@@ -65,50 +71,50 @@ func handleCreateExport(d Deps) http.Handler {
 			err = decode(w, r, &b)
 		}
 		if err != nil {
-			d.writeError(w, err, "export.create")
+			c.writeError(w, err, "export.create")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		job, err := d.App.CreateExport(ctx, caller(r), parley.ExportRequest{
-			Key: key, Scope: b.Scope, MaxActive: d.config(r).ExportMaxActive(),
+		job, err := c.app.CreateExport(ctx, caller(r), parley.ExportRequest{
+			Key: key, Scope: b.Scope, MaxActive: c.config(r).ExportMaxActive(),
 		})
 		if err != nil {
 			if parley.ErrorCode(err) == parley.CodeRateLimited {
 				w.Header().Set("Retry-After", "10")
 			}
-			d.writeError(w, err, "export.create")
+			c.writeError(w, err, "export.create")
 			return
 		}
 		status := http.StatusAccepted
 		if job.Replayed {
 			status = http.StatusOK
 		}
-		encode(w, status, d.exportReply(job))
+		encode(w, status, x.reply(job))
 	})
 }
 
 // handleExport is GET /exports/{id}: the job's state and progress, and a
 // fresh signed link when it is done. A job of another user is the same 404
 // as a missing one.
-func handleExport(d Deps) http.Handler {
+func handleExport(c calls, x exportLinks) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		job, err := d.App.Export(ctx, caller(r), r.PathValue("id"))
+		job, err := c.app.Export(ctx, caller(r), r.PathValue("id"))
 		if err != nil {
-			d.writeError(w, err, "export.show")
+			c.writeError(w, err, "export.show")
 			return
 		}
-		encode(w, http.StatusOK, d.exportReply(job))
+		encode(w, http.StatusOK, x.reply(job))
 	})
 }
 
 // handleAdminRevokeExport is POST /api/admin/exports/{id}/revoke: its
 // downloads answer 410 from then on and a worker running it stops.
-func handleAdminRevokeExport(d Deps) http.Handler {
-	return adminCall(d, "export.revoke", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		job, err := d.App.RevokeExport(ctx, r.PathValue("id"))
+func handleAdminRevokeExport(o ops) http.Handler {
+	return adminCall(o, "export.revoke", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		job, err := o.app.RevokeExport(ctx, r.PathValue("id"))
 		if err != nil {
 			return 0, nil, err
 		}

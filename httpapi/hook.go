@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/app"
@@ -24,22 +25,22 @@ const (
 )
 
 // handleHook posts a signed message as the hook's bot user.
-func handleHook(d Deps) http.Handler {
+func handleHook(c calls, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
 		if err != nil {
-			d.refuseSend(w, err, app.Webhook)
+			c.refuseSend(w, err, app.Webhook)
 			return
 		}
 		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
-			d.refuseSend(w, parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody), app.Webhook)
+			c.refuseSend(w, parley.Errorf(parley.CodeInvalidArgument, "request body over %d bytes", maxBody), app.Webhook)
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := c.ctx(r)
 		defer cancel()
-		sent, err := d.App.PostHook(ctx, app.HookPost{
-			Hook: r.PathValue("id"), Key: key, Raw: raw, Now: d.Now(),
+		sent, err := c.app.PostHook(ctx, app.HookPost{
+			Hook: r.PathValue("id"), Key: key, Raw: raw, Now: now(),
 			Timestamp: r.Header.Get(HookTimestampHeader), Signature: r.Header.Get(HookSignatureHeader),
 			Decode: func(raw []byte) (string, error) {
 				var b sendBody
@@ -47,6 +48,6 @@ func handleHook(d Deps) http.Handler {
 				return b.Body, err
 			},
 		})
-		d.answerSent(w, sent, err)
+		c.answerSent(w, sent, err)
 	})
 }

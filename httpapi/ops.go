@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -25,6 +27,14 @@ import (
 // client's parameters first, then overwrite, never the other way round).
 const operatorField = "__authenticatedOperator"
 
+// ops is what the operations routes need: the use cases, the audit log
+// and the listings.
+type ops struct {
+	calls
+	store Store
+	log   *slog.Logger
+}
+
 // noBody is the body type of operations calls that take none.
 type noBody struct{}
 
@@ -35,7 +45,7 @@ type noBody struct{}
 // nothing is done (503), so no operation goes unrecorded, and a crash
 // between the two leaves a pending entry an operator can see. A request
 // refused before do (a bad body) is recorded with its outcome at once.
-func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *http.Request, b *B) (status int, reply any, err error)) http.Handler {
+func adminCall[B any](o ops, action string, do func(ctx context.Context, r *http.Request, b *B) (status int, reply any, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		operator := caller(r).User
 		params := map[string]any{}
@@ -59,24 +69,24 @@ func adminCall[B any](d Deps, action string, do func(ctx context.Context, r *htt
 		}
 		e := parley.AuditEntry{Operator: operator, Action: action, Target: capBytes(target, parley.MaxAuditAction), Params: RedactParams(params)}
 		if err != nil {
-			d.audit(r, e, err)
-			d.writeError(w, err, action)
+			o.audit(r, e, err)
+			o.writeError(w, err, action)
 			return
 		}
 		e.Outcome = parley.AuditPending
-		actx, cancel := d.ctx(r)
-		pending, err := d.Store.AppendAudit(actx, e)
+		actx, cancel := o.ctx(r)
+		pending, err := o.store.AppendAudit(actx, e)
 		cancel()
 		if err != nil {
-			d.writeError(w, fmt.Errorf("audit before %s: %w", action, err), action)
+			o.writeError(w, fmt.Errorf("audit before %s: %w", action, err), action)
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := o.ctx(r)
 		status, reply, err := do(ctx, r, &b)
 		cancel()
-		d.finishAudit(r, pending, err)
+		o.finishAudit(r, pending, err)
 		if err != nil {
-			d.writeError(w, err, action)
+			o.writeError(w, err, action)
 			return
 		}
 		encode(w, status, reply)
@@ -117,28 +127,28 @@ func outcome(err error) string {
 
 // auditCtx bounds an audit write: after the operation the request may be
 // gone, but its record must still be written.
-func (d Deps) auditCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), d.config(r).StoreTimeout())
+func (o ops) auditCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), o.config(r).StoreTimeout())
 }
 
 // audit writes a finished entry at once (a request refused before it
 // could act).
-func (d Deps) audit(r *http.Request, e parley.AuditEntry, err error) {
+func (o ops) audit(r *http.Request, e parley.AuditEntry, err error) {
 	e.Outcome = outcome(err)
-	ctx, cancel := d.auditCtx(r)
+	ctx, cancel := o.auditCtx(r)
 	defer cancel()
-	if _, aerr := d.Store.AppendAudit(ctx, e); aerr != nil {
-		d.Log.Error("audit entry not written", "action", e.Action, "operator", e.Operator, "target", e.Target, "err", aerr)
+	if _, aerr := o.store.AppendAudit(ctx, e); aerr != nil {
+		o.log.Error("audit entry not written", "action", e.Action, "operator", e.Operator, "target", e.Target, "err", aerr)
 	}
 }
 
 // finishAudit sets the outcome of the pending entry; when that fails the
 // entry stays pending (the operation's answer still goes out).
-func (d Deps) finishAudit(r *http.Request, e parley.AuditEntry, err error) {
-	ctx, cancel := d.auditCtx(r)
+func (o ops) finishAudit(r *http.Request, e parley.AuditEntry, err error) {
+	ctx, cancel := o.auditCtx(r)
 	defer cancel()
-	if ferr := d.Store.FinishAudit(ctx, e.ID, outcome(err)); ferr != nil {
-		d.Log.Error("audit entry left pending", "id", e.ID, "action", e.Action, "outcome", outcome(err), "err", ferr)
+	if ferr := o.store.FinishAudit(ctx, e.ID, outcome(err)); ferr != nil {
+		o.log.Error("audit entry left pending", "id", e.ID, "action", e.Action, "outcome", outcome(err), "err", ferr)
 	}
 }
 
@@ -264,21 +274,21 @@ func fromUser(u parley.User) userReply {
 
 // handleAdminCreateUser creates an account (no password: a bot that posts
 // through webhooks and cannot log in).
-func handleAdminCreateUser(d Deps) http.Handler {
-	return adminCall(d, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (int, any, error) {
+func handleAdminCreateUser(o ops, hashes hashGate) http.Handler {
+	return adminCall(o, "user.create", func(ctx context.Context, r *http.Request, b *createUserBody) (int, any, error) {
 		nu := parley.NewUser{ID: b.ID, Email: b.Email, Password: b.Password, Role: b.Role}
 		if nu.Password != "" {
 			// Bad input is refused before it waits for a hash slot.
 			if _, err := parley.ValidateNewUser(nu); err != nil {
 				return 0, nil, err
 			}
-			release, err := d.Hashes.Acquire(ctx, d.hashWait(r))
+			release, err := hashes.acquire(ctx, r)
 			if err != nil {
 				return 0, nil, err
 			}
 			defer release()
 		}
-		u, err := d.App.CreateUser(ctx, nu)
+		u, err := o.app.CreateUser(ctx, nu)
 		return http.StatusCreated, fromUser(u), err
 	})
 }
@@ -286,26 +296,26 @@ func handleAdminCreateUser(d Deps) http.Handler {
 // handleAdminSetDisabled disables or enables an account. Disabling ends
 // the user's tokens at once: the identity cache forgets them and every
 // gateway re-checks the user's sockets.
-func handleAdminSetDisabled(d Deps, disabled bool) http.Handler {
+func handleAdminSetDisabled(o ops, ident *middleware.Identifier, disabled bool) http.Handler {
 	action := "user.enable"
 	if disabled {
 		action = "user.disable"
 	}
-	return adminCall(d, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+	return adminCall(o, action, func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		id := r.PathValue("id")
-		u, err := d.App.SetUserDisabled(ctx, id, disabled)
+		u, err := o.app.SetUserDisabled(ctx, id, disabled)
 		if err != nil {
 			return 0, nil, err
 		}
-		d.Identifier.ForgetUser(id)
+		ident.ForgetUser(id)
 		return http.StatusOK, fromUser(u), nil
 	})
 }
 
 // handleAdminConv shows a conversation's header.
-func handleAdminConv(d Deps) http.Handler {
-	return adminCall(d, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		c, err := d.App.Conversation(ctx, r.PathValue("id"))
+func handleAdminConv(o ops) http.Handler {
+	return adminCall(o, "conv.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		c, err := o.app.Conversation(ctx, r.PathValue("id"))
 		return http.StatusOK, fromConversation(c), err
 	})
 }
@@ -324,12 +334,12 @@ type rollbackReply struct {
 
 // handleAdminRollback returns a conversation to a restore point; its
 // sockets are told at once (the new epoch makes every gateway resync them).
-func handleAdminRollback(d Deps) http.Handler {
-	return adminCall(d, "conv.rollback", func(ctx context.Context, r *http.Request, b *rollbackBody) (int, any, error) {
+func handleAdminRollback(o ops) http.Handler {
+	return adminCall(o, "conv.rollback", func(ctx context.Context, r *http.Request, b *rollbackBody) (int, any, error) {
 		if b.ToSeq == nil {
 			return 0, nil, parley.Errorf(parley.CodeInvalidArgument, "to_seq is required")
 		}
-		res, err := d.App.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
+		res, err := o.app.Rollback(ctx, r.PathValue("id"), *b.ToSeq)
 		return http.StatusOK, rollbackReply{Conv: res.Conv, Removed: res.Removed, Head: res.Head, Epoch: res.Epoch}, err
 	})
 }
@@ -341,8 +351,8 @@ type retentionBody struct {
 }
 
 // handleAdminRetention sets a conversation's retention policy.
-func handleAdminRetention(d Deps) http.Handler {
-	return adminCall(d, "conv.retention", func(ctx context.Context, r *http.Request, b *retentionBody) (int, any, error) {
+func handleAdminRetention(o ops) http.Handler {
+	return adminCall(o, "conv.retention", func(ctx context.Context, r *http.Request, b *retentionBody) (int, any, error) {
 		var ret parley.Retention
 		if b.MaxAge != "" {
 			age, err := time.ParseDuration(b.MaxAge)
@@ -352,7 +362,7 @@ func handleAdminRetention(d Deps) http.Handler {
 			ret.MaxAge = age
 		}
 		ret.KeepLast = b.KeepLast
-		c, err := d.App.SetRetention(ctx, r.PathValue("id"), ret)
+		c, err := o.app.SetRetention(ctx, r.PathValue("id"), ret)
 		return http.StatusOK, fromConversation(c), err
 	})
 }
@@ -365,9 +375,9 @@ type purgeReply struct {
 }
 
 // handleAdminPurge applies a conversation's retention policy now.
-func handleAdminPurge(d Deps) http.Handler {
-	return adminCall(d, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		res, err := d.App.Purge(ctx, r.PathValue("id"))
+func handleAdminPurge(o ops) http.Handler {
+	return adminCall(o, "conv.purge", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		res, err := o.app.Purge(ctx, r.PathValue("id"))
 		return http.StatusOK, purgeReply{Conv: res.Conv, Deleted: res.Deleted, Tombstones: res.Tombstones, MinSeq: res.MinSeq}, err
 	})
 }
@@ -397,9 +407,9 @@ func fromHook(h parley.Hook) hookReply {
 
 // handleAdminCreateHook creates an incoming webhook and shows its secret
 // once.
-func handleAdminCreateHook(d Deps) http.Handler {
-	return adminCall(d, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (int, any, error) {
-		h, err := d.App.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
+func handleAdminCreateHook(o ops) http.Handler {
+	return adminCall(o, "hook.create", func(ctx context.Context, r *http.Request, b *createHookBody) (int, any, error) {
+		h, err := o.app.CreateHook(ctx, parley.NewHook{Conv: b.Conv, Bot: b.Bot, CreatedBy: caller(r).User})
 		return http.StatusCreated, fromHook(h), err
 	})
 }
@@ -408,13 +418,13 @@ func handleAdminCreateHook(d Deps) http.Handler {
 // a time like the other listings (admin.go). "hooks" repeats the page's
 // items for the clients written when this route answered every hook at
 // once without paging.
-func handleAdminHooks(d Deps) http.Handler {
-	return adminCall(d, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+func handleAdminHooks(o ops) http.Handler {
+	return adminCall(o, "hook.list", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
 		q, err := adminQuery(r)
 		if err != nil {
 			return 0, nil, err
 		}
-		page, err := d.Store.AdminHooks(ctx, q)
+		page, err := o.store.AdminHooks(ctx, q)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -433,17 +443,17 @@ type hooksReply struct {
 }
 
 // handleAdminDeleteHook deletes a webhook: its secret stops working.
-func handleAdminDeleteHook(d Deps) http.Handler {
-	return adminCall(d, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		err := d.App.DeleteHook(ctx, r.PathValue("id"))
+func handleAdminDeleteHook(o ops) http.Handler {
+	return adminCall(o, "hook.delete", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		err := o.app.DeleteHook(ctx, r.PathValue("id"))
 		return http.StatusOK, map[string]any{"id": r.PathValue("id"), "deleted": err == nil}, err
 	})
 }
 
 // handleAdminConfig shows the effective configuration (secrets masked).
-func handleAdminConfig(d Deps) http.Handler {
-	return adminCall(d, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
-		return http.StatusOK, d.config(r).Effective(), nil
+func handleAdminConfig(o ops) http.Handler {
+	return adminCall(o, "config.show", func(ctx context.Context, r *http.Request, _ *noBody) (int, any, error) {
+		return http.StatusOK, o.config(r).Effective(), nil
 	})
 }
 
@@ -459,7 +469,7 @@ type auditReply struct {
 
 // handleAdminAudit pages the audit log, newest first:
 // GET /api/admin/audit?before=&limit=. Reading it is not itself audited.
-func handleAdminAudit(d Deps) http.Handler {
+func handleAdminAudit(o ops) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		before, err := queryInt(r, "before", 0)
 		var limit int
@@ -467,14 +477,14 @@ func handleAdminAudit(d Deps) http.Handler {
 			limit, err = queryLimit(r, parley.DefaultAuditPage, parley.MaxAuditPage)
 		}
 		if err != nil {
-			d.writeError(w, err, "audit")
+			o.writeError(w, err, "audit")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := o.ctx(r)
 		defer cancel()
-		es, err := d.Store.Audit(ctx, parley.AuditQuery{Before: before, Limit: limit})
+		es, err := o.store.Audit(ctx, parley.AuditQuery{Before: before, Limit: limit})
 		if err != nil {
-			d.writeError(w, err, "audit")
+			o.writeError(w, err, "audit")
 			return
 		}
 		out := make([]auditReply, len(es))

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net/http"
 	"runtime"
 	"time"
 
@@ -55,3 +56,20 @@ func (g *PasswordGate) release() { <-g.slots }
 
 // InUse reports how many slots are taken.
 func (g *PasswordGate) InUse() int { return len(g.slots) }
+
+// hashGate is a PasswordGate with the wait a request may spend for a slot.
+type hashGate struct {
+	gate *PasswordGate
+	wait time.Duration // 0: the store timeout in force
+	calls
+}
+
+// acquire waits for a hash slot for r (UNAVAILABLE when it waits too
+// long) and returns its release.
+func (g hashGate) acquire(ctx context.Context, r *http.Request) (release func(), err error) {
+	wait := g.wait
+	if wait <= 0 {
+		wait = g.config(r).StoreTimeout()
+	}
+	return g.gate.Acquire(ctx, wait)
+}

@@ -98,9 +98,85 @@ type Store interface {
 // which statuses count as a business action. Only statuses that always mean
 // a new state are on that allow-list (201 of a first send, not the 200 of a
 // replay; member changes and reads answer 200 for no-ops too, so they are
-// left off).
+// left off). Each handler maker takes what its handler uses.
 func NewHandler(d Deps) http.Handler {
 	d = d.withDefaults()
+	rt := newRouter(d)
+	c := calls{app: d.App, current: d.Config}
+	o := ops{calls: c, store: d.Store, log: d.Log}
+	hashes := hashGate{gate: d.Hashes, wait: d.HashWait, calls: c}
+	s := sessions{calls: c, hashes: hashes, backoff: d.LoginBackoff, ident: d.Identifier, metrics: d.Metrics,
+		secureCookie: d.SecureCookie, log: d.Log}
+	x := exportLinks{link: d.ExportLink, now: d.Now}
+
+	// Sessions and the socket.
+	rt.route("POST /api/login", public(middleware.BucketLogin), handleLogin(s))
+	rt.route("POST /api/logout", public(""), handleLogout(s))
+	rt.route("GET /api/me", user(middleware.BucketRead), handleMe())
+	rt.route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
+
+	// Conversations and members.
+	rt.route("GET /api/convs", user(middleware.BucketRead), handleConvs(c))
+	rt.route("POST /api/convs", user(middleware.BucketConvs, http.StatusCreated), handleCreateConv(c))
+	rt.route("POST /api/convs/{id}/members", user(middleware.BucketConvs), handleAddMember(c))
+	rt.route("DELETE /api/convs/{id}/members/{user}", user(middleware.BucketConvs), handleRemoveMember(c))
+
+	// Messages and cursors.
+	rt.route("POST /api/convs/{id}/messages", user(middleware.BucketSend, http.StatusCreated), handleSend(c))
+	rt.route("GET /api/convs/{id}/events", user(middleware.BucketRead), handleEvents(c))
+	rt.route("GET /api/convs/{id}/events/{seq}", user(middleware.BucketRead), handleFetch(c))
+	rt.route("POST /api/convs/{id}/read", user(middleware.BucketRead), handleRead(c))
+	rt.route("POST /api/convs/{id}/ack", user(middleware.BucketRead), handleAck(c))
+	rt.route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(c))
+
+	// Operations (admin permission rule).
+	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
+	rt.route("POST /api/admin/users", admin, handleAdminCreateUser(o, hashes))
+	rt.route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(o, d.Identifier, true))
+	rt.route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(o, d.Identifier, false))
+	rt.route("GET /api/admin/convs", admin, handleAdminConvs(o))
+	rt.route("GET /api/admin/convs/{id}", admin, handleAdminConv(o))
+	rt.route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(o))
+	rt.route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(o))
+	rt.route("POST /api/admin/convs/{id}/purge", admin, handleAdminPurge(o))
+	rt.route("POST /api/admin/hooks", admin, handleAdminCreateHook(o))
+	rt.route("GET /api/admin/hooks", admin, handleAdminHooks(o))
+	rt.route("DELETE /api/admin/hooks/{id}", admin, handleAdminDeleteHook(o))
+	rt.route("GET /api/admin/config", admin, handleAdminConfig(o))
+	rt.route("GET /api/admin/audit", admin, handleAdminAudit(o))
+
+	// Exports: the access mode gates creating jobs; a download link is its
+	// own credential (signed, short-lived, re-checked).
+	rt.route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(c, x))
+	rt.route("GET /exports/{id}", user(middleware.BucketRead), handleExport(c, x))
+	if d.Download != nil {
+		rt.route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
+	}
+	rt.route("GET /api/admin/exports", admin, handleAdminExports(o))
+	rt.route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(o))
+
+	// Incoming webhooks: signed, not token-authenticated.
+	rt.route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(c, d.Now))
+
+	// Operations endpoints.
+	rt.route("GET /healthz", public(""), handleHealthz())
+	rt.route("GET /readyz", public(""), handleReadyz(c, d.Store.Ping, d.Draining))
+	if d.Metrics != nil && !d.MetricsElsewhere {
+		rt.route("GET /metrics", public(""), d.Metrics.Handler())
+	}
+	rt.routeApp(d.Web)
+	return nosniff(rt.mux)
+}
+
+// router mounts each route behind the middleware chain and the browser
+// guard.
+type router struct {
+	mux    *http.ServeMux
+	chain  *middleware.Chain
+	safety *browserSafety
+}
+
+func newRouter(d Deps) router {
 	chain := &middleware.Chain{
 		Identifier: d.Identifier, Limiter: d.Limiter, Config: d.Config, Log: d.Log, Now: d.Now,
 		SecureCookie: d.SecureCookie,
@@ -109,95 +185,45 @@ func NewHandler(d Deps) http.Handler {
 		chain.Metrics = d.Metrics
 		d.Metrics.InitRateLimited(bucketLoginFailures, "http")
 	}
-	mux := http.NewServeMux()
-	safety := newBrowserSafety(d.Origins)
-	route := func(pattern string, p middleware.Policy, h http.Handler) {
-		p.Pattern = pattern
-		mux.Handle(pattern, chain.Wrap(p, safety.wrap(pattern, h)))
-	}
-	public := func(bucket string) middleware.Policy {
-		return middleware.Policy{Bucket: bucket, Access: middleware.Public}
-	}
-	user := func(bucket string, activity ...int) middleware.Policy {
-		return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
-	}
-	admin := middleware.Policy{Bucket: middleware.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
+	return router{mux: http.NewServeMux(), chain: chain, safety: newBrowserSafety(d.Origins)}
+}
 
-	// Sessions and the socket.
-	route("POST /api/login", public(middleware.BucketLogin), handleLogin(d))
-	route("POST /api/logout", public(""), handleLogout(d))
-	route("GET /api/me", user(middleware.BucketRead), handleMe())
-	route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
+func (rt router) route(pattern string, p middleware.Policy, h http.Handler) {
+	p.Pattern = pattern
+	rt.mux.Handle(pattern, rt.chain.Wrap(p, rt.safety.wrap(pattern, h)))
+}
 
-	// Conversations and members.
-	route("GET /api/convs", user(middleware.BucketRead), handleConvs(d))
-	route("POST /api/convs", user(middleware.BucketConvs, http.StatusCreated), handleCreateConv(d))
-	route("POST /api/convs/{id}/members", user(middleware.BucketConvs), handleAddMember(d))
-	route("DELETE /api/convs/{id}/members/{user}", user(middleware.BucketConvs), handleRemoveMember(d))
+// The policies of the route table.
+func public(bucket string) middleware.Policy {
+	return middleware.Policy{Bucket: bucket, Access: middleware.Public}
+}
 
-	// Messages and cursors.
-	route("POST /api/convs/{id}/messages", user(middleware.BucketSend, http.StatusCreated), handleSend(d))
-	route("GET /api/convs/{id}/events", user(middleware.BucketRead), handleEvents(d))
-	route("GET /api/convs/{id}/events/{seq}", user(middleware.BucketRead), handleFetch(d))
-	route("POST /api/convs/{id}/read", user(middleware.BucketRead), handleRead(d))
-	route("POST /api/convs/{id}/ack", user(middleware.BucketRead), handleAck(d))
-	route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(d))
+func user(bucket string, activity ...int) middleware.Policy {
+	return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
+}
 
-	// Operations (admin permission rule).
-	route("GET /api/admin/users", admin, handleAdminUsers(d))
-	route("POST /api/admin/users", admin, handleAdminCreateUser(d))
-	route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(d, true))
-	route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(d, false))
-	route("GET /api/admin/convs", admin, handleAdminConvs(d))
-	route("GET /api/admin/convs/{id}", admin, handleAdminConv(d))
-	route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(d))
-	route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(d))
-	route("POST /api/admin/convs/{id}/purge", admin, handleAdminPurge(d))
-	route("POST /api/admin/hooks", admin, handleAdminCreateHook(d))
-	route("GET /api/admin/hooks", admin, handleAdminHooks(d))
-	route("DELETE /api/admin/hooks/{id}", admin, handleAdminDeleteHook(d))
-	route("GET /api/admin/config", admin, handleAdminConfig(d))
-	route("GET /api/admin/audit", admin, handleAdminAudit(d))
+var admin = middleware.Policy{Bucket: middleware.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
 
-	// Exports (SPEC §5): the access mode gates creating jobs; a download
-	// link is its own credential (signed, short-lived, re-checked).
-	route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(d))
-	route("GET /exports/{id}", user(middleware.BucketRead), handleExport(d))
-	if d.Download != nil {
-		route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
-	}
-	route("GET /api/admin/exports", admin, handleAdminExports(d))
-	route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(d))
-
-	// Incoming webhooks: signed, not token-authenticated.
-	route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
-
-	// Operations endpoints.
-	route("GET /healthz", public(""), handleHealthz())
-	route("GET /readyz", public(""), handleReadyz(d))
-	if d.Metrics != nil && !d.MetricsElsewhere {
-		route("GET /metrics", public(""), d.Metrics.Handler())
-	}
-	// The browser app (SPEC §6 "SPA hosting"): hashed assets, and the
-	// shell for a navigation to any path no route above owns. Everything
-	// else nobody serves is 404 (405 with Allow) problem+json.
-	if d.Web != nil {
-		route("GET /assets/", public(""), d.Web)
+// routeApp mounts the browser app (web nil: none): hashed assets, and the
+// shell for a navigation to any path no route owns. Everything else nobody
+// serves is 404 (405 with Allow) problem+json.
+func (rt router) routeApp(web http.Handler) {
+	if web != nil {
+		rt.route("GET /assets/", public(""), web)
 	}
 	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/", "/assets/", "/", "GET /exports"}
-	notFound := handleNotFound(mux, catchAll...)
+	notFound := handleNotFound(rt.mux, catchAll...)
 	for _, prefix := range catchAll[:4] {
-		route(prefix, public(""), notFound)
+		rt.route(prefix, public(""), notFound)
 	}
-	if d.Web == nil {
-		route("/assets/", public(""), notFound)
+	if web == nil {
+		rt.route("/assets/", public(""), notFound)
 	}
-	route("/", public(""), handleNavigation(d.Web, notFound))
+	rt.route("/", public(""), handleNavigation(web, notFound))
 	// /exports is a page of the app as well as the path jobs are created
 	// at (POST): without its own GET route the mux would redirect a reload
 	// of the page to /exports/, the API's 404.
-	route("GET /exports", public(""), handleNavigation(d.Web, notFound))
-	return nosniff(mux)
+	rt.route("GET /exports", public(""), handleNavigation(web, notFound))
 }
 
 // NewStarting returns what a server answers while its store is not open yet
@@ -243,12 +269,4 @@ func (d Deps) withDefaults() Deps {
 		d.LoginBackoff = ratelimit.NewBackoff(ratelimit.BackoffOptions{})
 	}
 	return d
-}
-
-// hashWait is how long a request may wait for a password hash slot.
-func (d Deps) hashWait(r *http.Request) time.Duration {
-	if d.HashWait > 0 {
-		return d.HashWait
-	}
-	return d.config(r).StoreTimeout()
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -11,10 +12,23 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/ratelimit"
 	"github.com/parleychat/parley/wire"
 )
+
+// sessions is what login and logout need besides the use cases: the
+// password hash guards, the chain's identity cache, and the cookie policy.
+type sessions struct {
+	calls
+	hashes       hashGate
+	backoff      *ratelimit.Backoff
+	ident        *middleware.Identifier
+	metrics      *metrics.Metrics
+	secureCookie bool
+	log          *slog.Logger
+}
 
 type loginBody struct {
 	Login     string `json:"login"`
@@ -38,16 +52,16 @@ type loginReply struct {
 // address; an unknown name is treated exactly like a known one) may refuse
 // it with 429 RATE_LIMITED and Retry-After, and the hash waits for a slot
 // of the PasswordGate (503 UNAVAILABLE when it waits too long).
-func handleLogin(d Deps) http.Handler {
+func handleLogin(s sessions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b loginBody
 		if err := decode(w, r, &b); err != nil {
-			d.writeError(w, err, "login")
+			s.writeError(w, err, "login")
 			return
 		}
 		req := parley.LoginRequest{Login: b.Login, Password: b.Password, DeviceID: b.DeviceID, InstallID: b.InstallID}
 		if err := parley.ValidateLogin(req); err != nil {
-			d.writeError(w, err, "login")
+			s.writeError(w, err, "login")
 			return
 		}
 		// The canonical name is the key: "Ana" and "ana" are one name. An
@@ -55,27 +69,27 @@ func handleLogin(d Deps) http.Handler {
 		// (keying them together would tell who owns an email).
 		_, name, err := parley.ResolveLogin(b.Login)
 		if err != nil {
-			d.writeError(w, err, "login")
+			s.writeError(w, err, "login")
 			return
 		}
-		if ok, wait := d.LoginBackoff.Begin(name); !ok {
-			if d.Metrics != nil {
-				d.Metrics.RateLimited(bucketLoginFailures, "http")
+		if ok, wait := s.backoff.Begin(name); !ok {
+			if s.metrics != nil {
+				s.metrics.RateLimited(bucketLoginFailures, "http")
 			}
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 			wire.WriteProblem(w, parley.CodeRateLimited, "too many failed logins for this account; retry after the time in Retry-After", "")
 			return
 		}
 		result := ratelimit.Abandoned
-		defer func() { d.LoginBackoff.End(name, result) }()
+		defer func() { s.backoff.End(name, result) }()
 
-		release, err := d.Hashes.Acquire(r.Context(), d.hashWait(r))
+		release, err := s.hashes.acquire(r.Context(), r)
 		if err != nil {
-			d.writeError(w, err, "login")
+			s.writeError(w, err, "login")
 			return
 		}
-		ctx, cancel := d.ctx(r)
-		s, err := d.App.Login(ctx, req)
+		ctx, cancel := s.ctx(r)
+		sess, err := s.app.Login(ctx, req)
 		cancel()
 		release()
 		switch parley.ErrorCode(err) {
@@ -87,22 +101,22 @@ func handleLogin(d Deps) http.Handler {
 		if err != nil {
 			if result == ratelimit.Failed {
 				// Never the password: the name tried, where from, and why.
-				d.Log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
+				s.log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
 					"request_id", middleware.RequestID(r.Context()))
 			}
-			d.writeError(w, err, "login")
+			s.writeError(w, err, "login")
 			return
 		}
-		middleware.NoteUser(r.Context(), s.User)
-		d.Log.Info("login", "user", s.User, "device", s.DeviceID, "new_install", s.Replaced,
+		middleware.NoteUser(r.Context(), sess.User)
+		s.log.Info("login", "user", sess.User, "device", sess.DeviceID, "new_install", sess.Replaced,
 			"addr", middleware.CallerFrom(r.Context()).Addr.String(), "request_id", middleware.RequestID(r.Context()))
 		// A login that replaced the device's install revoked the user's
 		// other tokens (app.Login): this chain forgets its cached lookups.
-		if s.Replaced {
-			d.Identifier.ForgetUser(s.User)
+		if sess.Replaced {
+			s.ident.ForgetUser(sess.User)
 		}
-		http.SetCookie(w, d.sessionCookie(r, s.Token))
-		reply := loginReply{User: s.User, DeviceID: s.DeviceID, Token: s.Token}
+		http.SetCookie(w, s.sessionCookie(r, sess.Token))
+		reply := loginReply{User: sess.User, DeviceID: sess.DeviceID, Token: sess.Token}
 		if fromBrowser(r) {
 			reply.Token = ""
 		}
@@ -114,8 +128,8 @@ func handleLogin(d Deps) http.Handler {
 // Path=/; named __Host-parley_session and Secure when the server is told it
 // is reached over TLS (--secure-cookie) or the request came over TLS, else
 // parley_session (a browser drops a Secure cookie set over plain HTTP).
-func (d Deps) sessionCookie(r *http.Request, token string) *http.Cookie {
-	secure := d.SecureCookie || r.TLS != nil
+func (s sessions) sessionCookie(r *http.Request, token string) *http.Cookie {
+	secure := s.secureCookie || r.TLS != nil
 	return &http.Cookie{
 		Name: wire.SessionCookieName(secure), Value: token, Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure,
@@ -134,26 +148,26 @@ func fromBrowser(r *http.Request) bool {
 const bucketLoginFailures = "login_account"
 
 // handleLogout revokes the caller's token and clears the cookie.
-func handleLogout(d Deps) http.Handler {
+func handleLogout(s sessions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token := wire.SessionToken(r, d.SecureCookie)
+		token := wire.SessionToken(r, s.secureCookie)
 		if token == "" {
 			wire.WriteProblem(w, parley.CodeUnauthenticated, "a bearer token or session cookie is required", "")
 			return
 		}
-		ctx, cancel := d.ctx(r)
+		ctx, cancel := s.ctx(r)
 		defer cancel()
 		var user string // the token's user, when the chain knew the token
 		if c := middleware.CallerFrom(r.Context()); c.Known {
 			user = c.Principal.User
 		}
-		if err := d.App.Logout(ctx, token, user); err != nil {
-			d.writeError(w, err, "logout")
+		if err := s.app.Logout(ctx, token, user); err != nil {
+			s.writeError(w, err, "logout")
 			return
 		}
-		d.Identifier.ForgetToken(token)
-		d.Log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
-		gone := d.sessionCookie(r, "")
+		s.ident.ForgetToken(token)
+		s.log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
+		gone := s.sessionCookie(r, "")
 		gone.MaxAge = -1
 		http.SetCookie(w, gone)
 		w.WriteHeader(http.StatusNoContent)
@@ -198,16 +212,16 @@ func handleHealthz() http.Handler {
 }
 
 // handleReadyz answers 200 when the store answers and no drain is running.
-func handleReadyz(d Deps) http.Handler {
+func handleReadyz(c calls, ping func(context.Context) error, draining func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d.Draining != nil && d.Draining() {
+		if draining != nil && draining() {
 			wire.WriteProblem(w, parley.CodeUnavailable, "draining", "")
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := d.Store.Ping(ctx); err != nil {
-			d.writeError(w, err, "readyz")
+		if err := ping(ctx); err != nil {
+			c.writeError(w, err, "readyz")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
