@@ -1,6 +1,6 @@
 // Package parley is a self-hosted chat server's domain: users and their
 // devices, conversations with membership periods, the immutable event log of
-// each conversation, and the contracts (Store, and later Bus) that adapters
+// each conversation, and the contracts (Store and Bus) that adapters
 // implement.
 //
 // Its promise: a message is never lost, never doubled, never shown to someone

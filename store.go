@@ -17,10 +17,13 @@ import (
 // General guarantees:
 //   - Input is validated before any storage work; a rejected request changes
 //     nothing (head, rows and bodies stay as they were).
-//   - Every write touches one conversation and runs in one transaction that
-//     first locks the conversation row, so per conversation seqs are
-//     assigned and committed in order: a reader that sees seq n sees every
-//     seq below it that still exists.
+//   - Every write to a conversation runs in a transaction that first locks
+//     the conversation's row (SQLite: the database's one write lock). A
+//     batch of sends (SendBatcher) may span several conversations in one
+//     transaction; it locks each of their rows once, in id order, before
+//     its first item. So per conversation seqs are assigned and committed
+//     in order: a reader that sees seq n sees every seq below it that
+//     still exists.
 //   - Time (event at, recall window, retention age) is the database clock,
 //     never the caller's.
 //   - Errors carry a protocol code (ErrorCode); an error without one is an
