@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// Input bounds (SPEC §3). A violation is INVALID_ARGUMENT, decided before
+// Input bounds (docs/design.md#input-bounds): INVALID_ARGUMENT, decided before
 // any storage work.
 const (
 	MaxCMIDChars   = 64    // request key length, in characters
@@ -36,7 +36,7 @@ const (
 	MaxFrameBytes  = 65536 // largest WebSocket frame (the gateway enforces it)
 )
 
-// Defaults of the store's policies (SPEC §3.0).
+// Defaults of the store's policies.
 const (
 	DefaultRecallWindow = 10 * time.Minute
 	DefaultTombstoneTTL = 90 * 24 * time.Hour

@@ -176,7 +176,7 @@ type Store interface {
 	Recall(ctx context.Context, p Principal, r RecallRequest) (Recalled, error)
 
 	// Convs returns one page of the conversations the caller has a period
-	// in, latest activity first (SPEC §3.0): a member's activity is the
+	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time
 	// of their last visible event; ties go by conversation id. A page holds
 	// at most r.Limit entries (capped at MaxConvsPage) and starts after the
@@ -217,7 +217,7 @@ type Store interface {
 	// NOT_FOUND.
 	Purge(ctx context.Context, conv string) (PurgeResult, error)
 
-	// Rollback returns a conversation to a restore point (SPEC §3.2, §9):
+	// Rollback returns a conversation to a restore point (docs/design.md):
 	// events after toSeq are removed without tombstones (recalls among them
 	// are undone), periods are cut back to what they were at toSeq, then
 	// system membership events (empty sender) are appended that restore the
@@ -271,7 +271,7 @@ type RollbackResult struct {
 }
 
 // Options are the policies a store enforces. The zero value means the
-// defaults of SPEC §3.0.
+// defaults (WithDefaults).
 type Options struct {
 	RecallWindow time.Duration // default DefaultRecallWindow
 	TombstoneTTL time.Duration // default DefaultTombstoneTTL

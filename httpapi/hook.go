@@ -15,7 +15,7 @@ import (
 	"github.com/parleychat/parley"
 )
 
-// Incoming webhooks (SPEC §4): POST /hooks/{id} with
+// Incoming webhooks: POST /hooks/{id} with
 //
 //	Idempotency-Key: <key>                 the message's cmid (required)
 //	X-Parley-Timestamp: <unix seconds>

@@ -1,4 +1,4 @@
-// Package httpapi serves Parley's HTTP API (SPEC §4): login and logout,
+// Package httpapi serves Parley's HTTP API: login and logout,
 // conversations and members, messages, sync, read, ack and recall, the
 // operations API under /api/admin/, incoming webhooks, metrics, health and
 // readiness, and the WebSocket gateway at /ws. Every route runs behind the
@@ -150,7 +150,7 @@ func NewHandler(d Deps) http.Handler {
 	route("GET /api/admin/config", admin, handleAdminConfig(d))
 	route("GET /api/admin/audit", admin, handleAdminAudit(d))
 
-	// Exports (SPEC §5): the access mode gates creating jobs; a download
+	// Exports: the access mode gates creating jobs; a download
 	// link is its own credential (signed, short-lived, re-checked).
 	route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(d))
 	route("GET /exports/{id}", user(middleware.BucketRead), handleExport(d))
@@ -169,7 +169,7 @@ func NewHandler(d Deps) http.Handler {
 	if d.Metrics != nil && !d.MetricsElsewhere {
 		route("GET /metrics", public(""), d.Metrics.Handler())
 	}
-	// The browser app (SPEC §6 "SPA hosting"): hashed assets, and the
+	// The browser app: hashed assets, and the
 	// shell for a navigation to any path no route above owns. Everything
 	// else nobody serves is 404 (405 with Allow) problem+json.
 	if d.Web != nil {
@@ -192,7 +192,7 @@ func NewHandler(d Deps) http.Handler {
 }
 
 // NewStarting returns what a server answers while its store is not open yet
-// (PostgreSQL unreachable at start; SPEC §9): /healthz 200, since the
+// (PostgreSQL unreachable at start): /healthz 200, since the
 // process is up, and every other path — /readyz, the API, login, the /ws
 // upgrade — 503 UNAVAILABLE with Retry-After, so a client keeps its
 // requests and retries them. The server swaps in NewHandler once the store
