@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// SendBatcher is group commit (SPEC §3.1 applied to many requests at once):
+// SendBatcher is group commit (Store.Send applied to many requests at once):
 // a store that implements it commits several sends in one transaction. Both
 // stores do; their Send goes through a SendQueue, which batches concurrent
 // calls, and the contract suite calls SendBatch directly so that a batch's
@@ -51,8 +51,8 @@ type BatchResult struct {
 const DefaultMaxBatch = 64
 
 // SendQueue turns concurrent Send calls into batches: callers whose lane
-// (the key function of their request's conversation: a hash of it into a
-// few lanes on PostgreSQL, one lane for everything on SQLite's single
+// (the key function of their request's conversation: a hash of it into
+// postgres.sendLanes lanes (1), one lane for everything on SQLite's single
 // writer; a conversation must always map to the same lane) is busy queue up; the
 // caller that finds the lane idle leads: it runs a batch of itself and up
 // to max-1 queued callers, in arrival order, hands every result over

@@ -137,7 +137,7 @@ func AccountNotice(user string) Notice { return Notice{User: user} }
 // its notice; bustest states each bus's bound and checks it.
 //
 // Publish is called only after the change has committed (never inside the
-// transaction: SPEC §3.1) and never blocks on the network: implementations
+// transaction) and never blocks on the network: implementations
 // buffer and send in batches.
 type Bus interface {
 	// Publish queues notices for every interested gateway, this one

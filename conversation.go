@@ -46,7 +46,7 @@ type Retention struct {
 	KeepLast int64         // keep only the last KeepLast seqs (0: no count limit)
 }
 
-// ConvSummary is one entry of Store.Convs (SPEC §3.0), as the caller may see
+// ConvSummary is one entry of Store.Convs, as the caller may see
 // it. For a caller with no open membership period, Head is capped at the
 // last seq the caller may see.
 type ConvSummary struct {
@@ -241,7 +241,7 @@ func CheckRollback(toSeq, minSeq, head int64) error {
 	return nil
 }
 
-// RestoreMembership is the membership a rollback appends (SPEC §9): given
+// RestoreMembership is the membership a rollback appends: given
 // the members now and the members at the restore point, each in user id
 // order, the users to write member_left for (in then, out now) and then
 // member_joined for (in now, out then), so nobody regains or loses access

@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// Code is a protocol error code (SPEC §3). Client logic reads only the code;
+// Code is a protocol error code. Client logic reads only the code;
 // the message is for people.
 type Code string
 
@@ -33,7 +33,7 @@ const (
 )
 
 // CodeInfo is one row of the error table: whether a client may retry the
-// request with the same key, the HTTP status of SPEC §4, and what a client
+// request with the same key, its HTTP status, and what a client
 // does on receiving it (documented in docs/protocol.md).
 type CodeInfo struct {
 	Code       Code
@@ -81,7 +81,7 @@ func (c Code) Info() CodeInfo {
 }
 
 // IsTerminal reports whether a client must stop retrying a request that got
-// this code (SPEC §3): everything but UNAVAILABLE and RATE_LIMITED.
+// this code: everything but UNAVAILABLE and RATE_LIMITED.
 func (c Code) IsTerminal() bool { return !c.Info().Retryable }
 
 // Error is the one error type that crosses package boundaries with a

@@ -67,7 +67,7 @@ type SyncRequest struct {
 	Epoch int64
 }
 
-// Page is one page of a sync (SPEC §3.2, §9).
+// Page is one page of a sync (docs/design.md#syncing).
 type Page struct {
 	Conv      string
 	Events    []Event

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Exports (SPEC §5): export jobs and their durable snapshots. The store
+// Exports (docs/design.md): export jobs and their durable snapshots. The store
 // keeps the jobs, the snapshots and the shard records; the export package
 // writes the files.
 //

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Operations (SPEC §4 "Operations", "Incoming webhooks"): the audit log of the
+// Operations (docs/protocol.md#http-api-operations): the audit log of the
 // operations API and the incoming webhooks. Both live in the Store so that
 // every gateway and every restart sees the same hooks and the same log.
 type Operations interface {

@@ -1,6 +1,6 @@
 // Package parley is a self-hosted chat server's domain: users and their
 // devices, conversations with membership periods, the immutable event log of
-// each conversation, and the contracts (Store, and later Bus) that adapters
+// each conversation, and the contracts (Store and Bus) that adapters
 // implement.
 //
 // Its promise: a message is never lost, never doubled, never shown to someone
@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// Input bounds (SPEC §3). A violation is INVALID_ARGUMENT, decided before
+// Input bounds (docs/design.md#input-bounds): INVALID_ARGUMENT, decided before
 // any storage work.
 const (
 	MaxCMIDChars   = 64    // request key length, in characters
@@ -36,7 +36,7 @@ const (
 	MaxFrameBytes  = 65536 // largest WebSocket frame (the gateway enforces it)
 )
 
-// Defaults of the store's policies (SPEC §3.0).
+// Defaults of the store's policies.
 const (
 	DefaultRecallWindow = 10 * time.Minute
 	DefaultTombstoneTTL = 90 * 24 * time.Hour

@@ -33,9 +33,9 @@ func TestCodesTable(t *testing.T) {
 		}
 	}
 	if len(seen) != 16 {
-		t.Errorf("got %d codes, SPEC §3 names 16", len(seen))
+		t.Errorf("got %d codes, docs/protocol.md names 16", len(seen))
 	}
-	// SPEC §4 mapping, row by row.
+	// The HTTP status of each code, row by row.
 	for code, status := range map[parley.Code]int{
 		"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "STALE_INSTALL": 401, "PERMISSION_DENIED": 403,
 		"NOT_MEMBER": 404, "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "NOT_SENDER": 403,

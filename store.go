@@ -17,10 +17,13 @@ import (
 // General guarantees:
 //   - Input is validated before any storage work; a rejected request changes
 //     nothing (head, rows and bodies stay as they were).
-//   - Every write touches one conversation and runs in one transaction that
-//     first locks the conversation row, so per conversation seqs are
-//     assigned and committed in order: a reader that sees seq n sees every
-//     seq below it that still exists.
+//   - Every write to a conversation runs in a transaction that first locks
+//     the conversation's row (SQLite: the database's one write lock). A
+//     batch of sends (SendBatcher) may span several conversations in one
+//     transaction; it locks each of their rows once, in id order, before
+//     its first item. So per conversation seqs are assigned and committed
+//     in order: a reader that sees seq n sees every seq below it that
+//     still exists.
 //   - Time (event at, recall window, retention age) is the database clock,
 //     never the caller's.
 //   - Errors carry a protocol code (ErrorCode); an error without one is an
@@ -173,7 +176,7 @@ type Store interface {
 	Recall(ctx context.Context, p Principal, r RecallRequest) (Recalled, error)
 
 	// Convs returns one page of the conversations the caller has a period
-	// in, latest activity first (SPEC §3.0): a member's activity is the
+	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time
 	// of their last visible event; ties go by conversation id. A page holds
 	// at most r.Limit entries (capped at MaxConvsPage) and starts after the
@@ -214,7 +217,7 @@ type Store interface {
 	// NOT_FOUND.
 	Purge(ctx context.Context, conv string) (PurgeResult, error)
 
-	// Rollback returns a conversation to a restore point (SPEC §3.2, §9):
+	// Rollback returns a conversation to a restore point (docs/design.md):
 	// events after toSeq are removed without tombstones (recalls among them
 	// are undone), periods are cut back to what they were at toSeq, then
 	// system membership events (empty sender) are appended that restore the
@@ -268,7 +271,7 @@ type RollbackResult struct {
 }
 
 // Options are the policies a store enforces. The zero value means the
-// defaults of SPEC §3.0.
+// defaults (WithDefaults).
 type Options struct {
 	RecallWindow time.Duration // default DefaultRecallWindow
 	TombstoneTTL time.Duration // default DefaultTombstoneTTL

@@ -1,7 +1,7 @@
 #!/bin/bash
 # End-to-end sends through `parley serve` on PostgreSQL against pgbench
 # running the bare send transaction, in one session (docs/benchmarks.md,
-# issue 16). For each client count and each shape (own conversations, one
+# "Running the benchmarks"). For each client count and each shape (own conversations, one
 # hot conversation) it runs, on one fresh database:
 #   parley bench --senders N [--hot]   (WebSocket senders, closed loop)
 #   pgbench -c N -f bench/send.sql | bench/send_hot.sql

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Server builds side by side on the send path (docs/benchmarks.md, issue 16):
+# Server builds side by side on the send path (docs/benchmarks.md):
 # for each binary given, in order, a fresh database and `parley serve` on
 # PostgreSQL, then `parley bench --senders N [--hot]` against it. Besides
 # the bench's sends/s, p99 and server CPU per send it reads, over 6 s in

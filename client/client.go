@@ -1,8 +1,8 @@
 // Package client is Parley's Go client library: one WebSocket connection to
-// a gateway (SPEC §3), a durable outbox, and per-conversation sync cursors,
+// a gateway, a durable outbox, and per-conversation sync cursors,
 // the last two in one local SQLite file (WAL, synchronous=FULL).
 //
-// # Obligations (SPEC §3.5) it fulfils
+// # Obligations it fulfils
 //
 //   - Every cmid is random (UUIDv4 text), never a counter: the request key is
 //     per user and conversation across devices.

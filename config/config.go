@@ -1,4 +1,4 @@
-// Package config is Parley's policy file (SPEC §6): one YAML file, given to
+// Package config is Parley's policy file: one YAML file, given to
 // `parley serve --config parley.yaml`, holding what may change while the
 // server runs — rate limits, trusted proxies, access modes, permission
 // rules, new-flow switches, retries and timeouts. Process settings (--addr,
@@ -9,7 +9,7 @@
 //
 // A hot-reloaded file can be missing a value or hold a wrong one at any
 // moment. Every value therefore has a stated default, and the default points
-// to the side whose mistake costs less (seed 004 §3.3):
+// to the side whose mistake costs less:
 //
 //	value                 what a mistake costs          missing or malformed
 //	rate limit            blocking legitimate traffic   off (limit 0)

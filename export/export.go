@@ -1,4 +1,4 @@
-// Package export writes chat-history exports (SPEC §5) and serves their
+// Package export writes chat-history exports (docs/design.md) and serves their
 // downloads. The store (parley.Exports) keeps the jobs, their durable
 // snapshots and the shard records; this package owns the files.
 //

@@ -35,7 +35,7 @@ import (
 // between the stages hold at most pipeDepth shards, so the memory a run
 // needs does not grow with the export.
 //
-// Crash safety (SPEC §5, X3): a shard file is renamed into place complete
+// Crash safety: a shard file is renamed into place complete
 // and fsynced, and recorded after that, so after a crash at any point every
 // recorded shard whose file verifies is kept; a shard written but not yet
 // recorded is recomputed from the store and, when its file already holds

@@ -1,4 +1,4 @@
-// Package fault holds Parley's named fault points (SPEC §7): places in the
+// Package fault holds Parley's named fault points: places in the
 // code where a lab run can crash the process, make the call fail with
 // UNAVAILABLE, or delay it, to prove that nothing is lost or doubled when
 // that happens for real.

@@ -57,7 +57,7 @@ func aboveCap(f wire.Frame, limit int64) string {
 // threshold forced low, too), read hints from their own other device and
 // from members, and the replies to every request, after a purge past the
 // removal too — carries a seq, head or
-// cursor above their last visible seq (SPEC §9).
+// cursor above their last visible seq.
 func TestFormerMemberLearnsNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -1,4 +1,4 @@
-// Package gateway serves Parley's realtime protocol (SPEC §3) over
+// Package gateway serves Parley's realtime protocol (docs/protocol.md) over
 // WebSocket: it authenticates the upgrade, answers the eight request types,
 // and pushes committed events to the sockets that may see them.
 //
@@ -153,7 +153,7 @@ const (
 	// DefaultLinger is 5 ms, the most a push waits for it: long enough
 	// for the sends in flight beside it to commit on a loaded 2-core
 	// machine (1 ms held too little, 10 ms was no better; see
-	// docs/benchmarks.md, issue 15, --push-linger).
+	// docs/benchmarks.md, "Pushes wait for the sends being committed").
 	DefaultLinger = 5 * time.Millisecond
 	// socketsRetryAfter is the Retry-After of an upgrade refused by the
 	// per-user cap: time for a closed tab's socket to go.

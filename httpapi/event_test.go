@@ -14,7 +14,7 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// TestErrorMapping walks every row of the status mapping of SPEC §4 with a
+// TestErrorMapping walks every row of the status mapping (parley.Codes) with a
 // real request, and checks that a refused write left the conversation's
 // head where it was.
 func TestErrorMapping(t *testing.T) {
@@ -237,7 +237,7 @@ func TestSendAndSync(t *testing.T) {
 }
 
 // TestMembers covers adding and removing members over HTTP, with the
-// no-op answers of SPEC §9 and pushes to the member's socket.
+// no-op answers and pushes to the member's socket.
 func TestMembers(t *testing.T) {
 	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
 		s := start(t, open(t, parley.Options{}), serverOptions{})

@@ -17,13 +17,13 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// The operations API (SPEC §4): every route needs the "admin" permission
+// The operations API: every route needs the "admin" permission
 // rule (403 "Access denied" otherwise) and every call, successful or not,
 // is written to the audit log with the operator taken from the login.
 
 // operatorField is the reserved parameter that names the operator. A
 // client may send it; the server always overwrites it with the
-// authenticated caller before anything reads it (seed 004 §3.4: copy the
+// authenticated caller before anything reads it (copy the
 // client's parameters first, then overwrite, never the other way round).
 const operatorField = "__authenticatedOperator"
 

@@ -1,4 +1,4 @@
-// Package httpapi serves Parley's HTTP API (SPEC §4): login and logout,
+// Package httpapi serves Parley's HTTP API (docs/protocol.md): login and logout,
 // conversations and members, messages, sync, read, ack and recall, the
 // operations API under /api/admin/, incoming webhooks, metrics, health and
 // readiness, and the WebSocket gateway at /ws. Every route runs behind the
@@ -227,7 +227,7 @@ func (rt router) routeApp(web http.Handler) {
 }
 
 // NewStarting returns what a server answers while its store is not open yet
-// (PostgreSQL unreachable at start; SPEC §9): /healthz 200, since the
+// (PostgreSQL unreachable at start): /healthz 200, since the
 // process is up, and every other path — /readyz, the API, login, the /ws
 // upgrade — 503 UNAVAILABLE with Retry-After, so a client keeps its
 // requests and retries them. The server swaps in NewHandler once the store

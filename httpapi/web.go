@@ -58,7 +58,7 @@ func isNavigation(r *http.Request) bool {
 }
 
 // browserSafety guards the state-changing routes of a server whose session
-// cookie authenticates a real page (SPEC §6 "Browser safety"):
+// cookie authenticates a real page (docs/protocol.md#browser-safety):
 //
 //   - a cross-origin request is refused (403 PERMISSION_DENIED) before its
 //     handler runs: http.CrossOriginProtection's Sec-Fetch-Site / Origin

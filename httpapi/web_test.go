@@ -59,7 +59,7 @@ func embeddedSite(t *testing.T) *web.Site {
 
 const acceptHTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
-// TestHosting: the routing rules of SPEC §6 "SPA hosting". Hashed assets
+// TestHosting: the routing rules of the app (docs/protocol.md). Hashed assets
 // are immutable; a navigation (GET, Accept text/html, no extension) to any
 // path no route owns gets the shell, no-store; an unknown asset, an API
 // path, a path with an extension, a request that is no navigation: 404

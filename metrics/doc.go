@@ -5,7 +5,7 @@
 // Callers record observations through typed methods; they never touch
 // Prometheus types directly.
 //
-// # Metrics never change a result (SPEC §6)
+// # Metrics never change a result
 //
 // Every method is safe to call from any request path:
 //

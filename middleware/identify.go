@@ -33,7 +33,7 @@ type IdentifierOptions struct {
 // definite refusals (UNAUTHENTICATED, STALE_INSTALL) are cached. A lookup
 // that could not be made (the store failed or timed out) is UNAVAILABLE,
 // never a refusal: 401 is terminal, and a client that obeys it drops a
-// request that was never judged (SPEC §6). It is not cached, so the next
+// request that was never judged. It is not cached, so the next
 // request asks again.
 type Identifier struct {
 	auth func(context.Context, string) (parley.Principal, error)
@@ -272,7 +272,7 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 // read from its last hop backwards, skipping trusted proxies: the first
 // address a trusted proxy appended that is not itself a trusted proxy is
 // the client. Hops to the left of it were written by the client and are
-// never believed (seed 004 §5: the first hop is spoofable). An unparsable
+// never believed (the first hop is spoofable). An unparsable
 // hop stops the walk at the trusted proxy that passed it on. A peer that is
 // not an address (host:port, or a bare address) yields the zero address.
 func ClientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) netip.Addr {

@@ -1,4 +1,4 @@
-// Package middleware is Parley's cross-cutting HTTP layer (SPEC §6). Every
+// Package middleware is Parley's cross-cutting HTTP layer. Every
 // route runs the same chain, in this order, before any handler reads or
 // binds the request body:
 //
@@ -23,7 +23,7 @@
 // Metric code never writes a response, never reads a body and never fails a
 // request: it runs under recover, after the handler has answered.
 //
-// A consequence of the order, and a documented trade-off (seed 004 §3.2): a
+// A trade-off of the order (docs/configuration.md#rate-limits): a
 // rate-limited retry of a request that already committed gets 429, not its
 // replay. The client keeps it and retries with the same key later.
 package middleware

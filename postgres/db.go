@@ -176,7 +176,7 @@ type DB struct {
 // send, more sends/s and a lower p99 at both 16 and 64 senders: a send's
 // wait behind the running batch costs less than the round trip, commit and
 // wake-ups a smaller batch pays per send. (On a machine loaded by other
-// work, 2 lanes had matched 1 lane's throughput; the pgbatch section.)
+// work, 2 lanes had matched 1 lane's throughput; the group commit section.)
 const sendLanes = 1
 
 // laneSeed hashes conversations to lanes; any seed is fine within a process.

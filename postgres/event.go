@@ -223,7 +223,7 @@ const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''
 	coalesce(o_epoch, 0), (extract(epoch FROM coalesce(o_at, 'epoch')) * 1000000)::bigint`
 
 // sendSQL appends a batch, of one conversation or several, in one
-// statement, its own transaction: the whole of SPEC §3.1 for every item
+// statement, its own transaction: the whole of Store.Send for every item
 // (migration 0008).
 const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7)`
 

@@ -1,5 +1,5 @@
 // Package ratelimit counts requests per key in a sliding window and says
-// whether one more may pass (SPEC §6, "Rate limit"). It knows nothing of
+// whether one more may pass. It knows nothing of
 // HTTP: middleware uses it for requests and the gateway for `send` frames.
 //
 // # Sliding window log
@@ -70,7 +70,7 @@ type Decision struct {
 // limit L get exactly min(n, L) allowed decisions in one window.
 //
 // A limit <= 0 or a window <= 0 means limiting is off: Allow returns
-// Allowed without touching storage (SPEC §6: a missing or non-positive limit
+// Allowed without touching storage (a missing or non-positive limit
 // disables limiting, it never blocks everything).
 //
 // An error means the store could not decide (Redis unreachable, timeout,

@@ -16,7 +16,7 @@ type RedisOptions struct {
 	// Prefix is put before every key; "" means "parley:rl:".
 	Prefix string
 	// Timeout bounds each Allow whose context has no deadline of its own
-	// (SPEC §6: every call out of the process has one); <= 0 means 200ms.
+	// (every call out of the process has one); <= 0 means 200ms.
 	// A caller's deadline (the configuration's timeouts.redis, which can
 	// change on reload) wins.
 	Timeout time.Duration

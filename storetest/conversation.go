@@ -19,7 +19,7 @@ import (
 const tombstoneTTL = 2 * time.Second
 
 // testFormerMemberCaps: nothing a former member reads carries a seq above
-// their last visible one (SPEC §9), even after a purge deleted everything
+// their last visible one, even after a purge deleted everything
 // up to after it: min_seq is capped at the capped head + 1 (the "nothing
 // stored" value) in sync pages and convs entries, and cursors stay at most
 // the cap. Members are unaffected.

@@ -363,7 +363,7 @@ func runes(pattern string, n int) string {
 	return string(out)
 }
 
-// testBounds: every input bound of SPEC §3 at and past its edge, counted in
+// testBounds: every input bound at and past its edge, counted in
 // code points (multi-byte runes included), invalid UTF-8, malformed ids;
 // validation comes before any storage work (a bad request to an unknown
 // conversation is INVALID_ARGUMENT, not NOT_MEMBER).
@@ -661,7 +661,7 @@ func testRecallIdempotent(t *testing.T, e *env) {
 		e.unchanged(t, c, before)
 	})
 	// A message whose body reads "recall:3" has the fingerprint of a recall
-	// of seq 3 (SPEC §3.1); the kind tells them apart.
+	// of seq 3; the kind tells them apart.
 	t.Run("recall_cmid_as_message_with_recall_fingerprint", func(t *testing.T) {
 		_, err := e.st.Send(ctx(t), ana, parley.SendRequest{Conv: c, CMID: "r1", Body: "recall:3"})
 		wantCode(t, err, parley.CodeIdempotencyMismatch)

@@ -682,13 +682,13 @@ func testExportActiveLimit(t *testing.T, e *env) {
 	})
 }
 
-// testExportSnapshotVisibility adapts the figures of the source document
-// (seed 001 §6): ana joins c-team after 50 events, so her export of it
-// starts at her join event; she leaves c-big, so it ends at her leave
-// event; c-dual she left and rejoined (two periods); c-private she was
-// never in. The export holds the message events in her periods up to the
-// head, ascending, with the recalls committed up to the head; sends,
-// recalls and membership changes after the snapshot change nothing.
+// testExportSnapshotVisibility (docs/design.md#exports): ana joins c-team
+// after 50 events, so her export of it starts at her join event; she
+// leaves c-big, so it ends at her leave event; c-dual she left and rejoined
+// (two periods); c-private she was never in. The export holds the message
+// events in her periods up to the head, ascending, with the recalls
+// committed up to the head; sends, recalls and membership changes after
+// the snapshot change nothing.
 func testExportSnapshotVisibility(t *testing.T, e *env) {
 	us := e.users(t, "ana", "bo", "zed", "dan")
 	ana, bo := us[0], us[1]

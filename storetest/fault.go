@@ -7,7 +7,7 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
-// RunFaults checks a store's fault points (SPEC §7): a Send or Recall that
+// RunFaults checks a store's fault points: a Send or Recall that
 // fails at store.after_key_lookup, store.before_insert or
 // store.before_commit answers UNAVAILABLE and writes nothing, and the same
 // request sent again once the point is disarmed lands exactly once, as new;

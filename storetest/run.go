@@ -12,9 +12,9 @@ import (
 )
 
 // Run runs the behaviour suite against b: one subtest per behaviour of the
-// parley.Store contract (store.go, SPEC §2, §3 and §9), each on its own fresh
+// parley.Store contract (store.go, docs/design.md), each on its own fresh
 // database and in parallel with the others. The names of the subtests are the
-// check names of the contract test matrix (seed 000 §9), so
+// check names of the contract's behaviours, so
 //
 //	go test ./sqlite/ -run 'TestContract/recall_rejections'
 //

@@ -248,7 +248,7 @@ func testLogout(t *testing.T, e *env) {
 // over — fails Authenticate, Login and Logout as UNAVAILABLE, never as a
 // refusal (UNAUTHENTICATED, STALE_INSTALL): the identify step turns a
 // refusal into a terminal 401, and a client would drop a request that was
-// never judged (SPEC §6, §9).
+// never judged.
 func testIdentityOutageIsUnavailable(t *testing.T, e *env) {
 	e.user(t, "ana", "", "")
 	s := e.login(t, "ana", "d1", "i1")

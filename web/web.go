@@ -1,5 +1,5 @@
-// Package web is Parley's browser client as the server hosts it (SPEC §6
-// "SPA hosting"): the app under app/ is embedded in the binary, hashed at
+// Package web is Parley's browser client as the server hosts it: the
+// app under app/ is embedded in the binary, hashed at
 // start and served under content-addressed names, so every asset is cached
 // for a year and a new release is picked up by the next page load.
 //
@@ -293,7 +293,7 @@ func (s *Site) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // ServeShell writes the shell: never cached (it names the current
-// release's assets), with the browser-safety headers of SPEC §6.
+// release's assets), with the headers of docs/protocol.md#browser-safety.
 func (s *Site) ServeShell(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")

@@ -1,8 +1,8 @@
-// Package wire is the JSON of Parley's realtime protocol (SPEC §3): the
+// Package wire is the JSON of Parley's realtime protocol: the
 // frames a client sends, the frames the server answers and pushes, and the
 // objects inside them. The gateway, the HTTP API and the Go client all speak
 // through these types, so the protocol has one definition. Every HTTP body is
-// the frame without t and rid (SPEC §9).
+// the frame without t and rid.
 package wire
 
 import (
@@ -48,7 +48,7 @@ const (
 // string rid counts the bytes of its value, not its quotes.
 const MaxRIDBytes = 128
 
-// Request is a client frame. Which fields a type needs is in SPEC §3;
+// Request is a client frame. Which fields a type needs is in docs/protocol.md;
 // numbers are pointers so a missing field is told from a zero.
 type Request struct {
 	T      string          `json:"t"`
@@ -214,7 +214,7 @@ func (r Request) ConvsRequest() parley.ConvsRequest {
 	return c
 }
 
-// Event is an event on the wire (SPEC §3.0).
+// Event is an event on the wire.
 type Event struct {
 	Conv     string `json:"conv"`
 	Seq      int64  `json:"seq"`
@@ -245,7 +245,7 @@ func FromEvent(e parley.Event) Event {
 // Time parses At.
 func (e Event) Time() (time.Time, error) { return time.Parse(TimeFormat, e.At) }
 
-// Conv is one entry of a convs reply (SPEC §3.0).
+// Conv is one entry of a convs reply.
 type Conv struct {
 	Conv         string `json:"conv"`
 	Title        string `json:"title"`

@@ -1,4 +1,4 @@
-// Command parley is the Parley chat server and its tools (SPEC §8):
+// Command parley is the Parley chat server and its tools:
 //
 //	parley serve [--addr 127.0.0.1:8080] [--db sqlite:FILE | postgres://…] [--data-dir DIR] [--demo]
 //	parley migrate [--db …]

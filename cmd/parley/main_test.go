@@ -468,7 +468,7 @@ func sendReq(cmid, body string) wire.Request {
 
 // TestCrash: the server process is SIGKILLed at a fault point during a
 // send, restarted, and the client resends: exactly one row, and only the
-// resend after a commit answers dup=true (seed 000 §10).
+// resend after a commit answers dup=true.
 func TestCrash(t *testing.T) {
 	tests := []struct {
 		name  string

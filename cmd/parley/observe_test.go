@@ -52,16 +52,17 @@ func exposed(t *testing.T, text string) map[string]bool {
 
 var metricName = regexp.MustCompile(`\b(?:parley|go|process)_[a-z0-9_]+\b`)
 
-// readmeMetrics returns the metric names of README.md's metrics table.
-func readmeMetrics(t *testing.T) []string {
+// documentedMetrics returns the metric names of the metrics table of
+// docs/operations.md.
+func documentedMetrics(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n## Metrics\n")
 	if !ok {
-		t.Fatal("README.md has no ## Metrics section")
+		t.Fatal("docs/operations.md has no ## Metrics section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var names []string
@@ -72,14 +73,14 @@ func readmeMetrics(t *testing.T) []string {
 		}
 	}
 	if len(names) < 20 {
-		t.Fatalf("README.md's metrics table lists %d metrics; want the whole table", len(names))
+		t.Fatalf("docs/operations.md's metrics table lists %d metrics; want the whole table", len(names))
 	}
 	return names
 }
 
-// A fresh server exposes every metric README.md documents, before any
-// traffic (the counters at 0); the Grafana dashboard and docs/operations.md
-// query only metrics the server exposes.
+// A fresh server exposes every metric docs/operations.md documents, before
+// any traffic (the counters at 0); the Grafana dashboard and
+// docs/operations.md query only metrics the server exposes.
 func TestMetricsDocumentedAndPresent(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := serve(t, b.db, b.dir)
@@ -162,9 +163,9 @@ func checkDocumented(t *testing.T, p *proc) {
 		t.Fatalf("/metrics: %d", status)
 	}
 	have := exposed(t, body)
-	for _, name := range readmeMetrics(t) {
+	for _, name := range documentedMetrics(t) {
 		if !have[name] {
-			t.Errorf("README.md documents %s; a fresh server does not expose it", name)
+			t.Errorf("docs/operations.md documents %s; a fresh server does not expose it", name)
 		}
 	}
 

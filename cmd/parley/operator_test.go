@@ -506,11 +506,11 @@ func TestServeDemoPostgresNoErrors(t *testing.T) {
 	}
 }
 
-// TestReadmeServeHelp: the README shows the start of the real `parley
-// serve --help`, right after the quick start's two commands (serve --demo
-// and the login).
+// TestReadmeServeHelp: the tour (docs/tour.md), which the README's quick
+// start leads to, shows the start of the real `parley serve --help`, right
+// after its first two commands (serve --demo and the login).
 func TestReadmeServeHelp(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "tour.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,12 +518,12 @@ func TestReadmeServeHelp(t *testing.T) {
 	const marker = "<!-- the start of the real output; cmd/parley TestReadmeServeHelp checks it -->\n```text\n"
 	i := strings.Index(text, marker)
 	if i < 0 {
-		t.Fatal("README.md has no serve --help block")
+		t.Fatal("docs/tour.md has no serve --help block")
 	}
 	// Nothing but prose between the quick start's login and the block.
 	login := strings.Index(text, "/api/login")
 	if login < 0 || login > i || strings.Count(text[login:i], "```") != 1 {
-		t.Errorf("the serve --help block is not the first block after the quick start's login command")
+		t.Errorf("the serve --help block is not the first block after the tour's login command")
 	}
 	block := text[i+len(marker):]
 	block = block[:strings.Index(block, "```")]
@@ -537,11 +537,11 @@ func TestReadmeServeHelp(t *testing.T) {
 	}
 	real := strings.Split(out, "\n")
 	if len(shown) < 10 || len(shown) > len(real) {
-		t.Fatalf("README shows %d lines of serve --help, which has %d", len(shown), len(real))
+		t.Fatalf("docs/tour.md shows %d lines of serve --help, which has %d", len(shown), len(real))
 	}
 	for n, line := range shown {
 		if line != real[n] {
-			t.Errorf("README serve --help line %d:\n  %q\nthe real output:\n  %q", n+1, line, real[n])
+			t.Errorf("docs/tour.md serve --help line %d:\n  %q\nthe real output:\n  %q", n+1, line, real[n])
 		}
 	}
 }

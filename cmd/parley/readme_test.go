@@ -14,17 +14,26 @@ import (
 	"time"
 )
 
-// walkthrough lists the README sections whose ```sh blocks TestREADME runs,
-// in order, against one fresh `parley serve --demo`: each continues from
-// the state the previous one left.
-var walkthrough = []string{"Quick start", "Operations API", "Incoming webhooks", "Exports"}
+// walkthrough lists the sections (a file from the repository's root and
+// a ## heading in it) whose ```sh blocks TestREADME runs, in order, against
+// one fresh `parley serve --demo`: each continues from the state the
+// previous one left. The README's quick start starts the server; the tour
+// (docs/tour.md) continues from it.
+var walkthrough = []struct{ file, section string }{
+	{"README.md", "Quick start"},
+	{"docs/tour.md", "First steps"},
+	{"docs/tour.md", "Operations API"},
+	{"docs/tour.md", "Incoming webhooks"},
+	{"docs/tour.md", "Exports"},
+}
 
-// TestREADME runs the README's walkthrough as a reader would, against a
-// real server, and compares every output with the `# …` lines under its
-// command: JSON by shape (the keys, and every value the README states;
-// "…" stands for any value, a bare … in an object for more keys), other
-// text as a pattern where … matches anything. So the README's numbers
-// must chain: a seq, a count or a name that does not follow from the
+// TestREADME runs the walkthrough of the README and the tour as a reader
+// would, against a real server, and compares every output with the `# …`
+// lines under its command: JSON by shape (the keys, and every value the
+// document states; "…" stands for any value, a bare … in an object for more
+// keys), other text as a pattern where … matches anything. So the
+// documents' numbers must chain: a seq, a count or a name that does not
+// follow from the
 // previous step fails the test.
 //
 // How the commands run: `go run ./cmd/parley serve` is the server the test
@@ -39,16 +48,23 @@ var walkthrough = []string{"Quick start", "Operations API", "Incoming webhooks",
 func TestREADME(t *testing.T) {
 	for _, tool := range []string{"bash", "curl", "openssl", "zcat", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the README's commands need %s: %v", tool, err)
+			t.Skipf("the walkthrough's commands need %s: %v", tool, err)
 		}
 	}
-	text, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := readmeBlocks(string(text), walkthrough)
-	if len(blocks) == 0 {
-		t.Fatal("no sh blocks found in the walkthrough sections")
+	var blocks []readmeBlock
+	for _, w := range walkthrough {
+		text, err := os.ReadFile(filepath.Join("..", "..", w.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := readmeBlocks(string(text), []string{w.section})
+		if len(bs) == 0 {
+			t.Fatalf("%s: no sh blocks found in the section %q", w.file, w.section)
+		}
+		for i := range bs {
+			bs[i].file = w.file
+		}
+		blocks = append(blocks, bs...)
 	}
 
 	p := serveArgs(t, "--demo")
@@ -65,13 +81,14 @@ func TestREADME(t *testing.T) {
 
 // readmeCmd is one shell command of a block and the output lines under it.
 type readmeCmd struct {
-	line    int    // in README.md
+	line    int    // in its file
 	cmd     string // continuation lines joined
 	comment string // its inline comment
 	want    []string
 }
 
 type readmeBlock struct {
+	file    string // from the repository's root
 	section string
 	cmds    []readmeCmd
 }
@@ -167,7 +184,7 @@ func (r *readmeRun) block(b readmeBlock) {
 	var listeners []*listener
 	pending := map[string][]string{} // terminal → wanted lines of a listener
 	for _, c := range b.cmds {
-		where := fmt.Sprintf("README.md:%d (%s)", c.line, b.section)
+		where := fmt.Sprintf("%s:%d (%s)", b.file, c.line, b.section)
 		if m := assignRe.FindStringSubmatch(c.cmd); m != nil {
 			f := fieldRe.FindStringSubmatch(c.comment)
 			if f == nil {
@@ -304,7 +321,7 @@ func matchWant(want []string, out string) string {
 		text := strings.Join(want, "")
 		exp, err := wantJSON(text)
 		if err != nil {
-			return fmt.Sprintf("the README's line %q: %v", text, err)
+			return fmt.Sprintf("the document's line %q: %v", text, err)
 		}
 		var got any
 		if err := json.NewDecoder(strings.NewReader(out)).Decode(&got); err != nil {
@@ -327,7 +344,7 @@ func matchWant(want []string, out string) string {
 	return ""
 }
 
-// textPattern is a README output line as a regexp: … matches anything
+// textPattern is a documented output line as a regexp: … matches anything
 // (newlines included), and a run of spaces any run of white space.
 func textPattern(w string) *regexp.Regexp {
 	parts := strings.Split(w, "…")
@@ -339,7 +356,7 @@ func textPattern(w string) *regexp.Regexp {
 
 var spaces = regexp.MustCompile(` +`)
 
-// wantJSON turns a README output line into JSON: the first balanced value
+// wantJSON turns a documented output line into JSON: the first balanced value
 // (what follows it is commentary); a bare … in an object becomes the key
 // "…" (more keys allowed), in a list the element "…" (any list).
 func wantJSON(text string) (any, error) {
@@ -411,7 +428,7 @@ func wantJSON(text string) (any, error) {
 	return v, nil
 }
 
-// matchJSON compares got with the README's want at path.
+// matchJSON compares got with the document's want at path.
 func matchJSON(path string, want, got any) string {
 	switch w := want.(type) {
 	case map[string]any:
@@ -435,7 +452,7 @@ func matchJSON(path string, want, got any) string {
 		if !open {
 			for k := range g {
 				if _, ok := w[k]; !ok {
-					return fmt.Sprintf("%s: not in the README (add it, or … for more keys)", path+"."+k)
+					return fmt.Sprintf("%s: not in the document (add it, or … for more keys)", path+"."+k)
 				}
 			}
 		}
@@ -448,7 +465,7 @@ func matchJSON(path string, want, got any) string {
 			return ""
 		}
 		if len(w) != len(g) {
-			return fmt.Sprintf("%s: %d elements, the README shows %d", orRoot(path), len(g), len(w))
+			return fmt.Sprintf("%s: %d elements, the document shows %d", orRoot(path), len(g), len(w))
 		}
 		for i := range w {
 			if p := matchJSON(fmt.Sprintf("%s[%d]", path, i), w[i], g[i]); p != "" {
@@ -465,17 +482,17 @@ func matchJSON(path string, want, got any) string {
 		}
 		if !strings.Contains(w, "…") {
 			if g != w {
-				return fmt.Sprintf("%s: %q, the README says %q", orRoot(path), g, w)
+				return fmt.Sprintf("%s: %q, the document says %q", orRoot(path), g, w)
 			}
 			return ""
 		}
 		re := regexp.MustCompile(`(?s)^` + strings.ReplaceAll(regexp.QuoteMeta(w), "…", ".*") + `$`)
 		if !re.MatchString(g) {
-			return fmt.Sprintf("%s: %q does not match the README's %q", orRoot(path), g, w)
+			return fmt.Sprintf("%s: %q does not match the document's %q", orRoot(path), g, w)
 		}
 	default:
 		if fmt.Sprint(want) != fmt.Sprint(got) {
-			return fmt.Sprintf("%s: %v, the README says %v", orRoot(path), got, want)
+			return fmt.Sprintf("%s: %v, the document says %v", orRoot(path), got, want)
 		}
 	}
 	return ""
@@ -488,7 +505,7 @@ func orRoot(path string) string {
 	return path
 }
 
-// TestREADMEMatcher pins how TestREADME reads the README's output lines.
+// TestREADMEMatcher pins how TestREADME reads the documents' output lines.
 func TestREADMEMatcher(t *testing.T) {
 	tests := []struct {
 		want []string
@@ -497,7 +514,7 @@ func TestREADMEMatcher(t *testing.T) {
 	}{
 		{[]string{`{"conv":"c-team","seq":5,"mid":"…","dup":false,"epoch":1}       (201; again: 200, "dup":true)`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false,"epoch":1}`, true},
 		{[]string{`{"conv":"c-team","seq":4,"mid":"…","dup":false,"epoch":1}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false,"epoch":1}`, false}, // a seq that does not chain
-		{[]string{`{"conv":"c-team","seq":5,"mid":"…"}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false}`, false},                                 // a key the README leaves out
+		{[]string{`{"conv":"c-team","seq":5,"mid":"…"}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false}`, false},                                 // a key the document leaves out
 		{[]string{`{"conv":"c-team","seq":5,…}`}, `{"conv":"c-team","seq":5,"mid":"x","dup":false}`, true},                                          // … allows more keys
 		{[]string{`{"job_id":"…","url":"/download/…?u=ben&exp=…"}`}, `{"job_id":"j","url":"/download/j?u=ben&exp=1"}`, true},
 		{[]string{`{"job_id":"…","url":"/download/…?u=ben&exp=…"}`}, `{"job_id":"j","url":"/download/j?u=ben\u0026exp=1"}`, true}, // decoded JSON: same string

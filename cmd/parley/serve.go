@@ -515,7 +515,7 @@ func (k *keys) configured(cfg *config.Config) *export.Keyring {
 	return k.ring
 }
 
-// The demo data of serve --demo (SPEC §8).
+// The demo data of serve --demo (docs/tour.md).
 const (
 	demoPassword = "parley-demo"
 	demoGroup    = "c-team"

@@ -164,7 +164,8 @@ func hasLine(s, line string) bool {
 }
 
 // TestEnvExample: every variable docs/parley.env.example sets or suggests
-// names a flag of the README's table, and `parley serve` starts with their
+// names a flag of the flag table of docs/configuration.md, and `parley serve`
+// starts with their
 // values (all but those naming another host or a path of the target
 // machine).
 func TestEnvExample(t *testing.T) {
@@ -172,7 +173,7 @@ func TestEnvExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	flagDoc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +181,8 @@ func TestEnvExample(t *testing.T) {
 	var env []string
 	for _, m := range regexp.MustCompile(`(?m)^#?(PARLEY_[A-Z_]+)=(\S*)$`).FindAllStringSubmatch(string(b), -1) {
 		flag := "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(m[1], "PARLEY_")), "_", "-")
-		if !strings.Contains(string(readme), "| `"+flag+"` |") {
-			t.Errorf("%s: README's flag table has no %s", m[1], flag)
+		if !strings.Contains(string(flagDoc), "| `"+flag+"` |") {
+			t.Errorf("%s: the flag table of docs/configuration.md has no %s", m[1], flag)
 		}
 		if !elsewhere[m[1]] {
 			env = append(env, m[1]+"="+m[2])
@@ -201,14 +202,14 @@ func TestEnvExample(t *testing.T) {
 	}
 }
 
-// TestDeployDoc: docs/deploy.md names only flags the README documents (as
-// `--flag` or PARLEY_FLAG), and the files it links exist.
+// TestDeployDoc: docs/deploy.md names only flags docs/configuration.md
+// documents (as `--flag` or PARLEY_FLAG), and the files it links exist.
 func TestDeployDoc(t *testing.T) {
 	b, err := os.ReadFile("../../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	flagDoc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +225,8 @@ func TestDeployDoc(t *testing.T) {
 		t.Fatalf("only %d flags found in deploy.md", len(flags))
 	}
 	for f := range flags {
-		if !strings.Contains(string(readme), "| `"+f+"` |") {
-			t.Errorf("deploy.md names %s, which README's flag table does not document", f)
+		if !strings.Contains(string(flagDoc), "| `"+f+"` |") {
+			t.Errorf("deploy.md names %s, which the flag table of docs/configuration.md does not document", f)
 		}
 	}
 	for _, m := range regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(doc, -1) {

@@ -1,6 +1,6 @@
 // api.js owns the HTTP API calls of the page: same-origin fetches with the
 // session cookie, JSON in and out. It promises one error type, ApiError,
-// carrying the protocol code of the server's problem+json body (SPEC §4), so
+// carrying the protocol code of the server's problem+json body, so
 // callers decide on `code` alone: a network failure or an answer without a
 // code is UNAVAILABLE (retryable), never a terminal code.
 

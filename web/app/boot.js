@@ -1,6 +1,6 @@
 // boot.js: the shell's first script, a classic one that runs before the
 // app's modules and styles load. It recovers a page whose release went
-// stale (SPEC §6 "SPA hosting").
+// stale (docs/protocol.md#the-browser-app).
 //
 // The shell is never cached, but a page that was open across a deploy, or
 // a shell kept by a proxy, names hashed assets the server no longer has

@@ -1,7 +1,7 @@
 // store.js is the core of the page: the Client owns the signed-in user's
 // conversations, the timelines the user opened, the outbox and the one
 // connection. Views read its state and listen to its events; they never
-// talk to the socket. It keeps the client obligations of SPEC §3.5:
+// talk to the socket. It keeps docs/design.md#client-obligations:
 //   - a message is written to the outbox (IndexedDB) before it is first
 //     sent, resent with the same cmid after every reconnect and reload until
 //     the server answers, dropped on success, kept with its reason on a
