@@ -1,7 +1,6 @@
--- pgbench script: the send transaction of SPEC §3.1 written by hand, in the
--- two pipelines Store.Send used before it became one call of parley_send
--- (postgres/event.go; the two-pipeline form is now only keyedAppend's, the
--- lab path of recall with a fault point armed):
+-- pgbench script: the send transaction (docs/protocol.md) written by hand,
+-- in the two pipelines Store.Send used before it became one call of
+-- parley_send (postgres/event.go):
 --   {BEGIN; lock the conversation row; look the request key up}
 --   {append the event and advance the head; COMMIT}
 -- on the 64 two-member conversations bench-0 … bench-63 that

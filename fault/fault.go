@@ -38,22 +38,29 @@ import (
 )
 
 // The named points. Code calls Hit with one of these.
+//
+// The store's two sit on the one path every send and recall takes, on both
+// stores: store.before_insert before the store call's write (PostgreSQL:
+// before the statement that calls parley_send_many or parley_recall;
+// SQLite: before BEGIN IMMEDIATE), store.before_commit after that write,
+// only when it inserted an event, and before its commit. No point sits
+// between the key lookup and the insert: on PostgreSQL both run inside the
+// database, in one function call.
 const (
-	StoreAfterKeyLookup = "store.after_key_lookup" // send/recall: the request key was looked up, nothing written
-	StoreBeforeInsert   = "store.before_insert"    // send/recall: checks passed, the event not yet inserted
-	StoreBeforeCommit   = "store.before_commit"    // send/recall: inserted, not committed
-	APIAfterSendCommit  = "api.after_send_commit"  // send committed, reply not yet written
-	BusPublish          = "bus.publish"            // a notice is about to be published
-	ExportAfterShard    = "export.after_shard"     // an export shard was written
-	ExportWrite         = "export.write"           // an export file is about to be written (unavailable: the write fails, as on a full disk)
-	GatewayPush         = "gateway.push"           // an event push is about to be queued to a socket
-	GatewaySync         = "gateway.sync"           // a socket sync page is about to be answered (drop: it loses its first event)
-	GatewaySend         = "gateway.send"           // a socket send committed (dup: it is committed again under another key)
+	StoreBeforeInsert  = "store.before_insert"   // send batch/recall: about to run its write, nothing written (once per store call)
+	StoreBeforeCommit  = "store.before_commit"   // send batch/recall: its write inserted, not committed
+	APIAfterSendCommit = "api.after_send_commit" // send committed, reply not yet written
+	BusPublish         = "bus.publish"           // a notice is about to be published
+	ExportAfterShard   = "export.after_shard"    // an export shard was written
+	ExportWrite        = "export.write"          // an export file is about to be written (unavailable: the write fails, as on a full disk)
+	GatewayPush        = "gateway.push"          // an event push is about to be queued to a socket
+	GatewaySync        = "gateway.sync"          // a socket sync page is about to be answered (drop: it loses its first event)
+	GatewaySend        = "gateway.send"          // a socket send committed (dup: it is committed again under another key)
 )
 
 // Points lists every named point; Arm refuses other names.
 var Points = []string{
-	StoreAfterKeyLookup, StoreBeforeInsert, StoreBeforeCommit,
+	StoreBeforeInsert, StoreBeforeCommit,
 	APIAfterSendCommit, BusPublish, ExportAfterShard, ExportWrite, GatewayPush,
 	GatewaySync, GatewaySend,
 }

@@ -87,7 +87,7 @@ const DefaultMaxConns = 32
 // postgres://…?lock_timeout=2s&idle_in_transaction_session_timeout=20s.
 //
 // A write of several statements (membership changes, Rollback, Purge; Send
-// and Recall only in lab runs with a fault point armed) holds its
+// and Recall only in lab runs with store.before_commit armed) holds its
 // conversation row lock across round trips to the gateway. A gateway that stops between them
 // (SIGSTOP, a partition, a full GC pause) would hold the lock forever and
 // queue every writer of the conversation behind it:

@@ -14,176 +14,6 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
-// keySQL is the lookup the lab paths (sendSlow, keyedAppend) make after the
-// lock: the request key
-// (conv, sender, cmid) over events_idempotency, its tombstone, and the
-// sender's open period.
-const keySQL = `SELECT e.seq, e.mid, e.kind, e.request_hash,
-	EXISTS (SELECT 1 FROM tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 AND t.cmid = $3),
-	EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = $1 AND p.user_id = $2 AND p.to_seq IS NULL)
-FROM (VALUES (1)) AS one (x)
-LEFT JOIN events e ON e.conv_id = $1 AND e.sender_user = $2 AND e.cmid = $3`
-
-// recallKeySQL is keySQL with the recall's target ($4) joined: its kind,
-// sender, whether it is recalled, and whether the database clock is past
-// its created_at plus the recall window ($5 microseconds).
-const recallKeySQL = `SELECT e.seq, e.mid, e.kind, e.request_hash,
-	EXISTS (SELECT 1 FROM tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 AND t.cmid = $3),
-	EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = $1 AND p.user_id = $2 AND p.to_seq IS NULL),
-	tg.kind, tg.sender_user, tg.recall_seq IS NOT NULL,
-	clock_timestamp() > tg.created_at + $5::bigint * interval '1 microsecond'
-FROM (VALUES (1)) AS one (x)
-LEFT JOIN events e ON e.conv_id = $1 AND e.sender_user = $2 AND e.cmid = $3
-LEFT JOIN events tg ON tg.conv_id = $1 AND tg.seq = $4`
-
-// keyRow is what keySQL found.
-type keyRow struct {
-	seq       *int64
-	mid       *string
-	kind      *string
-	hash      []byte
-	tombstone bool
-	open      bool
-	// The recall target; kind nil when there is no such event.
-	targetKind     *string
-	targetSender   *string
-	targetRecalled *bool
-	targetExpired  *bool
-}
-
-// keyRequest is a keyed append: the request key, its fingerprint, and the
-// event it appends when new.
-type keyRequest struct {
-	conv, user, cmid string
-	hash             []byte
-	ev               parley.Event
-	window           time.Duration // recall
-}
-
-// check applies the key checks in the contract's order: a replay (found
-// true), IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED, NOT_MEMBER.
-func (k keyRow) check(kind parley.EventKind, hash []byte) (found bool, err error) {
-	switch {
-	case k.seq != nil:
-		if err := parley.CheckReplay(parley.EventKind(*k.kind), k.hash, kind, hash); err != nil {
-			return false, err
-		}
-		return true, nil
-	case k.tombstone:
-		return false, parley.ErrOriginalExpired
-	case !k.open:
-		return false, parley.ErrNotMember
-	}
-	return false, nil
-}
-
-// keyedAppend is Recall's lab path (a store fault point armed; Recall is
-// otherwise one call of parley_recall), in two pipelined round trips: {BEGIN; lock the conversation row; look the request key up} and,
-// when the request is new and passes check, {append r.ev; then (recall) the
-// statement after makes; COMMIT}. PostgreSQL runs pipelined statements one
-// after another, each READ COMMITTED statement on a fresh snapshot, so the
-// lookup sees everything committed before the lock was granted, exactly as
-// if the statements had been sent one at a time (bench/send.sql issues the
-// same statements in the same two pipelines). A replay (found) writes
-// nothing and returns the lookup's row. Whatever leaves the transaction
-// open — a replay, a rejection, an error — is rolled back; should that
-// fail too, the pool discards the connection. The fault points sit between
-// the round trips (store.after_key_lookup, store.before_insert) and, only
-// when store.before_commit is armed, before a COMMIT sent on its own.
-func (db *DB) keyedAppend(ctx context.Context, r *keyRequest, check func(k keyRow) error, after func(b *pgx.Batch, r *keyRequest)) (c conv, k keyRow, found bool, err error) {
-	pc, err := db.pool.Acquire(ctx)
-	if err != nil {
-		return c, k, false, err
-	}
-	conn := pc.Conn()
-	defer func() {
-		if conn.PgConn().TxStatus() != 'I' {
-			rctx, cancel := rollbackContext(ctx)
-			conn.Exec(rctx, "rollback")
-			cancel()
-		}
-		pc.Release()
-	}()
-
-	b := &pgx.Batch{}
-	b.Queue("begin")
-	b.Queue(lockSQL(lockAppend), r.conv)
-	if r.ev.Kind == parley.EventRecall {
-		b.Queue(recallKeySQL, r.conv, r.user, r.cmid, r.ev.Target, r.window.Microseconds())
-	} else {
-		b.Queue(keySQL, r.conv, r.user, r.cmid)
-	}
-	br := conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	missing := false
-	if err == nil {
-		c, err = scanConv(br.QueryRow(), r.conv)
-		missing, err = errors.Is(err, pgx.ErrNoRows), ignore(err, pgx.ErrNoRows)
-	}
-	if err == nil {
-		dest := []any{&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open}
-		if r.ev.Kind == parley.EventRecall {
-			dest = append(dest, &k.targetKind, &k.targetSender, &k.targetRecalled, &k.targetExpired)
-		}
-		err = br.QueryRow().Scan(dest...)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	switch {
-	case err != nil:
-		return c, k, false, err
-	case missing:
-		return c, k, false, parley.ErrNotMember
-	}
-	if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
-		return c, k, false, err
-	}
-	if found, err = k.check(r.ev.Kind, r.hash); err != nil || found {
-		return c, k, found, err
-	}
-	if err := check(k); err != nil {
-		return c, k, false, err
-	}
-	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
-		return c, k, false, err
-	}
-
-	// Only a lab run with store.before_commit armed sends COMMIT on its
-	// own, so the fault can sit between the append and the commit.
-	split := fault.Armed(fault.StoreBeforeCommit)
-	b = &pgx.Batch{}
-	b.Queue(appendSQL, appendArgs(r.conv, &r.ev, r.cmid, r.hash)...)
-	if after != nil {
-		after(b, r)
-	}
-	if !split {
-		b.Queue("commit")
-	}
-	br = conn.SendBatch(ctx, b)
-	err = br.QueryRow().Scan(&r.ev.Seq)
-	for i := 1; err == nil && i < b.Len(); i++ {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && split {
-		if err = fault.Hit(fault.StoreBeforeCommit); err == nil {
-			_, err = conn.Exec(ctx, "commit")
-		}
-	}
-	return c, k, false, err
-}
-
-// ignore returns nil for target, err otherwise.
-func ignore(err, target error) error {
-	if errors.Is(err, target) {
-		return nil
-	}
-	return err
-}
-
 // keyed retries a keyed append when the unique index events_idempotency
 // fired: the row lock makes a concurrent insert of the same key impossible,
 // but should the index still fire, the transaction has rolled back and a
@@ -232,7 +62,7 @@ const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7)`
 const sendOneSQL = sendCols + ` FROM parley_send_many(ARRAY[$1::text], ARRAY[$2::text], ARRAY[$3::text],
 	ARRAY[$4::text], ARRAY[$5::bytea], ARRAY[$6::text], ARRAY[$7::text])`
 
-// sendRow is one item's row of parley_send_many (and the slow path's); zero
+// sendRow is one item's row of parley_send_many; zero
 // values stand for NULLs (seq 0: nothing found or inserted).
 type sendRow struct {
 	item    int32
@@ -275,8 +105,7 @@ func (k sendRow) result(conv string, hash []byte) parley.BatchResult {
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // SendBatch implements parley.SendBatcher: every valid item, of whatever
-// conversation, in one transaction (parley_send_many: one round trip; with
-// a fault point armed, sendSlow's several).
+// conversation, in one transaction (parley_send_many: one round trip).
 func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
 	out := make([]parley.BatchResult, len(items))
 	idx := make([]int, 0, len(items))
@@ -364,39 +193,13 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 		a.cmids[j], a.bodies[j], a.mids[j] = textElem(it.Req.CMID), textElem(it.Req.Body), textElem(parley.NewID())
 		a.hashes[j] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
 	}
-	rows, err := keyed("send", func() ([]sendRow, error) {
-		if storeFaultsArmed() {
-			return db.sendSlow(ctx, a)
-		}
-		var rs pgx.Rows
-		var err error
-		if n == 1 {
-			// Pointers into the arrays: a string or []byte in an
-			// interface would be an allocation each.
-			rs, err = db.pool.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0])
-		} else {
-			rs, err = db.pool.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids)
-		}
-		if err != nil {
-			return nil, err
-		}
-		rows := make([]sendRow, 0, n)
-		var k sendRow
-		var atMicros int64
-		_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &atMicros}, func() error {
-			k.at = time.UnixMicro(atMicros)
-			// One row per item, in item order: the index proves it.
-			if int(k.item) != len(rows) || len(rows) == n {
-				return fmt.Errorf("parley_send_many returned item %d as row %d of %d", k.item, len(rows), n)
-			}
-			rows = append(rows, k)
-			return nil
+	var rows []sendRow
+	err := fault.Hit(fault.StoreBeforeInsert)
+	if err == nil {
+		rows, err = keyed("send", func() ([]sendRow, error) {
+			return withCommitPoint(ctx, db, func(q querier) ([]sendRow, error) { return sendQuery(ctx, q, a) }, insertedAny)
 		})
-		if err == nil && len(rows) != n {
-			err = fmt.Errorf("parley_send_many returned %d rows for %d items", len(rows), n)
-		}
-		return rows, err
-	})
+	}
 	for j, i := range idx {
 		if err != nil {
 			out[i].Err = err
@@ -406,102 +209,72 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 	}
 }
 
-// storeFaultsArmed reports whether a lab run armed a fault point of the
-// send path: then sends take the slow path, in which the points sit
-// between round trips.
-func storeFaultsArmed() bool {
-	return fault.Armed(fault.StoreAfterKeyLookup) || fault.Armed(fault.StoreBeforeInsert) || fault.Armed(fault.StoreBeforeCommit)
+// sendQuery runs parley_send_many on q for a's items and returns their
+// rows, one per item in item order.
+func sendQuery(ctx context.Context, q querier, a sendArgs) ([]sendRow, error) {
+	n := len(a.convs)
+	var rs pgx.Rows
+	var err error
+	if n == 1 {
+		// Pointers into the arrays: a string or []byte in an interface
+		// would be an allocation each.
+		rs, err = q.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0])
+	} else {
+		rs, err = q.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]sendRow, 0, n)
+	var k sendRow
+	var atMicros int64
+	_, err = pgx.ForEachRow(rs, []any{&k.item, &k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &atMicros}, func() error {
+		k.at = time.UnixMicro(atMicros)
+		// One row per item, in item order: the index proves it.
+		if int(k.item) != len(rows) || len(rows) == n {
+			return fmt.Errorf("parley_send_many returned item %d as row %d of %d", k.item, len(rows), n)
+		}
+		rows = append(rows, k)
+		return nil
+	})
+	if err == nil && len(rows) != n {
+		err = fmt.Errorf("parley_send_many returned %d rows for %d items", len(rows), n)
+	}
+	return rows, err
 }
 
-// lockManySQL locks the distinct conversations of $1 in parley_send_many's
-// order (by id, COLLATE "C") and reads their epochs.
-const lockManySQL = `SELECT id, epoch FROM conversations WHERE id = ANY ($1)
-ORDER BY id COLLATE "C" ` + lockAppend
+// insertedAny reports whether a batch's statement inserted an event.
+func insertedAny(rows []sendRow) bool {
+	for _, k := range rows {
+		if k.outcome == outNew {
+			return true
+		}
+	}
+	return false
+}
 
-// appendAtSQL is appendSQL that also returns the event's created_at.
-const appendAtSQL = appendSQL + `, ev.created_at`
-
-// sendSlow is parley_send_many done from Go, one statement per round trip,
-// for lab runs with a fault point armed: BEGIN; lock the conversations; per
-// item the key lookup (store.after_key_lookup), the checks,
-// store.before_insert and the append; then store.before_commit (once, when
-// an item was inserted) and COMMIT. It decides exactly as parley_send_many
-// does, in one transaction as it does. Whatever leaves the transaction open
-// is rolled back.
-func (db *DB) sendSlow(ctx context.Context, a sendArgs) (rows []sendRow, err error) {
-	pc, err := db.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
+// withCommitPoint runs stmt, the one statement of a send batch or a recall
+// (its callers hit store.before_insert before it), as production runs it:
+// on the pool, its own implicit transaction, committed as it returns. Only
+// while a lab run has store.before_commit armed does the same statement
+// run inside an explicit transaction instead, BEGIN before it and COMMIT
+// after, so that the point acts once it returned having inserted
+// (inserted) and before the commit, its writes uncommitted: a crash leaves
+// them to the server's rollback when the connection drops, an error rolls
+// them back (docs/protocol.md#fault-points-lab-only).
+func withCommitPoint[T any](ctx context.Context, db *DB, stmt func(q querier) (T, error), inserted func(T) bool) (T, error) {
+	if !fault.Armed(fault.StoreBeforeCommit) {
+		return stmt(db.pool)
 	}
-	conn := pc.Conn()
-	defer func() {
-		if conn.PgConn().TxStatus() != 'I' {
-			rctx, cancel := rollbackContext(ctx)
-			conn.Exec(rctx, "rollback")
-			cancel()
+	var out T
+	err := inTx(ctx, db.pool, func(tx pgx.Tx) error {
+		var err error
+		if out, err = stmt(tx); err == nil && inserted(out) {
+			err = fault.Hit(fault.StoreBeforeCommit)
 		}
-		pc.Release()
-	}()
-	if _, err := conn.Exec(ctx, "begin"); err != nil {
-		return nil, err
-	}
-	lrows, err := conn.Query(ctx, lockManySQL, a.convs)
-	if err != nil {
-		return nil, err
-	}
-	epochs := map[string]int64{}
-	var id string
-	var epoch int64
-	if _, err := pgx.ForEachRow(lrows, []any{&id, &epoch}, func() error { epochs[id] = epoch; return nil }); err != nil {
-		return nil, err
-	}
-	inserted := false
-	for j := range a.convs {
-		conv := string(a.convs[j])
-		row := sendRow{item: int32(j)}
-		epoch, ok := epochs[conv]
-		if !ok {
-			row.outcome = outNoConv
-			rows = append(rows, row)
-			continue
-		}
-		var k keyRow
-		if err := conn.QueryRow(ctx, keySQL, conv, string(a.users[j]), string(a.cmids[j])).Scan(&k.seq, &k.mid, &k.kind, &k.hash, &k.tombstone, &k.open); err != nil {
-			return nil, err
-		}
-		if err := fault.Hit(fault.StoreAfterKeyLookup); err != nil {
-			return nil, err
-		}
-		row.hash, row.epoch = k.hash, epoch
-		switch {
-		case k.seq != nil:
-			row.outcome, row.seq, row.mid, row.kind = outKey, *k.seq, *k.mid, *k.kind
-		case k.tombstone:
-			row.outcome = outTombstone
-		case !k.open:
-			row.outcome = outNoPeriod
-		default:
-			if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
-				return nil, err
-			}
-			ev := parley.Event{Kind: parley.EventMessage, Sender: string(a.users[j]), Device: string(a.devices[j]), Body: string(a.bodies[j])}
-			args := appendArgs(conv, &ev, string(a.cmids[j]), a.hashes[j])
-			args[1] = string(a.mids[j])
-			if err := conn.QueryRow(ctx, appendAtSQL, args...).Scan(&row.seq, &row.at); err != nil {
-				return nil, err
-			}
-			row.outcome, row.mid = outNew, string(a.mids[j])
-			inserted = true
-		}
-		rows = append(rows, row)
-	}
-	if inserted {
-		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
-			return nil, err
-		}
-	}
-	_, err = conn.Exec(ctx, "commit")
-	return rows, err
+		return err
+	})
+	return out, err
 }
 
 // recallSQL is Recall in one statement, its own transaction (migration
@@ -510,13 +283,15 @@ const recallSQL = `SELECT outcome, coalesce(o_seq, 0), coalesce(o_mid, ''), coal
 	t_kind, t_sender, t_recalled, t_expired
 FROM parley_recall($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// markRecalledSQL sets the target's recall_seq to the recall just appended
-// (the head, under the row lock).
-const markRecalledSQL = `UPDATE events SET recall_seq = (SELECT next_seq - 1 FROM conversations WHERE id = $1)
-WHERE conv_id = $1 AND seq = $2`
+// recallRow is the row of parley_recall: the outcome, the request key's
+// event, and the target (kind nil: no such event).
+type recallRow struct {
+	sendRow
+	tKind, tSender      *string
+	tRecalled, tExpired *bool
+}
 
-// Recall implements parley.Store in one round trip (parley_recall); with a
-// fault point armed, in the two of keyedAppend.
+// Recall implements parley.Store in one round trip (parley_recall).
 func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error) {
 	if err := parley.ValidateRecall(r); err != nil {
 		return parley.Recalled{}, err
@@ -526,67 +301,48 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 	}
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
 	window := db.opts.RecallWindow
-	if storeFaultsArmed() {
-		return db.recallSlow(ctx, p, r, hash, window)
+	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+		return parley.Recalled{}, err
 	}
 	return keyed("recall", func() (parley.Recalled, error) {
-		var k sendRow
-		var t parley.RecallTarget
-		var tKind, tSender *string
-		var tRecalled, tExpired *bool
-		err := db.pool.QueryRow(ctx, recallSQL, r.Conv, p.User, p.DeviceID, r.CMID, hash, parley.NewID(), r.Target, window.Microseconds()).
-			Scan(&k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &tKind, &tSender, &tRecalled, &tExpired)
+		k, err := withCommitPoint(ctx, db, func(q querier) (k recallRow, err error) {
+			err = q.QueryRow(ctx, recallSQL, r.Conv, p.User, p.DeviceID, r.CMID, hash, parley.NewID(), r.Target, window.Microseconds()).
+				Scan(&k.outcome, &k.seq, &k.mid, &k.kind, &k.hash, &k.epoch, &k.tKind, &k.tSender, &k.tRecalled, &k.tExpired)
+			return k, err
+		}, func(k recallRow) bool { return k.outcome == outNew })
 		if err != nil {
 			return parley.Recalled{}, err
 		}
-		switch {
-		case k.outcome == outTarget:
-			if t.Found = tKind != nil; t.Found {
-				t.Kind, t.Sender = parley.EventKind(*tKind), *tSender
-				t.Recalled, t.Expired = tRecalled != nil && *tRecalled, tExpired != nil && *tExpired
-			}
-			if err := t.Check(p.User, r.Target, window); err != nil {
-				return parley.Recalled{}, err
-			}
-			return parley.Recalled{}, errors.New("parley_recall refused a target that passes the checks")
-		case k.outcome == outKey && k.seq != 0:
-			if err := parley.CheckReplay(parley.EventKind(k.kind), k.hash, parley.EventRecall, hash); err != nil {
-				return parley.Recalled{}, err
-			}
-			return parley.Recalled{Conv: r.Conv, Seq: k.seq, Dup: true}, nil
-		case k.outcome == outNew && k.seq != 0:
-			return parley.Recalled{Conv: r.Conv, Seq: k.seq}, nil
-		}
-		res := k.result(r.Conv, hash)
-		if res.Err == nil {
-			res.Err = fmt.Errorf("parley_recall: outcome %d", k.outcome)
-		}
-		return parley.Recalled{}, res.Err
+		return k.result(p.User, r, hash, window)
 	})
 }
 
-// recallSlow is Recall for lab runs with a fault point armed (keyedAppend).
-func (db *DB) recallSlow(ctx context.Context, p parley.Principal, r parley.RecallRequest, hash []byte, window time.Duration) (parley.Recalled, error) {
-	return keyed("recall", func() (parley.Recalled, error) {
-		req := &keyRequest{conv: r.Conv, user: p.User, cmid: r.CMID, hash: hash, window: window,
-			ev: parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}}
-		check := func(k keyRow) error {
-			t := parley.RecallTarget{Found: k.targetKind != nil}
-			if t.Found {
-				t.Kind, t.Sender, t.Recalled, t.Expired = parley.EventKind(*k.targetKind), *k.targetSender, *k.targetRecalled, *k.targetExpired
-			}
-			return t.Check(p.User, r.Target, window)
+// result turns parley_recall's row into what Recall answers.
+func (k recallRow) result(user string, r parley.RecallRequest, hash []byte, window time.Duration) (parley.Recalled, error) {
+	switch {
+	case k.outcome == outTarget:
+		var t parley.RecallTarget
+		if t.Found = k.tKind != nil; t.Found {
+			t.Kind, t.Sender = parley.EventKind(*k.tKind), *k.tSender
+			t.Recalled, t.Expired = k.tRecalled != nil && *k.tRecalled, k.tExpired != nil && *k.tExpired
 		}
-		mark := func(b *pgx.Batch, req *keyRequest) { b.Queue(markRecalledSQL, r.Conv, r.Target) }
-		_, k, found, err := db.keyedAppend(ctx, req, check, mark)
-		switch {
-		case err != nil:
+		if err := t.Check(user, r.Target, window); err != nil {
 			return parley.Recalled{}, err
-		case found:
-			return parley.Recalled{Conv: r.Conv, Seq: *k.seq, Dup: true}, nil
 		}
-		return parley.Recalled{Conv: r.Conv, Seq: req.ev.Seq}, nil
-	})
+		return parley.Recalled{}, errors.New("parley_recall refused a target that passes the checks")
+	case k.outcome == outKey && k.seq != 0:
+		if err := parley.CheckReplay(parley.EventKind(k.kind), k.hash, parley.EventRecall, hash); err != nil {
+			return parley.Recalled{}, err
+		}
+		return parley.Recalled{Conv: r.Conv, Seq: k.seq, Dup: true}, nil
+	case k.outcome == outNew && k.seq != 0:
+		return parley.Recalled{Conv: r.Conv, Seq: k.seq}, nil
+	}
+	res := k.sendRow.result(r.Conv, hash)
+	if res.Err == nil {
+		res.Err = fmt.Errorf("parley_recall: outcome %d", k.outcome)
+	}
+	return parley.Recalled{}, res.Err
 }
 
 // eventCols lists an event's columns for eventDest, with defaults for the

@@ -12,17 +12,13 @@ import (
 // keyLookup is the request-key step of Send and Recall: a replay returns the
 // original seq and mid; the same key with another fingerprint is
 // IDEMPOTENCY_MISMATCH; a purged original is ORIGINAL_EXPIRED. found is
-// false for a new request. The fault point store.after_key_lookup sits
-// right after the key's row is read, before anything is decided on it.
+// false for a new request.
 func keyLookup(ctx context.Context, tx *txn, convID, user, cmid string, kind parley.EventKind, hash []byte) (seq int64, mid string, found bool, err error) {
 	var stored []byte
 	var storedKind string
 	err = tx.QueryRowContext(ctx, qKeyLookup, convID, user, cmid).Scan(&seq, &mid, &storedKind, &stored)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, err
-	}
-	if ferr := fault.Hit(fault.StoreAfterKeyLookup); ferr != nil {
-		return 0, "", false, ferr
 	}
 	if err == nil {
 		if err := parley.CheckReplay(parley.EventKind(storedKind), stored, kind, hash); err != nil {
@@ -88,7 +84,9 @@ func itemOutcome(err error) bool {
 }
 
 // SendBatch implements parley.SendBatcher: every valid item, of whatever
-// conversation, in one write transaction.
+// conversation, in one write transaction. The fault points are the
+// batch's: store.before_insert before the transaction, store.before_commit
+// after its last insert.
 func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
 	out := make([]parley.BatchResult, len(items))
 	hashes := make([][]byte, len(items))
@@ -103,7 +101,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 		return out
 	}
 	res := make([]parley.BatchResult, len(items))
-	err := db.keyed(ctx, "send", func(tx *txn) error {
+	write := func(tx *txn) error {
 		inserted := false
 		for i, it := range items {
 			if hashes[i] == nil {
@@ -121,7 +119,11 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 			return fault.Hit(fault.StoreBeforeCommit)
 		}
 		return nil
-	})
+	}
+	err := fault.Hit(fault.StoreBeforeInsert)
+	if err == nil {
+		err = db.keyed(ctx, "send", write)
+	}
 	for i := range items {
 		switch {
 		case hashes[i] == nil:
@@ -134,8 +136,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 	return out
 }
 
-// sendOne is one send inside a write transaction, in the contract's order
-// (store.before_commit is the batch's, hit once after its last insert).
+// sendOne is one send inside a write transaction, in the contract's order.
 func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte) (parley.Sent, error) {
 	c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 	if err != nil {
@@ -143,9 +144,6 @@ func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequ
 	}
 	if found {
 		return parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}, nil
-	}
-	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
-		return parley.Sent{}, err
 	}
 	ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
 	if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
@@ -160,6 +158,9 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		return parley.Recalled{}, err
 	}
 	hash := parley.RecallFingerprint(r.Conv, r.Target)
+	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
+		return parley.Recalled{}, err
+	}
 	var out parley.Recalled
 	err := db.keyed(ctx, "recall", func(tx *txn) error {
 		c, seq, _, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventRecall, hash)
@@ -178,9 +179,6 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 			return err
 		}
 		if err := t.Check(p.User, r.Target, db.opts.RecallWindow); err != nil {
-			return err
-		}
-		if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
 			return err
 		}
 		ev := parley.Event{Kind: parley.EventRecall, Sender: p.User, Device: p.DeviceID, Target: r.Target}

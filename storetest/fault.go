@@ -7,11 +7,16 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
-// RunFaults checks a store's fault points: a Send or Recall that
-// fails at store.after_key_lookup, store.before_insert or
-// store.before_commit answers UNAVAILABLE and writes nothing, and the same
-// request sent again once the point is disarmed lands exactly once, as new;
-// a replay also passes store.after_key_lookup.
+// RunFaults checks a store's fault points (docs/protocol.md#fault-points-lab-only),
+// which sit on the one path every Send and Recall takes:
+// store.before_insert before the store call's write, store.before_commit
+// after the write inserted and before its commit. A Send or Recall that
+// fails at either answers UNAVAILABLE and writes nothing, and the same
+// request sent again once the point is disarmed lands exactly once, as new.
+// A batch, of one conversation or several, fails whole: every item
+// UNAVAILABLE, nothing of it committed. A replay hits store.before_insert
+// (the store learns it is one only in its write); a call that inserts
+// nothing, a replay or a refusal, passes store.before_commit.
 //
 // Fault points are armed for the whole process, so RunFaults must not run
 // beside anything else that writes: call it from a top-level test that does
@@ -20,7 +25,14 @@ import (
 func RunFaults(t *testing.T, b Backend) {
 	t.Helper()
 	t.Cleanup(func() { fault.Arm("") })
-	points := []string{fault.StoreAfterKeyLookup, fault.StoreBeforeInsert, fault.StoreBeforeCommit}
+	faultCalls(t, b)
+	faultBatches(t, b)
+	faultReplays(t, b)
+}
+
+// faultCalls fails a Send and a Recall at each store point.
+func faultCalls(t *testing.T, b Backend) {
+	points := []string{fault.StoreBeforeInsert, fault.StoreBeforeCommit}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			t.Run("send", func(t *testing.T) {
@@ -49,17 +61,18 @@ func RunFaults(t *testing.T, b Backend) {
 			})
 		})
 	}
-	// A batch fails at a point after an earlier item already passed it
-	// (or, before_commit, after its inserts): every item answers
-	// UNAVAILABLE and nothing of the batch is committed; the same batch
-	// sent again once disarmed lands whole.
-	// The same across conversations: item 0 is of c-b (a conversation
-	// named first and out of id order), the others of c-ab; the fault
-	// comes after item 0's insert, and c-b keeps nothing of it either.
+}
+
+// faultBatches fails a batch of new items and a replay at each store
+// point: before its write, or after its inserts; every item answers
+// UNAVAILABLE and nothing of the batch is committed; the same batch sent
+// again once disarmed lands whole. The same across conversations: item 0 is
+// of c-b (a conversation named first and out of id order), the others of
+// c-ab; at store.before_commit c-b keeps nothing of item 0's insert.
+func faultBatches(t *testing.T, b Backend) {
 	for _, across := range []bool{false, true} {
 		for _, spec := range []string{
-			fault.StoreAfterKeyLookup + "=unavailable@2", // at the replay, after item 0's insert
-			fault.StoreBeforeInsert + "=unavailable@2",   // at item 2's insert, after item 0's
+			fault.StoreBeforeInsert + "=unavailable",
 			fault.StoreBeforeCommit + "=unavailable",
 		} {
 			name, first, seq := "batch_"+spec, "c-ab", int64(4)
@@ -100,14 +113,36 @@ func RunFaults(t *testing.T, b Backend) {
 			})
 		}
 	}
-	t.Run("replay_passes_"+fault.StoreAfterKeyLookup, func(t *testing.T) {
+}
+
+// faultReplays: a replay hits store.before_insert; a call that inserts
+// nothing passes store.before_commit.
+func faultReplays(t *testing.T, b Backend) {
+	t.Run("replay_hits_"+fault.StoreBeforeInsert, func(t *testing.T) {
 		e, ana := faultEnv(t, b)
 		req := parley.SendRequest{Conv: "c-ab", CMID: "k3", Body: "m3"}
-		failing(t, e, fault.StoreAfterKeyLookup, func() error { _, err := e.st.Send(ctx(t), ana, req); return err })
+		failing(t, e, fault.StoreBeforeInsert, func() error { _, err := e.st.Send(ctx(t), ana, req); return err })
 		s, err := e.st.Send(ctx(t), ana, req)
 		if wantCode(t, err, "") && (!s.Dup || s.Seq != 3) {
 			t.Errorf("replay after the fault: %+v, want dup of seq 3", s)
 		}
+	})
+	t.Run("no_insert_passes_"+fault.StoreBeforeCommit, func(t *testing.T) {
+		e, ana := faultEnv(t, b)
+		before := e.snapshot(t, "c-ab")
+		if err := fault.Arm(fault.StoreBeforeCommit + "=unavailable"); err != nil {
+			t.Fatal(err)
+		}
+		s, err := e.st.Send(ctx(t), ana, parley.SendRequest{Conv: "c-ab", CMID: "k3", Body: "m3"})
+		r, rerr := e.st.Recall(ctx(t), ana, parley.RecallRequest{Conv: "c-ab", Target: 9, CMID: "r4"})
+		fault.Arm("")
+		if wantCode(t, err, "") && (!s.Dup || s.Seq != 3) {
+			t.Errorf("replay with the point armed: %+v, want dup of seq 3", s)
+		}
+		if wantCode(t, rerr, parley.CodeNotFound) && r != (parley.Recalled{}) {
+			t.Errorf("refused recall with the point armed: %+v", r)
+		}
+		e.unchanged(t, "c-ab", before)
 	})
 }
 

@@ -467,8 +467,9 @@ func sendReq(cmid, body string) wire.Request {
 }
 
 // TestCrash: the server process is SIGKILLed at a fault point during a
-// send, restarted, and the client resends: exactly one row, and only the
-// resend after a commit answers dup=true.
+// send — before the store's write, with the write done and uncommitted, or
+// after the commit — restarted, and the client resends: exactly one row,
+// and only the resend after a commit answers dup=true.
 func TestCrash(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -478,7 +479,6 @@ func TestCrash(t *testing.T) {
 		{"crash_before_insert", "store.before_insert=crash", false},
 		{"crash_before_commit", "store.before_commit=crash", false},
 		{"crash_after_commit", "api.after_send_commit=crash", true},
-		{"crash_after_key_lookup", "store.after_key_lookup=crash", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -524,16 +524,14 @@ func TestCrash(t *testing.T) {
 }
 
 // TestCrashInBatch: group commit under a crash at each store fault point.
-// The first send is held at one point (delay) so three more sends, from
-// three other devices, queue behind it and form the next batch; the server
-// dies inside that batch after its first insert: at the second item's key
-// lookup, at its insert, or before the batch's commit. After the restart
-// the first send is committed, nothing of the crashed batch is, and every
-// resend lands exactly once.
+// The first send is held at the other point (delay) so three more sends,
+// from three other devices, queue behind it and form the next batch; the
+// server dies in that batch: before its write, or after its inserts and
+// before its commit. After the restart the first send is committed,
+// nothing of the crashed batch is, and every resend lands exactly once.
 func TestCrashInBatch(t *testing.T) {
 	tests := []struct{ name, faults string }{
-		{"after_key_lookup", "store.before_insert=delay:800ms@1,store.after_key_lookup=crash@3"},
-		{"before_insert", "store.after_key_lookup=delay:800ms@1,store.before_insert=crash@3"},
+		{"before_insert", "store.before_commit=delay:800ms@1,store.before_insert=crash@2"},
 		{"before_commit", "store.before_insert=delay:800ms@1,store.before_commit=crash@2"},
 	}
 	for _, tt := range tests {

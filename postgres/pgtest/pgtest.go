@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -228,4 +229,46 @@ func Libpq(dsn string) string {
 		}
 	}
 	return strings.Join(kept, " ")
+}
+
+// TrackCalls returns dsn with the run-time parameter track_functions=pl:
+// sessions opened on it count their calls of plpgsql functions (such as
+// parley_send_many), which WaitCalls reads. Setting it takes a superuser
+// role, as PARLEY_TEST_POSTGRES's usually is.
+func TrackCalls(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("track_functions", "pl")
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " track_functions=pl"
+}
+
+// WaitCalls waits until the database of dsn counts want calls of function
+// fn by sessions opened with TrackCalls, and fails tb when it has not
+// after 15 seconds. A session reports its counts when it has been idle for
+// a second or when it ends: close the store (or end the process) that made
+// the calls first.
+func WaitCalls(tb testing.TB, dsn, fn string, want int64) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, Libpq(dsn))
+	if err != nil {
+		tb.Fatalf("count calls of %s: %v", fn, err)
+	}
+	defer conn.Close(ctx)
+	var got int64
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// Each statement its own transaction: a fresh snapshot of the counts.
+		err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE funcname = $1`, fn).Scan(&got)
+		switch {
+		case err != nil:
+			tb.Fatalf("count calls of %s: %v", fn, err)
+		case got == want:
+			return
+		case time.Now().After(deadline):
+			tb.Fatalf("PostgreSQL counts %d calls of %s, want %d", got, fn, want)
+		}
+	}
 }
