@@ -6,8 +6,10 @@
 // ctx, so no view opens its own connection.
 
 import { api, ApiError } from "./api.js";
+import { retryDelay } from "./backoff.js";
 import { h, clear } from "./dom.js";
 import { Client } from "./store.js";
+import { url } from "./urls.js";
 import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
@@ -90,7 +92,7 @@ function ctx() {
 async function boot() {
   for (;;) {
     try {
-      me = await api("GET", "/api/me");
+      me = await api("GET", url.me());
       break;
     } catch (e) {
       if (e instanceof ApiError && (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL")) {
@@ -99,7 +101,7 @@ async function boot() {
         break;
       }
       clear(root).appendChild(h("p", { class: "empty-pane", role: "status" }, "Cannot reach the server; retrying…"));
-      await new Promise((r) => setTimeout(r, Math.max(1000, e.retryAfterMs || 0)));
+      await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
   }
   if (me) startSession();
@@ -129,7 +131,7 @@ function signOutLocal(reason) {
 
 async function signOut() {
   try {
-    await api("POST", "/api/logout");
+    await api("POST", url.logout());
   } catch {
     // The cookie may already be gone; signing out locally is what the user asked.
   }

@@ -23,8 +23,11 @@
 // "prepend" (events) | "update" (ev) | "outbox".
 
 import { api, ApiError, RETRYABLE } from "./api.js";
+import { Backoff, retryDelay } from "./backoff.js";
 import { Conn } from "./conn.js";
-import { Outbox, newID } from "./outbox.js";
+import { newID } from "./id.js";
+import { Outbox } from "./outbox.js";
+import { url } from "./urls.js";
 
 /** Events per page when opening a timeline or reading older history. */
 export const PAGE = 50;
@@ -52,7 +55,7 @@ export class Client {
     this.pumping = false;
     this.pumpAgain = false;
     this.retryTimer = 0;
-    this.retryAttempt = 0;
+    this.retry = new Backoff(); // the outbox's resends while the socket is up
     this.refreshTimer = 0;
     this.stopped = false;
     this.convsLoaded = false;
@@ -127,9 +130,7 @@ export class Client {
       if (epoch) f.epoch = epoch;
       return this.conn.request(f);
     }
-    const q = new URLSearchParams({ after: String(after), limit: String(limit) });
-    if (epoch) q.set("epoch", String(epoch));
-    return api("GET", "/api/convs/" + encodeURIComponent(conv) + "/events?" + q);
+    return api("GET", url.events(conv, after, limit, epoch));
   }
 
   // --- conversations ---
@@ -181,7 +182,7 @@ export class Client {
         if (before) f.before = before;
         page = await this.conn.request(f);
       } else {
-        page = await api("GET", "/api/convs?limit=200" + (before ? "&before=" + encodeURIComponent(before) : ""));
+        page = await api("GET", url.convs(200, before));
       }
       for (const c of page.convs || []) {
         // A push applied while this page was on its way is newer than it.
@@ -214,7 +215,7 @@ export class Client {
   // --- connection events ---
 
   opened() {
-    this.retryAttempt = 0;
+    this.retry.reset();
     this.refreshConversations()
       .catch(() => {})
       .then(() => {
@@ -600,7 +601,7 @@ export class Client {
               r = await this.conn.request({ t: "send", conv: it.conv, cmid: it.cmid, body: it.body });
             } catch (e) {
               if (RETRYABLE.has(e.code)) {
-                this.retryLater(e.retryAfterMs);
+                this.retryLater(e);
                 return;
               }
               const cur = await this.outbox.get(it.cmid);
@@ -609,7 +610,7 @@ export class Client {
               else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
               continue;
             }
-            this.retryAttempt = 0;
+            this.retry.reset();
             await this.outbox.remove(it.cmid, { conv: r.conv, seq: r.seq });
           }
         } while (this.pumpAgain);
@@ -619,12 +620,10 @@ export class Client {
     }
   }
 
-  retryLater(ms) {
+  /** retryLater pumps again after the server's retry_after_ms, else after the next backoff wait. */
+  retryLater(err) {
     clearTimeout(this.retryTimer);
-    const ceil = Math.min(30000, 500 * 2 ** this.retryAttempt);
-    this.retryAttempt = Math.min(this.retryAttempt + 1, 16);
-    const wait = ms > 0 ? ms : Math.random() * ceil;
-    this.retryTimer = setTimeout(() => this.pump(), wait);
+    this.retryTimer = setTimeout(() => this.pump(), retryDelay(err, this.retry.next()));
   }
 
   // --- recall and read ---
@@ -640,7 +639,7 @@ export class Client {
     const cmid = newID();
     let r;
     if (this.conn.online()) r = await this.conn.request({ t: "recall", conv, target: seq, cmid });
-    else r = await api("POST", "/api/convs/" + encodeURIComponent(conv) + "/recall", { target: seq }, { "Idempotency-Key": cmid });
+    else r = await api("POST", url.recall(conv), { target: seq }, { "Idempotency-Key": cmid });
     const tl = this.tls.get(conv);
     if (tl) this.syncForward(tl);
     return r;

@@ -15,6 +15,7 @@
 // overwrite it anyway).
 
 import { h, clear } from "../dom.js";
+import { url } from "../urls.js";
 import { button, busy, field, input, screen, statusLine, when } from "./forms.js";
 
 const pageSize = 50;
@@ -94,10 +95,9 @@ export function renderAdminUsers(ctx) {
   }
 
   async function setDisabled(u, disabled, tr, b) {
-    const verb = disabled ? "disable" : "enable";
     status.show(`${disabled ? "Disabling" : "Enabling"} ${u.id}…`);
     try {
-      const got = await busy(b, ctx.api("POST", `/api/admin/users/${encodeURIComponent(u.id)}/${verb}`));
+      const got = await busy(b, ctx.api("POST", url.adminUserDisabled(u.id, disabled)));
       tr.replaceWith(row(Object.assign({}, u, got)));
       status.show(`${u.id} is ${got.disabled ? "disabled: their sessions ended" : "enabled"}.`);
     } catch (err) {
@@ -106,8 +106,7 @@ export function renderAdminUsers(ctx) {
   }
 
   const pages = pager(async (after) => {
-    const q = `limit=${pageSize}` + (after ? `&after=${encodeURIComponent(after)}` : "");
-    const page = await ctx.api("GET", `/api/admin/users?${q}`);
+    const page = await ctx.api("GET", url.adminUsers(pageSize, after));
     clear(users.body);
     for (const u of page.items || []) users.body.append(row(u));
     users.loaded();
@@ -130,7 +129,7 @@ export function renderAdminUsers(ctx) {
     if (password.value) body.password = password.value;
     status.show(`Creating ${body.id}…`);
     try {
-      const u = await busy(create, ctx.api("POST", "/api/admin/users", body));
+      const u = await busy(create, ctx.api("POST", url.adminUsers(), body));
       id.value = "";
       email.value = "";
       password.value = "";
@@ -174,7 +173,7 @@ export function renderAdminAudit(ctx) {
 
   async function load(b, backwards) {
     try {
-      const r = await ctx.api("GET", `/api/admin/audit?limit=${pageSize}` + (b ? `&before=${b}` : ""));
+      const r = await ctx.api("GET", url.adminAudit(pageSize, b));
       const es = r.entries || [];
       clear(log.body);
       for (const e of es) {
@@ -219,8 +218,7 @@ export function renderAdminConvs(ctx) {
   }
 
   const pages = pager(async (after) => {
-    const q = `limit=${pageSize}` + (after ? `&after=${encodeURIComponent(after)}` : "");
-    const page = await ctx.api("GET", `/api/admin/convs?${q}`);
+    const page = await ctx.api("GET", url.adminConvs(pageSize, after));
     clear(convs.body);
     for (const c of page.items || []) convs.body.append(row(c));
     convs.loaded();
@@ -233,7 +231,7 @@ export function renderAdminConvs(ctx) {
     status.show(`Loading ${id}…`);
     let c;
     try {
-      c = await ctx.api("GET", `/api/admin/convs/${encodeURIComponent(id)}`);
+      c = await ctx.api("GET", url.adminConv(id));
     } catch (err) {
       status.error(err);
       return;
@@ -259,7 +257,7 @@ export function renderAdminConvs(ctx) {
       }
       status.show(`Saving the retention of ${c.id}…`);
       try {
-        const got = await busy(save, ctx.api("PUT", `/api/admin/convs/${encodeURIComponent(c.id)}/retention`, { max_age: age, keep_last: keep }));
+        const got = await busy(save, ctx.api("PUT", url.adminRetention(c.id), { max_age: age, keep_last: keep }));
         status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
         drawEditor(got);
         const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);

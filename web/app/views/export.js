@@ -15,7 +15,10 @@
 // gone and can be forgotten.
 
 import { h, clear } from "../dom.js";
-import { button, busy, errorText, field, randomID, retryDelay, screen, statusLine, when } from "./forms.js";
+import { retryDelay } from "../backoff.js";
+import { newID } from "../id.js";
+import { url } from "../urls.js";
+import { button, busy, errorText, field, screen, statusLine, when } from "./forms.js";
 
 const keep = 10; // jobs remembered per user
 const pollMs = 1000; // progress poll while a job is queued or running
@@ -78,11 +81,11 @@ export function renderExports(ctx) {
     const s = scope.value;
     // A retry after an unknown outcome reuses the key: the server answers
     // the same job (replayed) instead of making a second one.
-    if (!pending || pending.scope !== s) pending = { key: randomID(), scope: s };
+    if (!pending || pending.scope !== s) pending = { key: newID().replaceAll("-", ""), scope: s };
     status.show("Starting the export…");
     let job;
     try {
-      job = await busy(start, ctx.api("POST", "/exports", { scope: s }, { "Idempotency-Key": pending.key }));
+      job = await busy(start, ctx.api("POST", url.exports(), { scope: s }, { "Idempotency-Key": pending.key }));
     } catch (err) {
       if (err.code !== "UNAVAILABLE" && err.status !== 0) pending = null;
       status.error(err);
@@ -204,7 +207,7 @@ function jobRow(ctx, id, forget) {
     e.preventDefault();
     const a = e.currentTarget;
     try {
-      update(await ctx.api("GET", `/exports/${encodeURIComponent(id)}`));
+      update(await ctx.api("GET", url.exportJob(id)));
     } catch (err) {
       detail.append(h("div", { class: "m-error", role: "alert" }, errorText(err)));
       return;
@@ -221,7 +224,7 @@ function jobRow(ctx, id, forget) {
     }
     let wait = pollMs;
     try {
-      const job = await ctx.api("GET", `/exports/${encodeURIComponent(id)}`);
+      const job = await ctx.api("GET", url.exportJob(id));
       update(job);
       if (finished.has(job.state)) return;
     } catch (err) {
@@ -238,7 +241,7 @@ function jobRow(ctx, id, forget) {
         return;
       }
       text.textContent = errorText(err);
-      wait = retryDelay(err, 2000);
+      wait = retryDelay(err, 2000, 250);
     }
     if (!stopped) timer = setTimeout(poll, wait);
   }

@@ -14,6 +14,7 @@
 // server is the judge of every change: a refused one shows its reason.
 
 import { h, clear } from "../dom.js";
+import { url } from "../urls.js";
 import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // maxPages bounds the history read to build the list (MaxPage = 200 events
@@ -35,7 +36,7 @@ export async function readMembers(api, conv) {
       why = `only the first ${maxPages * pageSize} events of the history were read`;
       break;
     }
-    const page = await api("GET", `/api/convs/${encodeURIComponent(conv)}/events?after=${after}&limit=${pageSize}`);
+    const page = await api("GET", url.events(conv, after, pageSize));
     const events = page.events || [];
     if (first) {
       first = false;
@@ -111,7 +112,7 @@ export function renderMembers(ctx, params) {
   async function remove(id, b) {
     status.show(`Removing ${id}…`);
     try {
-      const r = await busy(b, ctx.api("DELETE", `/api/convs/${encodeURIComponent(conv)}/members/${encodeURIComponent(id)}`));
+      const r = await busy(b, ctx.api("DELETE", url.member(conv, id)));
       status.show(r.changed ? `${id} was removed.` : `${id} was not a member.`);
       await refresh();
       if (who.isConnected) who.focus();
@@ -141,7 +142,7 @@ export function renderMembers(ctx, params) {
     }
     status.show(`Adding ${id}…`);
     try {
-      const r = await busy(add, ctx.api("POST", `/api/convs/${encodeURIComponent(conv)}/members`, { user: id }));
+      const r = await busy(add, ctx.api("POST", url.members(conv), { user: id }));
       who.value = "";
       status.show(r.changed ? `${id} was added.` : `${id} is already a member.`);
       await refresh();
@@ -166,7 +167,7 @@ export function renderMembers(ctx, params) {
   async function doLeave(e) {
     status.show("Leaving…");
     try {
-      await busy(e.currentTarget, ctx.api("DELETE", `/api/convs/${encodeURIComponent(conv)}/members/${encodeURIComponent(me)}`));
+      await busy(e.currentTarget, ctx.api("DELETE", url.member(conv, me)));
     } catch (err) {
       status.error(err);
       return;

@@ -14,7 +14,9 @@
 // the retry answers ALREADY_EXISTS for the one the first attempt made.
 
 import { h, clear } from "../dom.js";
-import { button, busy, field, input, randomID, screen, statusLine } from "./forms.js";
+import { newID } from "../id.js";
+import { url } from "../urls.js";
+import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // USER_ID is the server's user id rule (parley.ValidUserID) checked before
 // sending, so a typo is caught at once; the server checks again.
@@ -23,7 +25,7 @@ const USER_ID = /^[a-z0-9][a-z0-9._-]{0,31}$/;
 // renderNewConv is the view of /new.
 export function renderNewConv(ctx) {
   const me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
-  const convID = `c-${randomID()}`;
+  const convID = `c-${newID().replaceAll("-", "")}`; // c- and 32 hex digits
   let attempted = false; // an earlier attempt's outcome may be unknown
   const members = []; // the other members, in the order added
 
@@ -116,7 +118,7 @@ export function renderNewConv(ctx) {
     };
     status.show("Creating…");
     try {
-      await busy(create, ctx.api("POST", "/api/convs", body));
+      await busy(create, ctx.api("POST", url.convs(), body));
     } catch (err) {
       if (!(attempted && err.code === "ALREADY_EXISTS")) {
         attempted = attempted || err.code === "UNAVAILABLE" || err.status === 0;

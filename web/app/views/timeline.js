@@ -7,6 +7,7 @@
 // presses "Load older"); read marks move when messages are on screen
 // (IntersectionObserver) while the page is visible.
 
+import { retryDelay } from "../backoff.js";
 import { renderComposer } from "./composer.js";
 
 const dayFmt = new Intl.DateTimeFormat(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
@@ -254,8 +255,8 @@ export function renderTimeline(ctx, params) {
       await client.loadOlder(conv);
     } catch (e) {
       if (e.code === "RATE_LIMITED" || e.code === "UNAVAILABLE") {
-        // Retryable: try again after the server's delay (or a second).
-        setTimeout(() => onScroll(), Math.max(e.retryAfterMs || 0, 1000));
+        // Retryable: try again after the server's delay, at least a second.
+        setTimeout(() => onScroll(), retryDelay(e, 1000, 1000));
       } else {
         ctx.toast("Could not load older messages (" + (e.code || e) + ")");
       }
