@@ -1,7 +1,11 @@
 // store.js is the core of the page: the Client owns the signed-in user's
 // conversations, the timelines the user opened, the outbox and the one
-// connection. Views read its state and listen to its events; they never
-// talk to the socket. It keeps the client obligations of SPEC §3.5:
+// connection. It holds state, exposes methods and announces changes; it
+// never changes the page: no navigation, no notifications, no document
+// title, no elements. Views and the app shell (app.js) read its state (its
+// methods and what they return), change it only by calling its methods and
+// listen to its events; they never talk to the socket. It keeps the client
+// obligations of the protocol (docs/web-client.md#promises):
 //   - a message is written to the outbox (IndexedDB) before it is first
 //     sent, resent with the same cmid after every reconnect and reload until
 //     the server answers, dropped on success, kept with its reason on a
@@ -19,8 +23,9 @@
 //   - read state from the user's other devices (read hints) clears unread.
 //
 // Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
-// "timeline" (conv, change) with change.kind "reset" | "append" (events) |
-// "prepend" (events) | "update" (ev) | "outbox".
+// "arrived" (convs entry, ev): a pushed event moved a known conversation's
+// head (after "convs"), "timeline" (conv, change) with change.kind "reset" |
+// "append" (events) | "prepend" (events) | "update" (ev) | "outbox".
 
 import { api, ApiError, RETRYABLE } from "./api.js";
 import { Backoff, retryDelay } from "./backoff.js";
@@ -248,7 +253,7 @@ export class Client {
       // Unread after a recall, and "member" after a join or leave, come from the server.
       if (ev.kind === "recall" || ev.kind === "member_left" || ev.kind === "member_joined") this.scheduleRefresh();
       this.emit("convs");
-      this.notify(c, ev);
+      this.emit("arrived", c, ev);
     }
     const tl = this.tls.get(ev.conv);
     if (!tl) return;
@@ -280,21 +285,6 @@ export class Client {
     const tl = this.tls.get(f.conv);
     if (tl && tl.state === "loading") tl.seenHead = Math.max(tl.seenHead || 0, f.head);
     if (tl && tl.state === "ready" && f.head > tl.hi) this.syncForward(tl);
-  }
-
-  notify(c, ev) {
-    if (ev.kind !== "message" || ev.sender === this.user) return;
-    if (!document.hidden || typeof Notification === "undefined" || Notification.permission !== "granted") return;
-    try {
-      const n = new Notification(c.title || c.conv, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
-      n.onclick = () => {
-        window.focus();
-        history.pushState(null, "", "/c/" + encodeURIComponent(c.conv));
-        window.dispatchEvent(new PopStateEvent("popstate"));
-      };
-    } catch {
-      // Some browsers allow notifications only from a service worker.
-    }
   }
 
   recountUnread(c) {
