@@ -52,7 +52,7 @@ export class Client {
     this.listeners = new Map();
     /** @type {Map<string, object>} cmid → outbox item not yet confirmed */
     this.items = new Map();
-    /** @type {Map<string, {item: object, seq: number}>} cmid → item the server confirmed, until its event is shown */
+    /** @type {Map<string, {item: object, seq: number}>} cmid → item the server confirmed, kept 10 minutes so it shows until its event does */
     this.sent = new Map();
     /** @type {Map<string, number>} cmid → seq of an own event matched to a pending item before its reply */
     this.claims = new Map();

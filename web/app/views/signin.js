@@ -2,7 +2,8 @@
 // keeps one device id and one install id, created on its first sign-in and
 // kept in localStorage, so every sign-in from it is the same device and
 // install; and that the reason the last session ended (STALE_INSTALL,
-// UNAUTHENTICATED) is shown above the form.
+// UNAUTHENTICATED) is shown in the form, under its button, where a failed
+// sign-in says why.
 
 import { newID } from "../id.js";
 import { url } from "../urls.js";
