@@ -114,7 +114,21 @@ export function renderAdminUsers(ctx) {
     return { next: page.next, more: page.has_more };
   }, status);
 
-  // Create an account.
+  content.append(
+    users.el,
+    pages.el,
+    h("h2", { class: "m-h2" }, "Create a user"),
+    createUserForm(ctx, status, () => pages.reload()),
+  );
+  const view = screen("Users", "admin-users", adminNav("/admin/users"), status.el, content);
+  status.show("Loading…");
+  pages.first().then((ok) => ok && status.clear());
+  return view;
+}
+
+// createUserForm is the form that creates an account; reload shows the
+// listing again once the account is made.
+function createUserForm(ctx, status, reload) {
   const id = input({ type: "text", required: true, autocomplete: "off", autocapitalize: "none", spellcheck: "false", maxlength: "32", "data-test": "new-user-id" });
   const email = input({ type: "email", autocomplete: "off", "data-test": "new-user-email" });
   const password = input({ type: "password", autocomplete: "new-password", "data-test": "new-user-password" });
@@ -134,27 +148,18 @@ export function renderAdminUsers(ctx) {
       email.value = "";
       password.value = "";
       status.show(`Created ${u.id} (${u.role}).`);
-      await pages.reload();
+      await reload();
     } catch (err) {
       status.error(err);
     }
   }
 
-  content.append(
-    users.el,
-    pages.el,
-    h("h2", { class: "m-h2" }, "Create a user"),
-    h("form", { class: "m-form m-grid", on: { submit: createUser } },
-      field("User id", id, "Lower-case letters, digits, . _ - (up to 32)."),
-      field("Email (optional)", email),
-      field("Password", password, "Empty: an account that cannot log in (a webhook bot)."),
-      field("Role", role),
-      h("div", { class: "m-actions" }, create)),
-  );
-  const view = screen("Users", "admin-users", adminNav("/admin/users"), status.el, content);
-  status.show("Loading…");
-  pages.first().then((ok) => ok && status.clear());
-  return view;
+  return h("form", { class: "m-form m-grid", on: { submit: createUser } },
+    field("User id", id, "Lower-case letters, digits, . _ - (up to 32)."),
+    field("Email (optional)", email),
+    field("Password", password, "Empty: an account that cannot log in (a webhook bot)."),
+    field("Role", role),
+    h("div", { class: "m-actions" }, create));
 }
 
 // renderAdminAudit is the view of /admin/audit.
@@ -240,49 +245,14 @@ export function renderAdminConvs(ctx) {
     drawEditor(c);
   }
 
+  // drawEditor shows conversation c in the editor; after a save, again
+  // with the new policy, and its row of the table too.
   function drawEditor(c) {
-    clear(editor);
-    const ret = c.retention || {};
-    const maxAge = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "retention-max-age" }, ret.max_age || "");
-    const keepLast = input({ type: "number", min: "0", step: "1", "data-test": "retention-keep-last" }, String(ret.keep_last || 0));
-    const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, "Save retention");
-    async function submit(e) {
-      e.preventDefault();
-      const age = durationText(maxAge.value);
-      const keep = Number(keepLast.value || "0");
-      if (!Number.isInteger(keep) || keep < 0) {
-        status.show("Keep last must be a whole number, 0 or more.");
-        keepLast.focus();
-        return;
-      }
-      status.show(`Saving the retention of ${c.id}…`);
-      try {
-        const got = await busy(save, ctx.api("PUT", url.adminRetention(c.id), { max_age: age, keep_last: keep }));
-        status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
-        drawEditor(got);
-        const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);
-        if (old) old.replaceWith(row(Object.assign({ members: old.children[3].textContent }, got)));
-      } catch (err) {
-        status.error(err);
-      }
-    }
-    editor.append(
-      h("h2", { class: "m-h2", tabindex: "-1" }, `Conversation ${c.id}`),
-      h("dl", { class: "m-dl" },
-        h("dt", {}, "Title"), h("dd", {}, c.title || ""),
-        h("dt", {}, "Kind"), h("dd", {}, c.kind),
-        h("dt", {}, "Owner"), h("dd", {}, c.owner || "none"),
-        h("dt", {}, "Events"), h("dd", {}, `seq ${c.min_seq}–${c.head} (epoch ${c.epoch})`),
-        h("dt", {}, "Created"), h("dd", {}, when(c.created_at)),
-        h("dt", {}, "Retention"), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
-      h("form", { class: "m-form m-grid", on: { submit } },
-        field("Maximum age", maxAge, "A duration such as 720h or 30d; empty: no age limit."),
-        field("Keep last", keepLast, "Keep at least the newest N events; 0: no count limit."),
-        h("div", { class: "m-actions" }, save)),
-      h("p", { class: "m-hint" }, "The retention worker applies the policy; messages it removes are gone for everyone."),
-    );
-    editor.hidden = false;
-    editor.querySelector("h2").focus();
+    retentionEditor(ctx, status, editor, c, (got) => {
+      drawEditor(got);
+      const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);
+      if (old) old.replaceWith(row(Object.assign({ members: old.children[3].textContent }, got)));
+    });
   }
 
   const lookup = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "conv-lookup" });
@@ -298,6 +268,51 @@ export function renderAdminConvs(ctx) {
   status.show("Loading…");
   pages.first().then((ok) => ok && status.clear());
   return view;
+}
+
+// retentionEditor fills editor with conversation c's header and its
+// retention form; saved(got) runs once the server took a new policy.
+function retentionEditor(ctx, status, editor, c, saved) {
+  clear(editor);
+  const ret = c.retention || {};
+  const maxAge = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "retention-max-age" }, ret.max_age || "");
+  const keepLast = input({ type: "number", min: "0", step: "1", "data-test": "retention-keep-last" }, String(ret.keep_last || 0));
+  const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, "Save retention");
+  async function submit(e) {
+    e.preventDefault();
+    const age = durationText(maxAge.value);
+    const keep = Number(keepLast.value || "0");
+    if (!Number.isInteger(keep) || keep < 0) {
+      status.show("Keep last must be a whole number, 0 or more.");
+      keepLast.focus();
+      return;
+    }
+    status.show(`Saving the retention of ${c.id}…`);
+    try {
+      const got = await busy(save, ctx.api("PUT", url.adminRetention(c.id), { max_age: age, keep_last: keep }));
+      status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
+      saved(got);
+    } catch (err) {
+      status.error(err);
+    }
+  }
+  editor.append(
+    h("h2", { class: "m-h2", tabindex: "-1" }, `Conversation ${c.id}`),
+    h("dl", { class: "m-dl" },
+      h("dt", {}, "Title"), h("dd", {}, c.title || ""),
+      h("dt", {}, "Kind"), h("dd", {}, c.kind),
+      h("dt", {}, "Owner"), h("dd", {}, c.owner || "none"),
+      h("dt", {}, "Events"), h("dd", {}, `seq ${c.min_seq}–${c.head} (epoch ${c.epoch})`),
+      h("dt", {}, "Created"), h("dd", {}, when(c.created_at)),
+      h("dt", {}, "Retention"), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
+    h("form", { class: "m-form m-grid", on: { submit } },
+      field("Maximum age", maxAge, "A duration such as 720h or 30d; empty: no age limit."),
+      field("Keep last", keepLast, "Keep at least the newest N events; 0: no count limit."),
+      h("div", { class: "m-actions" }, save)),
+    h("p", { class: "m-hint" }, "The retention worker applies the policy; messages it removes are gone for everyone."),
+  );
+  editor.hidden = false;
+  editor.querySelector("h2").focus();
 }
 
 // adminNav links the three admin screens, marking the current one.
