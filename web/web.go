@@ -107,6 +107,35 @@ var shellRefRE = regexp.MustCompile(`"/assets/([^"\n]+)"`)
 // a missing asset: each would break the page, so the server must not start
 // with it.
 func Load(fsys fs.FS) (*Site, error) {
+	src, err := readApp(fsys)
+	if err != nil {
+		return nil, err
+	}
+	shell, ok := src[ShellFile]
+	if !ok {
+		return nil, fmt.Errorf("web: the app has no %s", ShellFile)
+	}
+	delete(src, ShellFile)
+
+	s := &Site{assets: map[string]*asset{}, names: map[string]string{}}
+	for name := range src {
+		s.order = append(s.order, name)
+	}
+	slices.Sort(s.order)
+	l := &linker{site: s, src: src, state: map[string]int{}}
+	for _, name := range s.order {
+		if err := l.visit(name); err != nil {
+			return nil, err
+		}
+	}
+	if s.shell, err = s.renderShell(shell); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readApp reads every file of fsys, by its path.
+func readApp(fsys fs.FS) (map[string][]byte, error) {
 	src := map[string][]byte{}
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -122,81 +151,86 @@ func Load(fsys fs.FS) (*Site, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web: reading the app: %w", err)
 	}
-	shell, ok := src[ShellFile]
-	if !ok {
-		return nil, fmt.Errorf("web: the app has no %s", ShellFile)
-	}
-	delete(src, ShellFile)
+	return src, nil
+}
 
-	s := &Site{assets: map[string]*asset{}, names: map[string]string{}}
-	for name := range src {
-		s.order = append(s.order, name)
-	}
-	slices.Sort(s.order)
+// A linker hashes the assets of an app, each module after what it imports
+// (depth-first, post-order), so an importer's body names its imports'
+// hashed names before it is hashed itself. It tracks the path being visited
+// to report a cycle with its members.
+type linker struct {
+	site  *Site
+	src   map[string][]byte // app name → body as written
+	state map[string]int    // app name → unvisited, visiting or linked
+	stack []string          // the modules being visited, importers first
+}
 
-	// Hash modules after what they import (depth-first, post-order),
-	// tracking the path being visited to report a cycle with its members.
-	const (
-		unvisited = iota
-		visiting
-		done
-	)
-	state := map[string]int{}
-	var stack []string
-	var visit func(name string) error
-	visit = func(name string) error {
-		switch state[name] {
-		case done:
-			return nil
-		case visiting:
-			i := slices.Index(stack, name)
-			cycle := append(slices.Clone(stack[i:]), name)
-			return fmt.Errorf("web: import cycle: %s (modules must import each other without cycles)", strings.Join(cycle, " → "))
-		}
-		state[name] = visiting
-		stack = append(stack, name)
-		body := src[name]
-		if path.Ext(name) == ".js" {
-			var rerr error
-			body = importRE.ReplaceAllFunc(body, func(m []byte) []byte {
-				if rerr != nil {
-					return m
-				}
-				sub := importRE.FindSubmatch(m)
-				spec := string(sub[2])
-				dep := path.Join(path.Dir(name), spec)
-				if _, ok := src[dep]; !ok || path.Ext(spec) != ".js" || strings.HasPrefix(dep, "../") {
-					rerr = fmt.Errorf("web: %s imports %q, which is no module of the app (relative, ending .js)", name, spec)
-					return m
-				}
-				if err := visit(dep); err != nil {
-					rerr = err
-					return m
-				}
-				hashed := s.names[dep]
-				rel := path.Join(path.Dir(spec), path.Base(hashed))
-				if strings.HasPrefix(spec, "./") {
-					rel = "./" + rel
-				}
-				return slices.Concat(sub[1], []byte(`"`+rel+`"`))
-			})
-			if rerr != nil {
-				return rerr
-			}
-		}
-		s.add(name, body)
-		stack = stack[:len(stack)-1]
-		state[name] = done
+const (
+	unvisited = iota
+	visiting
+	linked
+)
+
+// visit adds asset name to the site, after the modules it imports.
+func (l *linker) visit(name string) error {
+	switch l.state[name] {
+	case linked:
 		return nil
+	case visiting:
+		i := slices.Index(l.stack, name)
+		cycle := append(slices.Clone(l.stack[i:]), name)
+		return fmt.Errorf("web: import cycle: %s (modules must import each other without cycles)", strings.Join(cycle, " → "))
 	}
-	for _, name := range s.order {
-		if err := visit(name); err != nil {
-			return nil, err
+	l.state[name] = visiting
+	l.stack = append(l.stack, name)
+	body := l.src[name]
+	if path.Ext(name) == ".js" {
+		var err error
+		if body, err = l.rewriteImports(name, body); err != nil {
+			return err
 		}
 	}
+	l.site.add(name, body)
+	l.stack = l.stack[:len(l.stack)-1]
+	l.state[name] = linked
+	return nil
+}
 
+// rewriteImports returns module name's body with every relative import
+// specifier renamed to the hashed name of the module it names, linking
+// those modules first.
+func (l *linker) rewriteImports(name string, body []byte) ([]byte, error) {
 	var rerr error
-	s.shell = shellRefRE.ReplaceAllFunc(shell, func(m []byte) []byte {
+	out := importRE.ReplaceAllFunc(body, func(m []byte) []byte {
+		if rerr != nil {
+			return m
+		}
+		sub := importRE.FindSubmatch(m)
+		spec := string(sub[2])
+		dep := path.Join(path.Dir(name), spec)
+		if _, ok := l.src[dep]; !ok || path.Ext(spec) != ".js" || strings.HasPrefix(dep, "../") {
+			rerr = fmt.Errorf("web: %s imports %q, which is no module of the app (relative, ending .js)", name, spec)
+			return m
+		}
+		if err := l.visit(dep); err != nil {
+			rerr = err
+			return m
+		}
+		hashed := l.site.names[dep]
+		rel := path.Join(path.Dir(spec), path.Base(hashed))
+		if strings.HasPrefix(spec, "./") {
+			rel = "./" + rel
+		}
+		return slices.Concat(sub[1], []byte(`"`+rel+`"`))
+	})
+	return out, rerr
+}
+
+// renderShell returns the shell with its /assets/NAME.EXT references
+// renamed to the hashed names; a reference to a missing asset is an error.
+func (s *Site) renderShell(shell []byte) ([]byte, error) {
+	var rerr error
+	out := shellRefRE.ReplaceAllFunc(shell, func(m []byte) []byte {
 		name := string(shellRefRE.FindSubmatch(m)[1])
 		hashed, ok := s.names[name]
 		if !ok {
@@ -207,10 +241,7 @@ func Load(fsys fs.FS) (*Site, error) {
 		}
 		return []byte(`"` + AssetsPrefix + hashed + `"`)
 	})
-	if rerr != nil {
-		return nil, rerr
-	}
-	return s, nil
+	return out, rerr
 }
 
 // add records name's served body under its hashed name.

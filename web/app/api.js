@@ -1,8 +1,10 @@
 // api.js owns the HTTP API calls of the page: same-origin fetches with the
-// session cookie, JSON in and out. It promises one error type, ApiError,
-// carrying the protocol code of the server's problem+json body, so
-// callers decide on `code` alone: a network failure or an answer without a
-// code is UNAVAILABLE (retryable), never a terminal code.
+// session cookie, JSON in and out, to the URLs urls.js builds. It promises
+// one error type, ApiError, carrying the protocol code of the server's
+// problem+json body (docs/protocol.md#error-codes), so callers decide on
+// `code` alone: a network failure, or an answer without a code other than
+// a 401 (UNAUTHENTICATED), is UNAVAILABLE (retryable), never a terminal
+// code.
 
 /** ApiError is a refused or failed API call. */
 export class ApiError extends Error {
@@ -22,13 +24,17 @@ export class ApiError extends Error {
   }
 }
 
-/** Codes after which the request must not be retried (docs/protocol.md, error table). */
+/**
+ * The retryable codes: after one of these the request is kept and sent
+ * again (same key) after a wait; after any other code it must not be
+ * retried (docs/protocol.md#error-codes).
+ */
 export const RETRYABLE = new Set(["UNAVAILABLE", "RATE_LIMITED"]);
 
 /**
  * api calls the HTTP API.
  * @param {string} method "GET", "POST", "PUT", "DELETE"
- * @param {string} path e.g. "/api/me"
+ * @param {string} path from urls.js, e.g. url.me()
  * @param {*} [body] JSON-encoded when given
  * @param {Object<string,string>} [headers] extra headers (Idempotency-Key)
  * @returns {Promise<*>} the decoded JSON body; null for 204

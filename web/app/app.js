@@ -3,12 +3,19 @@
 // the conversation list, main pane) and routes History API paths to views:
 // its own (/signin, /, /c/{id}) and those manage.js exports. It owns the one
 // Client (store.js) of the signed-in session and hands it to every view in
-// ctx, so no view opens its own connection.
+// ctx, so no view opens its own connection. Everything the page shows
+// about the session outside the views is done here, from the client's
+// events: the connection indicator, the unread count in the page title,
+// desktop notifications (views/notify.js), the way back to sign-in when the
+// session ends.
 
 import { api, ApiError } from "./api.js";
+import { retryDelay } from "./backoff.js";
 import { h, clear } from "./dom.js";
 import { Client } from "./store.js";
+import { url } from "./urls.js";
 import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
+import { allowButton, notifyArrivals } from "./views/notify.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
@@ -90,7 +97,7 @@ function ctx() {
 async function boot() {
   for (;;) {
     try {
-      me = await api("GET", "/api/me");
+      me = await api("GET", url.me());
       break;
     } catch (e) {
       if (e instanceof ApiError && (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL")) {
@@ -99,7 +106,7 @@ async function boot() {
         break;
       }
       clear(root).appendChild(h("p", { class: "empty-pane", role: "status" }, "Cannot reach the server; retrying…"));
-      await new Promise((r) => setTimeout(r, Math.max(1000, e.retryAfterMs || 0)));
+      await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
   }
   if (me) startSession();
@@ -115,6 +122,10 @@ function startSession() {
   });
   client.on("conn", updateConn);
   client.on("convs", updateTitle);
+  notifyArrivals(client, (conv) => {
+    history.pushState(null, "", "/c/" + encodeURIComponent(conv));
+    render();
+  });
   client.start();
 }
 
@@ -129,7 +140,7 @@ function signOutLocal(reason) {
 
 async function signOut() {
   try {
-    await api("POST", "/api/logout");
+    await api("POST", url.logout());
   } catch {
     // The cookie may already be gone; signing out locally is what the user asked.
   }
@@ -150,20 +161,6 @@ function updateConn() {
   shell.conn.querySelector(".conn-label").textContent = label;
 }
 
-function notifyButton() {
-  if (typeof Notification === "undefined" || Notification.permission !== "default") return null;
-  const b = h("button", {
-    type: "button", "data-test": "allow-notify",
-    on: {
-      click: async () => {
-        await Notification.requestPermission();
-        b.remove();
-      },
-    },
-  }, "Allow notifications");
-  return b;
-}
-
 function buildShell() {
   const nav = h("nav", { "aria-label": "Menu" });
   const conn = h("span", { class: "conn", role: "status", "data-test": "conn", "data-state": "connecting" },
@@ -175,7 +172,7 @@ function buildShell() {
       h("a", { class: "brand", href: "/", "data-nav": "" }, "Parley"),
       conn,
       nav,
-      notifyButton(),
+      allowButton(h),
       h("span", { class: "muted", "data-test": "me" }, me.user.name || me.user.id),
       h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
     sidebar, main);

@@ -6,21 +6,23 @@
 //     one whose socket closes before the reply, rejects with UNAVAILABLE;
 //   - after every (re)connect it subscribes (sub) before reporting "open",
 //     so a listener that syncs on "open" misses no push;
-//   - reconnects forever with full-jitter exponential backoff (random in
-//     [0, min(30 s, 0.5 s·2^attempt)]), at once on goaway or when the
-//     browser comes back online; while the browser says it is offline
-//     (navigator.onLine false) it waits for its "online" event instead,
-//     trying only every 30 s in case that event never comes, so the state
-//     stays "offline" rather than flickering through "connecting";
+//   - reconnects forever with full-jitter exponential backoff (backoff.js:
+//     a random wait in [0, min(30 s, 0.5 s·2^attempt)), attempts counted
+//     since the last connection that subscribed), so within 0.5 s after a
+//     goaway, and without a wait when the browser comes back online; while
+//     the browser says it is offline (navigator.onLine false) it waits for
+//     its "online" event instead, trying only every 30 s in case that event
+//     never comes, so the state stays "offline" rather than flickering
+//     through "connecting";
 //   - a refused upgrade is told apart by asking GET /api/me:
 //     UNAUTHENTICATED / STALE_INSTALL end the connection for good ("auth"),
 //     anything else is retried;
 //   - the state ("connecting", "online", "offline") is always reported.
 
 import { api, ApiError } from "./api.js";
+import { Backoff, CAP_MS } from "./backoff.js";
+import { url } from "./urls.js";
 
-const BASE_MS = 500;
-const CAP_MS = 30000;
 const REQUEST_TIMEOUT_MS = 20000;
 
 /** Conn is the WebSocket connection with its reconnect loop. */
@@ -32,7 +34,7 @@ export class Conn {
     this.hooks = hooks;
     this.ws = null;
     this.state = "connecting";
-    this.attempt = 0;
+    this.backoff = new Backoff();
     this.rid = 0;
     this.waiting = new Map(); // rid → {resolve, reject, timer}
     this.stopped = false;
@@ -79,10 +81,9 @@ export class Conn {
     if (this.stopped) return;
     clearTimeout(this.timer);
     this.setState("connecting");
-    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
     let ws;
     try {
-      ws = new WebSocket(url);
+      ws = new WebSocket(url.socket());
     } catch {
       this.scheduleReconnect();
       return;
@@ -99,7 +100,7 @@ export class Conn {
       }
       if (this.ws !== ws) return;
       this.opened = true;
-      this.attempt = 0;
+      this.backoff.reset();
       this.setState("online");
       this.hooks.onOpen();
     };
@@ -157,7 +158,7 @@ export class Conn {
   async checkAuthThenReconnect(neverOpened) {
     if (neverOpened) {
       try {
-        await api("GET", "/api/me");
+        await api("GET", url.me());
       } catch (e) {
         if (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL") {
           if (this.stopped) return;
@@ -179,15 +180,13 @@ export class Conn {
       this.timer = setTimeout(() => this.open(), CAP_MS);
       return;
     }
-    const ceil = Math.min(CAP_MS, BASE_MS * 2 ** this.attempt);
-    this.attempt = Math.min(this.attempt + 1, 16);
-    this.timer = setTimeout(() => this.open(), Math.random() * ceil);
+    this.timer = setTimeout(() => this.open(), this.backoff.next());
   }
 
   /** reconnectNow skips the backoff wait (the browser came back online). */
   reconnectNow() {
     if (this.stopped || this.ws) return;
-    this.attempt = 0;
+    this.backoff.reset();
     this.open();
   }
 

@@ -11,21 +11,9 @@
 //     (Web Locks), so only one tab sends at a time.
 // Item: {cmid, conv, body, created (ms), state: "pending"|"failed"|"expired", reason?}.
 
-const STORE = "outbox";
+import { newID } from "./id.js";
 
-/**
- * newID returns a random UUID (crypto.randomUUID where the page is a secure
- * context, else the same format from crypto.getRandomValues).
- * @returns {string}
- */
-export function newID() {
-  if (crypto.randomUUID) return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const x = [...b].map((v) => v.toString(16).padStart(2, "0")).join("");
-  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
-}
+const STORE = "outbox";
 
 function req(r) {
   return new Promise((resolve, reject) => {

@@ -1,7 +1,11 @@
 // store.js is the core of the page: the Client owns the signed-in user's
 // conversations, the timelines the user opened, the outbox and the one
-// connection. Views read its state and listen to its events; they never
-// talk to the socket. It keeps docs/design.md#client-obligations:
+// connection. It holds state, exposes methods and announces changes; it
+// never changes the page: no navigation, no notifications, no document
+// title, no elements. Views and the app shell (app.js) read its state (its
+// methods and what they return), change it only by calling its methods and
+// listen to its events; they never talk to the socket. It keeps the client
+// obligations of the protocol (docs/web-client.md#promises):
 //   - a message is written to the outbox (IndexedDB) before it is first
 //     sent, resent with the same cmid after every reconnect and reload until
 //     the server answers, dropped on success, kept with its reason on a
@@ -19,12 +23,16 @@
 //   - read state from the user's other devices (read hints) clears unread.
 //
 // Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
-// "timeline" (conv, change) with change.kind "reset" | "append" (events) |
-// "prepend" (events) | "update" (ev) | "outbox".
+// "arrived" (convs entry, ev): a pushed event moved a known conversation's
+// head (after "convs"), "timeline" (conv, change) with change.kind "reset" |
+// "append" (events) | "prepend" (events) | "update" (ev) | "outbox".
 
 import { api, ApiError, RETRYABLE } from "./api.js";
+import { Backoff, retryDelay } from "./backoff.js";
 import { Conn } from "./conn.js";
-import { Outbox, newID } from "./outbox.js";
+import { newID } from "./id.js";
+import { Outbox } from "./outbox.js";
+import { url } from "./urls.js";
 
 /** Events per page when opening a timeline or reading older history. */
 export const PAGE = 50;
@@ -44,7 +52,7 @@ export class Client {
     this.listeners = new Map();
     /** @type {Map<string, object>} cmid → outbox item not yet confirmed */
     this.items = new Map();
-    /** @type {Map<string, {item: object, seq: number}>} cmid → item the server confirmed, until its event is shown */
+    /** @type {Map<string, {item: object, seq: number}>} cmid → item the server confirmed, kept 10 minutes so it shows until its event does */
     this.sent = new Map();
     /** @type {Map<string, number>} cmid → seq of an own event matched to a pending item before its reply */
     this.claims = new Map();
@@ -52,7 +60,7 @@ export class Client {
     this.pumping = false;
     this.pumpAgain = false;
     this.retryTimer = 0;
-    this.retryAttempt = 0;
+    this.retry = new Backoff(); // the outbox's resends while the socket is up
     this.refreshTimer = 0;
     this.stopped = false;
     this.convsLoaded = false;
@@ -127,9 +135,7 @@ export class Client {
       if (epoch) f.epoch = epoch;
       return this.conn.request(f);
     }
-    const q = new URLSearchParams({ after: String(after), limit: String(limit) });
-    if (epoch) q.set("epoch", String(epoch));
-    return api("GET", "/api/convs/" + encodeURIComponent(conv) + "/events?" + q);
+    return api("GET", url.events(conv, after, limit, epoch));
   }
 
   // --- conversations ---
@@ -181,7 +187,7 @@ export class Client {
         if (before) f.before = before;
         page = await this.conn.request(f);
       } else {
-        page = await api("GET", "/api/convs?limit=200" + (before ? "&before=" + encodeURIComponent(before) : ""));
+        page = await api("GET", url.convs(200, before));
       }
       for (const c of page.convs || []) {
         // A push applied while this page was on its way is newer than it.
@@ -214,7 +220,7 @@ export class Client {
   // --- connection events ---
 
   opened() {
-    this.retryAttempt = 0;
+    this.retry.reset();
     this.refreshConversations()
       .catch(() => {})
       .then(() => {
@@ -247,7 +253,7 @@ export class Client {
       // Unread after a recall, and "member" after a join or leave, come from the server.
       if (ev.kind === "recall" || ev.kind === "member_left" || ev.kind === "member_joined") this.scheduleRefresh();
       this.emit("convs");
-      this.notify(c, ev);
+      this.emit("arrived", c, ev);
     }
     const tl = this.tls.get(ev.conv);
     if (!tl) return;
@@ -279,21 +285,6 @@ export class Client {
     const tl = this.tls.get(f.conv);
     if (tl && tl.state === "loading") tl.seenHead = Math.max(tl.seenHead || 0, f.head);
     if (tl && tl.state === "ready" && f.head > tl.hi) this.syncForward(tl);
-  }
-
-  notify(c, ev) {
-    if (ev.kind !== "message" || ev.sender === this.user) return;
-    if (!document.hidden || typeof Notification === "undefined" || Notification.permission !== "granted") return;
-    try {
-      const n = new Notification(c.title || c.conv, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
-      n.onclick = () => {
-        window.focus();
-        history.pushState(null, "", "/c/" + encodeURIComponent(c.conv));
-        window.dispatchEvent(new PopStateEvent("popstate"));
-      };
-    } catch {
-      // Some browsers allow notifications only from a service worker.
-    }
   }
 
   recountUnread(c) {
@@ -600,7 +591,7 @@ export class Client {
               r = await this.conn.request({ t: "send", conv: it.conv, cmid: it.cmid, body: it.body });
             } catch (e) {
               if (RETRYABLE.has(e.code)) {
-                this.retryLater(e.retryAfterMs);
+                this.retryLater(e);
                 return;
               }
               const cur = await this.outbox.get(it.cmid);
@@ -609,7 +600,7 @@ export class Client {
               else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
               continue;
             }
-            this.retryAttempt = 0;
+            this.retry.reset();
             await this.outbox.remove(it.cmid, { conv: r.conv, seq: r.seq });
           }
         } while (this.pumpAgain);
@@ -619,12 +610,10 @@ export class Client {
     }
   }
 
-  retryLater(ms) {
+  /** retryLater pumps again after the server's retry_after_ms, else after the next backoff wait. */
+  retryLater(err) {
     clearTimeout(this.retryTimer);
-    const ceil = Math.min(30000, 500 * 2 ** this.retryAttempt);
-    this.retryAttempt = Math.min(this.retryAttempt + 1, 16);
-    const wait = ms > 0 ? ms : Math.random() * ceil;
-    this.retryTimer = setTimeout(() => this.pump(), wait);
+    this.retryTimer = setTimeout(() => this.pump(), retryDelay(err, this.retry.next()));
   }
 
   // --- recall and read ---
@@ -640,7 +629,7 @@ export class Client {
     const cmid = newID();
     let r;
     if (this.conn.online()) r = await this.conn.request({ t: "recall", conv, target: seq, cmid });
-    else r = await api("POST", "/api/convs/" + encodeURIComponent(conv) + "/recall", { target: seq }, { "Idempotency-Key": cmid });
+    else r = await api("POST", url.recall(conv), { target: seq }, { "Idempotency-Key": cmid });
     const tl = this.tls.get(conv);
     if (tl) this.syncForward(tl);
     return r;

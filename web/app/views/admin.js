@@ -15,6 +15,7 @@
 // overwrite it anyway).
 
 import { h, clear } from "../dom.js";
+import { url } from "../urls.js";
 import { button, busy, field, input, screen, statusLine, when } from "./forms.js";
 
 const pageSize = 50;
@@ -94,10 +95,9 @@ export function renderAdminUsers(ctx) {
   }
 
   async function setDisabled(u, disabled, tr, b) {
-    const verb = disabled ? "disable" : "enable";
     status.show(`${disabled ? "Disabling" : "Enabling"} ${u.id}…`);
     try {
-      const got = await busy(b, ctx.api("POST", `/api/admin/users/${encodeURIComponent(u.id)}/${verb}`));
+      const got = await busy(b, ctx.api("POST", url.adminUserDisabled(u.id, disabled)));
       tr.replaceWith(row(Object.assign({}, u, got)));
       status.show(`${u.id} is ${got.disabled ? "disabled: their sessions ended" : "enabled"}.`);
     } catch (err) {
@@ -106,8 +106,7 @@ export function renderAdminUsers(ctx) {
   }
 
   const pages = pager(async (after) => {
-    const q = `limit=${pageSize}` + (after ? `&after=${encodeURIComponent(after)}` : "");
-    const page = await ctx.api("GET", `/api/admin/users?${q}`);
+    const page = await ctx.api("GET", url.adminUsers(pageSize, after));
     clear(users.body);
     for (const u of page.items || []) users.body.append(row(u));
     users.loaded();
@@ -115,7 +114,21 @@ export function renderAdminUsers(ctx) {
     return { next: page.next, more: page.has_more };
   }, status);
 
-  // Create an account.
+  content.append(
+    users.el,
+    pages.el,
+    h("h2", { class: "m-h2" }, "Create a user"),
+    createUserForm(ctx, status, () => pages.reload()),
+  );
+  const view = screen("Users", "admin-users", adminNav("/admin/users"), status.el, content);
+  status.show("Loading…");
+  pages.first().then((ok) => ok && status.clear());
+  return view;
+}
+
+// createUserForm is the form that creates an account; reload shows the
+// listing again once the account is made.
+function createUserForm(ctx, status, reload) {
   const id = input({ type: "text", required: true, autocomplete: "off", autocapitalize: "none", spellcheck: "false", maxlength: "32", "data-test": "new-user-id" });
   const email = input({ type: "email", autocomplete: "off", "data-test": "new-user-email" });
   const password = input({ type: "password", autocomplete: "new-password", "data-test": "new-user-password" });
@@ -130,32 +143,23 @@ export function renderAdminUsers(ctx) {
     if (password.value) body.password = password.value;
     status.show(`Creating ${body.id}…`);
     try {
-      const u = await busy(create, ctx.api("POST", "/api/admin/users", body));
+      const u = await busy(create, ctx.api("POST", url.adminUsers(), body));
       id.value = "";
       email.value = "";
       password.value = "";
       status.show(`Created ${u.id} (${u.role}).`);
-      await pages.reload();
+      await reload();
     } catch (err) {
       status.error(err);
     }
   }
 
-  content.append(
-    users.el,
-    pages.el,
-    h("h2", { class: "m-h2" }, "Create a user"),
-    h("form", { class: "m-form m-grid", on: { submit: createUser } },
-      field("User id", id, "Lower-case letters, digits, . _ - (up to 32)."),
-      field("Email (optional)", email),
-      field("Password", password, "Empty: an account that cannot log in (a webhook bot)."),
-      field("Role", role),
-      h("div", { class: "m-actions" }, create)),
-  );
-  const view = screen("Users", "admin-users", adminNav("/admin/users"), status.el, content);
-  status.show("Loading…");
-  pages.first().then((ok) => ok && status.clear());
-  return view;
+  return h("form", { class: "m-form m-grid", on: { submit: createUser } },
+    field("User id", id, "Lower-case letters, digits, . _ - (up to 32)."),
+    field("Email (optional)", email),
+    field("Password", password, "Empty: an account that cannot log in (a webhook bot)."),
+    field("Role", role),
+    h("div", { class: "m-actions" }, create));
 }
 
 // renderAdminAudit is the view of /admin/audit.
@@ -174,7 +178,7 @@ export function renderAdminAudit(ctx) {
 
   async function load(b, backwards) {
     try {
-      const r = await ctx.api("GET", `/api/admin/audit?limit=${pageSize}` + (b ? `&before=${b}` : ""));
+      const r = await ctx.api("GET", url.adminAudit(pageSize, b));
       const es = r.entries || [];
       clear(log.body);
       for (const e of es) {
@@ -219,8 +223,7 @@ export function renderAdminConvs(ctx) {
   }
 
   const pages = pager(async (after) => {
-    const q = `limit=${pageSize}` + (after ? `&after=${encodeURIComponent(after)}` : "");
-    const page = await ctx.api("GET", `/api/admin/convs?${q}`);
+    const page = await ctx.api("GET", url.adminConvs(pageSize, after));
     clear(convs.body);
     for (const c of page.items || []) convs.body.append(row(c));
     convs.loaded();
@@ -233,7 +236,7 @@ export function renderAdminConvs(ctx) {
     status.show(`Loading ${id}…`);
     let c;
     try {
-      c = await ctx.api("GET", `/api/admin/convs/${encodeURIComponent(id)}`);
+      c = await ctx.api("GET", url.adminConv(id));
     } catch (err) {
       status.error(err);
       return;
@@ -242,49 +245,14 @@ export function renderAdminConvs(ctx) {
     drawEditor(c);
   }
 
+  // drawEditor shows conversation c in the editor; after a save, again
+  // with the new policy, and its row of the table too.
   function drawEditor(c) {
-    clear(editor);
-    const ret = c.retention || {};
-    const maxAge = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "retention-max-age" }, ret.max_age || "");
-    const keepLast = input({ type: "number", min: "0", step: "1", "data-test": "retention-keep-last" }, String(ret.keep_last || 0));
-    const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, "Save retention");
-    async function submit(e) {
-      e.preventDefault();
-      const age = durationText(maxAge.value);
-      const keep = Number(keepLast.value || "0");
-      if (!Number.isInteger(keep) || keep < 0) {
-        status.show("Keep last must be a whole number, 0 or more.");
-        keepLast.focus();
-        return;
-      }
-      status.show(`Saving the retention of ${c.id}…`);
-      try {
-        const got = await busy(save, ctx.api("PUT", `/api/admin/convs/${encodeURIComponent(c.id)}/retention`, { max_age: age, keep_last: keep }));
-        status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
-        drawEditor(got);
-        const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);
-        if (old) old.replaceWith(row(Object.assign({ members: old.children[3].textContent }, got)));
-      } catch (err) {
-        status.error(err);
-      }
-    }
-    editor.append(
-      h("h2", { class: "m-h2", tabindex: "-1" }, `Conversation ${c.id}`),
-      h("dl", { class: "m-dl" },
-        h("dt", {}, "Title"), h("dd", {}, c.title || ""),
-        h("dt", {}, "Kind"), h("dd", {}, c.kind),
-        h("dt", {}, "Owner"), h("dd", {}, c.owner || "none"),
-        h("dt", {}, "Events"), h("dd", {}, `seq ${c.min_seq}–${c.head} (epoch ${c.epoch})`),
-        h("dt", {}, "Created"), h("dd", {}, when(c.created_at)),
-        h("dt", {}, "Retention"), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
-      h("form", { class: "m-form m-grid", on: { submit } },
-        field("Maximum age", maxAge, "A duration such as 720h or 30d; empty: no age limit."),
-        field("Keep last", keepLast, "Keep at least the newest N events; 0: no count limit."),
-        h("div", { class: "m-actions" }, save)),
-      h("p", { class: "m-hint" }, "The retention worker applies the policy; messages it removes are gone for everyone."),
-    );
-    editor.hidden = false;
-    editor.querySelector("h2").focus();
+    retentionEditor(ctx, status, editor, c, (got) => {
+      drawEditor(got);
+      const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);
+      if (old) old.replaceWith(row(Object.assign({ members: old.children[3].textContent }, got)));
+    });
   }
 
   const lookup = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "conv-lookup" });
@@ -300,6 +268,51 @@ export function renderAdminConvs(ctx) {
   status.show("Loading…");
   pages.first().then((ok) => ok && status.clear());
   return view;
+}
+
+// retentionEditor fills editor with conversation c's header and its
+// retention form; saved(got) runs once the server took a new policy.
+function retentionEditor(ctx, status, editor, c, saved) {
+  clear(editor);
+  const ret = c.retention || {};
+  const maxAge = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "retention-max-age" }, ret.max_age || "");
+  const keepLast = input({ type: "number", min: "0", step: "1", "data-test": "retention-keep-last" }, String(ret.keep_last || 0));
+  const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, "Save retention");
+  async function submit(e) {
+    e.preventDefault();
+    const age = durationText(maxAge.value);
+    const keep = Number(keepLast.value || "0");
+    if (!Number.isInteger(keep) || keep < 0) {
+      status.show("Keep last must be a whole number, 0 or more.");
+      keepLast.focus();
+      return;
+    }
+    status.show(`Saving the retention of ${c.id}…`);
+    try {
+      const got = await busy(save, ctx.api("PUT", url.adminRetention(c.id), { max_age: age, keep_last: keep }));
+      status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
+      saved(got);
+    } catch (err) {
+      status.error(err);
+    }
+  }
+  editor.append(
+    h("h2", { class: "m-h2", tabindex: "-1" }, `Conversation ${c.id}`),
+    h("dl", { class: "m-dl" },
+      h("dt", {}, "Title"), h("dd", {}, c.title || ""),
+      h("dt", {}, "Kind"), h("dd", {}, c.kind),
+      h("dt", {}, "Owner"), h("dd", {}, c.owner || "none"),
+      h("dt", {}, "Events"), h("dd", {}, `seq ${c.min_seq}–${c.head} (epoch ${c.epoch})`),
+      h("dt", {}, "Created"), h("dd", {}, when(c.created_at)),
+      h("dt", {}, "Retention"), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
+    h("form", { class: "m-form m-grid", on: { submit } },
+      field("Maximum age", maxAge, "A duration such as 720h or 30d; empty: no age limit."),
+      field("Keep last", keepLast, "Keep at least the newest N events; 0: no count limit."),
+      h("div", { class: "m-actions" }, save)),
+    h("p", { class: "m-hint" }, "The retention worker applies the policy; messages it removes are gone for everyone."),
+  );
+  editor.hidden = false;
+  editor.querySelector("h2").focus();
 }
 
 // adminNav links the three admin screens, marking the current one.

@@ -1,8 +1,9 @@
 // views/composer.js owns the message box under a timeline: Enter sends,
 // Shift+Enter starts a new line, and the 4,000-character limit (Unicode code
 // points, as the server counts) is shown from 3,500 characters on, before it
-// is hit; a longer text cannot be sent. Sending hands the text to the
-// client's outbox and clears the box once the outbox has it.
+// is hit; a longer text cannot be sent. Sending clears the box at once and
+// hands the text to the client's outbox; if the outbox cannot keep it, the
+// text comes back (unless the user typed anew) with a toast.
 
 /** The server's limit on a message body, in code points. */
 export const MAX_CHARS = 4000;

@@ -15,7 +15,10 @@
 // gone and can be forgotten.
 
 import { h, clear } from "../dom.js";
-import { button, busy, errorText, field, randomID, retryDelay, screen, statusLine, when } from "./forms.js";
+import { retryDelay } from "../backoff.js";
+import { newID } from "../id.js";
+import { url } from "../urls.js";
+import { button, busy, errorText, field, screen, statusLine, when } from "./forms.js";
 
 const keep = 10; // jobs remembered per user
 const pollMs = 1000; // progress poll while a job is queued or running
@@ -43,31 +46,33 @@ function remember(ctx, ids) {
   }
 }
 
+// fillScopes lists "all" and every conversation of the core's list in
+// scope, keeping the choice; the screen runs it again when the list changes.
+function fillScopes(scope, client) {
+  const chosen = scope.value || "all";
+  let convs = [];
+  try {
+    convs = (client && client.conversations ? client.conversations() : []) || [];
+  } catch {
+    convs = [];
+  }
+  clear(scope);
+  scope.append(h("option", { value: "all" }, "All my conversations"));
+  for (const c of convs) {
+    const id = c.conv || c.id;
+    if (id && c.member !== false) scope.append(h("option", { value: `conv:${id}` }, c.title || id));
+  }
+  scope.value = chosen;
+  if (scope.value !== chosen) scope.value = "all";
+}
+
 // renderExports is the view of /exports.
 export function renderExports(ctx) {
   const status = statusLine();
   const scope = h("select", { "data-test": "export-scope" });
-  // fillScopes lists "all" and every conversation of the core's list,
-  // keeping the choice; it runs again when the list changes.
-  function fillScopes() {
-    const chosen = scope.value || "all";
-    let convs = [];
-    try {
-      convs = (ctx.client && ctx.client.conversations ? ctx.client.conversations() : []) || [];
-    } catch {
-      convs = [];
-    }
-    clear(scope);
-    scope.append(h("option", { value: "all" }, "All my conversations"));
-    for (const c of convs) {
-      const id = c.conv || c.id;
-      if (id && c.member !== false) scope.append(h("option", { value: `conv:${id}` }, c.title || id));
-    }
-    scope.value = chosen;
-    if (scope.value !== chosen) scope.value = "all";
-  }
-  fillScopes();
-  const offConvs = ctx.client && ctx.client.on ? ctx.client.on("convs", fillScopes) : () => {};
+  const refill = () => fillScopes(scope, ctx.client);
+  refill();
+  const offConvs = ctx.client && ctx.client.on ? ctx.client.on("convs", refill) : () => {};
   const start = h("button", { type: "submit", class: "m-primary", "data-test": "export-start" }, "Start export");
   const jobs = h("ul", { class: "m-list", "data-test": "export-jobs", "aria-label": "Your exports" });
   const rows = new Map(); // job id → row controller
@@ -78,11 +83,11 @@ export function renderExports(ctx) {
     const s = scope.value;
     // A retry after an unknown outcome reuses the key: the server answers
     // the same job (replayed) instead of making a second one.
-    if (!pending || pending.scope !== s) pending = { key: randomID(), scope: s };
+    if (!pending || pending.scope !== s) pending = { key: newID().replaceAll("-", ""), scope: s };
     status.show("Starting the export…");
     let job;
     try {
-      job = await busy(start, ctx.api("POST", "/exports", { scope: s }, { "Idempotency-Key": pending.key }));
+      job = await busy(start, ctx.api("POST", url.exports(), { scope: s }, { "Idempotency-Key": pending.key }));
     } catch (err) {
       if (err.code !== "UNAVAILABLE" && err.status !== 0) pending = null;
       status.error(err);
@@ -101,7 +106,7 @@ export function renderExports(ctx) {
       rows.get(id).update(job);
       return;
     }
-    const row = jobRow(ctx, id, () => {
+    const row = new JobRow(ctx, id, () => {
       remember(ctx, remembered(ctx).filter((x) => x !== id));
       rows.get(id).stop();
       rows.delete(id);
@@ -132,32 +137,69 @@ export function renderExports(ctx) {
   return view;
 }
 
-// jobRow shows one job and polls it until it is finished, while its row is
+// JobRow shows one job and polls it until it is finished, while its row is
 // on the page.
-function jobRow(ctx, id, forget) {
-  const state = h("span", { class: "m-badge", "data-test": "export-state" }, "…");
-  const bar = h("progress", { max: "1", "aria-label": "Export progress" });
-  const text = h("span", { class: "m-hint", "data-test": "export-progress" });
-  const detail = h("div", { class: "m-detail" });
-  const el = h("li", { class: "m-item m-job", "data-test": `export-${id}`, "data-job": id },
-    h("div", { class: "m-row" }, h("strong", {}, "Export "), h("code", {}, id), " ", state),
-    h("div", { class: "m-row" }, bar, text),
-    detail);
-  let timer = 0;
-  let stopped = false;
-  let linkAt = 0; // when the current link was fetched (ms)
-  let linkTTL = 0; // its lifetime (ms)
-  let last = null;
-
-  function stop() {
-    stopped = true;
-    clearTimeout(timer);
+class JobRow {
+  constructor(ctx, id, forget) {
+    this.ctx = ctx;
+    this.id = id;
+    this.forget = forget;
+    this.state = h("span", { class: "m-badge", "data-test": "export-state" }, "…");
+    this.bar = h("progress", { max: "1", "aria-label": "Export progress" });
+    this.text = h("span", { class: "m-hint", "data-test": "export-progress" });
+    this.detail = h("div", { class: "m-detail" });
+    this.el = h("li", { class: "m-item m-job", "data-test": `export-${id}`, "data-job": id },
+      h("div", { class: "m-row" }, h("strong", {}, "Export "), h("code", {}, id), " ", this.state),
+      h("div", { class: "m-row" }, this.bar, this.text),
+      this.detail);
+    this.timer = 0;
+    this.stopped = false;
+    this.linkAt = 0; // when the current link was fetched (ms)
+    this.linkTTL = 0; // its lifetime (ms)
+    this.last = null;
   }
 
-  function update(job) {
-    last = job;
-    state.textContent = job.state;
-    el.setAttribute("data-state", job.state);
+  get job() {
+    return this.last;
+  }
+
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  update(job) {
+    const { detail } = this;
+    this.last = job;
+    this.state.textContent = job.state;
+    this.el.setAttribute("data-state", job.state);
+    this.drawProgress(job);
+    clear(detail);
+    detail.append(h("div", { class: "m-hint" }, `Scope: ${job.scope === "all" ? "all conversations" : job.scope}; started ${when(job.created_at)}`));
+    if (job.state === "done") {
+      this.linkAt = Date.now();
+      this.linkTTL = (job.url_expires_in || 300) * 1000;
+      detail.append(h("div", { class: "m-hint" },
+        `${formatBytes(job.bytes)} · sha256 `, h("code", { class: "m-hash", "data-test": "export-sha256" }, job.sha256 || ""),
+        job.expires_at ? ` · available until ${when(job.expires_at)}` : ""));
+      if (job.url) {
+        const a = h("a", {
+          href: job.url, download: `parley-export-${this.id}.jsonl.gz`, class: "m-button m-primary",
+          "data-test": "export-download", on: { click: (e) => this.follow(e) },
+        }, "Download");
+        detail.append(a);
+      } else {
+        detail.append(h("div", { class: "m-hint" }, "This server gives no download links."));
+      }
+    }
+    if (job.error) detail.append(h("div", { class: "m-error", role: "alert" }, job.error));
+    if (finished.has(job.state) && job.state !== "done") {
+      detail.append(button("Forget", this.forget, { "data-test": "export-forget" }));
+    }
+  }
+
+  drawProgress(job) {
+    const { bar, text } = this;
     const done = job.progress ? job.progress.done : 0;
     const total = job.progress ? job.progress.total : 0;
     if (total > 0) {
@@ -173,77 +215,53 @@ function jobRow(ctx, id, forget) {
       bar.value = 1;
       text.textContent = total > 0 ? `${total} of ${total} shards (100%)` : "complete";
     }
-    clear(detail);
-    detail.append(h("div", { class: "m-hint" }, `Scope: ${job.scope === "all" ? "all conversations" : job.scope}; started ${when(job.created_at)}`));
-    if (job.state === "done") {
-      linkAt = Date.now();
-      linkTTL = (job.url_expires_in || 300) * 1000;
-      detail.append(h("div", { class: "m-hint" },
-        `${formatBytes(job.bytes)} · sha256 `, h("code", { class: "m-hash", "data-test": "export-sha256" }, job.sha256 || ""),
-        job.expires_at ? ` · available until ${when(job.expires_at)}` : ""));
-      if (job.url) {
-        const a = h("a", {
-          href: job.url, download: `parley-export-${id}.jsonl.gz`, class: "m-button m-primary",
-          "data-test": "export-download", on: { click: follow },
-        }, "Download");
-        detail.append(a);
-      } else {
-        detail.append(h("div", { class: "m-hint" }, "This server gives no download links."));
-      }
-    }
-    if (job.error) detail.append(h("div", { class: "m-error", role: "alert" }, job.error));
-    if (finished.has(job.state) && job.state !== "done") {
-      detail.append(button("Forget", forget, { "data-test": "export-forget" }));
-    }
   }
 
   // follow refreshes an old link before the browser follows it: the link's
   // signature expires, the job does not.
-  async function follow(e) {
-    if (Date.now() - linkAt < linkTTL - 30000) return;
+  async follow(e) {
+    if (Date.now() - this.linkAt < this.linkTTL - 30000) return;
     e.preventDefault();
     const a = e.currentTarget;
     try {
-      update(await ctx.api("GET", `/exports/${encodeURIComponent(id)}`));
+      this.update(await this.ctx.api("GET", url.exportJob(this.id)));
     } catch (err) {
-      detail.append(h("div", { class: "m-error", role: "alert" }, errorText(err)));
+      this.detail.append(h("div", { class: "m-error", role: "alert" }, errorText(err)));
       return;
     }
-    const fresh = el.querySelector('[data-test="export-download"]');
+    const fresh = this.el.querySelector('[data-test="export-download"]');
     if (fresh && fresh !== a) fresh.click();
   }
 
-  async function poll() {
-    if (stopped) return;
-    if (timer && !el.isConnected) {
-      stop(); // the screen was left
+  async poll() {
+    if (this.stopped) return;
+    if (this.timer && !this.el.isConnected) {
+      this.stop(); // the screen was left
       return;
     }
     let wait = pollMs;
     try {
-      const job = await ctx.api("GET", `/exports/${encodeURIComponent(id)}`);
-      update(job);
+      const job = await this.ctx.api("GET", url.exportJob(this.id));
+      this.update(job);
       if (finished.has(job.state)) return;
     } catch (err) {
       if (err.code === "NOT_FOUND") {
-        state.textContent = "gone";
-        el.setAttribute("data-state", "gone");
-        clear(detail);
-        detail.append(h("div", { class: "m-hint" }, "The server no longer has this export."),
-          button("Forget", forget, { "data-test": "export-forget" }));
+        this.state.textContent = "gone";
+        this.el.setAttribute("data-state", "gone");
+        clear(this.detail);
+        this.detail.append(h("div", { class: "m-hint" }, "The server no longer has this export."),
+          button("Forget", this.forget, { "data-test": "export-forget" }));
         return;
       }
       if (err.code !== "UNAVAILABLE" && err.code !== "RATE_LIMITED") {
-        detail.append(h("div", { class: "m-error", role: "alert" }, errorText(err)));
+        this.detail.append(h("div", { class: "m-error", role: "alert" }, errorText(err)));
         return;
       }
-      text.textContent = errorText(err);
-      wait = retryDelay(err, 2000);
+      this.text.textContent = errorText(err);
+      wait = retryDelay(err, 2000, 250);
     }
-    if (!stopped) timer = setTimeout(poll, wait);
+    if (!this.stopped) this.timer = setTimeout(() => this.poll(), wait);
   }
-
-  return { el, update, poll, stop, get job() { return last; } };
 }
 
 // formatBytes renders a size for people.

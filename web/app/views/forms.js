@@ -32,13 +32,6 @@ function waitText(ms) {
   return s < 120 ? `${s} s` : `${Math.ceil(s / 60)} min`;
 }
 
-// retryDelay is how long to wait before polling again after err: the
-// server's Retry-After when it gave one, else fallbackMs.
-export function retryDelay(err, fallbackMs) {
-  if (err && err.retryAfterMs > 0) return Math.max(err.retryAfterMs, 250);
-  return fallbackMs;
-}
-
 // statusLine returns a live region for the outcome of actions: show(text)
 // for progress and success, error(err) for failures (role alert). The
 // element carries data-test="status"; an error also sets data-code to the
@@ -126,12 +119,4 @@ export function when(iso) {
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return iso;
   return d.toLocaleString();
-}
-
-// randomID returns 32 hex characters from crypto.getRandomValues: the id
-// of a request that may be retried (an Idempotency-Key, a conversation id).
-export function randomID() {
-  const b = new Uint8Array(16);
-  crypto.getRandomValues(b);
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }

@@ -14,6 +14,7 @@
 // server is the judge of every change: a refused one shows its reason.
 
 import { h, clear } from "../dom.js";
+import { url } from "../urls.js";
 import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // maxPages bounds the history read to build the list (MaxPage = 200 events
@@ -35,7 +36,7 @@ export async function readMembers(api, conv) {
       why = `only the first ${maxPages * pageSize} events of the history were read`;
       break;
     }
-    const page = await api("GET", `/api/convs/${encodeURIComponent(conv)}/events?after=${after}&limit=${pageSize}`);
+    const page = await api("GET", url.events(conv, after, pageSize));
     const events = page.events || [];
     if (first) {
       first = false;
@@ -56,180 +57,191 @@ export async function readMembers(api, conv) {
 
 // renderMembers is the view of /c/{id}/members.
 export function renderMembers(ctx, params) {
-  const conv = params.id;
-  const me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
-  // The kind and title come from the core's list, which may still be
-  // loading when the page was opened at this path: until then the screen
-  // names the conversation by id and shows no controls.
-  let summary = findConv(ctx, conv);
-  let direct = !!summary && summary.kind === "direct";
-  let label = summary && summary.title ? summary.title : conv;
-  let last = null; // the last list read
+  return new MembersView(ctx, params.id).view;
+}
 
-  const status = statusLine();
-  const list = h("ul", { class: "m-list", "data-test": "member-list", "aria-label": "Members" });
-  const note = h("p", { class: "m-hint", "data-test": "member-note" });
-  const who = input({ type: "text", autocomplete: "off", autocapitalize: "none", spellcheck: "false", "data-test": "add-member-input" });
-  const add = h("button", { type: "submit", "data-test": "add-member" }, "Add");
-  const leaveBox = h("div", { class: "m-actions" });
+// MembersView is the members screen of one conversation while it is on
+// the page.
+class MembersView {
+  constructor(ctx, conv) {
+    this.ctx = ctx;
+    this.conv = conv;
+    this.me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
+    // The kind and title come from the core's list, which may still be
+    // loading when the page was opened at this path: until then the screen
+    // names the conversation by id and shows no controls.
+    this.summary = findConv(ctx, conv);
+    this.direct = !!this.summary && this.summary.kind === "direct";
+    this.label = this.summary && this.summary.title ? this.summary.title : conv;
+    this.last = null; // the last list read
 
-  async function refresh() {
+    this.status = statusLine();
+    this.list = h("ul", { class: "m-list", "data-test": "member-list", "aria-label": "Members" });
+    this.note = h("p", { class: "m-hint", "data-test": "member-note" });
+    this.who = input({ type: "text", autocomplete: "off", autocapitalize: "none", spellcheck: "false", "data-test": "add-member-input" });
+    this.add = h("button", { type: "submit", "data-test": "add-member" }, "Add");
+    this.leaveBox = h("div", { class: "m-actions" });
+    this.heading = h("span", {}, this.label);
+    this.back = h("a", { href: `/c/${encodeURIComponent(conv)}`, "data-test": "back-to-conv" }, `Back to ${this.label}`);
+    this.controls = h("div", { "data-test": "member-controls" });
+
+    this.view = screen(["Members of ", this.heading], "members",
+      h("p", { class: "m-sub" }, this.back),
+      this.status.el,
+      this.note, this.list, this.controls);
+    if (this.summary) {
+      this.drawControls();
+    } else if (ctx.client && ctx.client.on) {
+      const off = ctx.client.on("convs", () => {
+        if (this.named()) off();
+      });
+      this.view.dispose = off;
+    }
+    this.refresh();
+  }
+
+  async refresh() {
+    const ctx = this.ctx;
     try {
-      const got = await readMembers(ctx.api, conv);
-      draw(got);
+      const got = await readMembers(ctx.api, this.conv);
+      this.draw(got);
       // A conversation the loaded list does not name (it changed since):
       // offer the group controls and let the server judge.
       const loaded = ctx.client && ctx.client.conversationsLoaded && ctx.client.conversationsLoaded();
-      if (!summary && loaded && !controls.firstChild) drawControls();
+      if (!this.summary && loaded && !this.controls.firstChild) this.drawControls();
     } catch (err) {
-      clear(list);
-      status.error(err);
+      clear(this.list);
+      this.status.error(err);
     }
   }
 
-  function draw(got) {
-    last = got;
-    clear(list);
+  draw(got) {
+    const me = this.me;
+    this.last = got;
+    clear(this.list);
     const ids = Array.from(got.members).sort();
     for (const id of ids) {
       const row = h("li", { class: "m-item", "data-test": `member-${id}` },
         h("span", { class: "m-name" }, id, id === me ? " (you)" : ""));
-      if (!direct && id !== me) {
-        row.append(button("Remove", (e) => remove(id, e.currentTarget), { "aria-label": `Remove ${id}`, "data-test": `remove-${id}` }));
+      if (!this.direct && id !== me) {
+        row.append(button("Remove", (e) => this.remove(id, e.currentTarget), { "aria-label": `Remove ${id}`, "data-test": `remove-${id}` }));
       }
-      list.append(row);
+      this.list.append(row);
     }
-    if (ids.length === 0) list.append(h("li", { class: "m-item m-hint" }, "No members seen in the history you can see."));
-    list.setAttribute("data-loaded", "true");
-    note.textContent = got.complete
+    if (ids.length === 0) this.list.append(h("li", { class: "m-item m-hint" }, "No members seen in the history you can see."));
+    this.list.setAttribute("data-loaded", "true");
+    this.note.textContent = got.complete
       ? "Everyone currently in the conversation."
       : `This list may be incomplete: ${got.why}. The API offers no member list; adding or removing someone by id still works.`;
   }
 
   // remove takes id out (b is the button pressed); focus goes to the id
   // field, since the row pressed may be gone.
-  async function remove(id, b) {
-    status.show(`Removing ${id}…`);
+  async remove(id, b) {
+    this.status.show(`Removing ${id}…`);
     try {
-      const r = await busy(b, ctx.api("DELETE", `/api/convs/${encodeURIComponent(conv)}/members/${encodeURIComponent(id)}`));
-      status.show(r.changed ? `${id} was removed.` : `${id} was not a member.`);
-      await refresh();
-      if (who.isConnected) who.focus();
+      const r = await busy(b, this.ctx.api("DELETE", url.member(this.conv, id)));
+      this.status.show(r.changed ? `${id} was removed.` : `${id} was not a member.`);
+      await this.refresh();
+      if (this.who.isConnected) this.who.focus();
     } catch (err) {
-      status.error(err);
+      this.status.error(err);
     }
   }
 
   // removeTyped removes the id typed in the field: the way to reach a
   // member the list could not show.
-  function removeTyped(e) {
-    const id = who.value.trim().toLowerCase();
+  removeTyped(e) {
+    const id = this.who.value.trim().toLowerCase();
     if (!id) {
-      who.focus();
+      this.who.focus();
       return;
     }
-    who.value = "";
-    remove(id, e.currentTarget);
+    this.who.value = "";
+    this.remove(id, e.currentTarget);
   }
 
-  async function addMember(e) {
+  async addMember(e) {
     e.preventDefault();
-    const id = who.value.trim().toLowerCase();
+    const id = this.who.value.trim().toLowerCase();
     if (!id) {
-      who.focus();
+      this.who.focus();
       return;
     }
-    status.show(`Adding ${id}…`);
+    this.status.show(`Adding ${id}…`);
     try {
-      const r = await busy(add, ctx.api("POST", `/api/convs/${encodeURIComponent(conv)}/members`, { user: id }));
-      who.value = "";
-      status.show(r.changed ? `${id} was added.` : `${id} is already a member.`);
-      await refresh();
+      const r = await busy(this.add, this.ctx.api("POST", url.members(this.conv), { user: id }));
+      this.who.value = "";
+      this.status.show(r.changed ? `${id} was added.` : `${id} is already a member.`);
+      await this.refresh();
     } catch (err) {
-      status.error(err);
+      this.status.error(err);
     }
   }
 
   // Leaving asks once more in place (no window.confirm: it blocks and is
   // not styled for the page).
-  function askLeave() {
-    clear(leaveBox);
-    const yes = button("Leave now", doLeave, { class: "m-danger", "data-test": "leave-confirm" });
-    leaveBox.append(
-      h("span", { class: "m-hint" }, `Leave “${label}”? You will no longer see new messages.`), " ",
+  askLeave() {
+    clear(this.leaveBox);
+    const yes = button("Leave now", (e) => this.doLeave(e), { class: "m-danger", "data-test": "leave-confirm" });
+    this.leaveBox.append(
+      h("span", { class: "m-hint" }, `Leave “${this.label}”? You will no longer see new messages.`), " ",
       yes, " ",
-      button("Cancel", () => { drawLeave(); }, { "data-test": "leave-cancel" }),
+      button("Cancel", () => { this.drawLeave(); }, { "data-test": "leave-cancel" }),
     );
     yes.focus();
   }
 
-  async function doLeave(e) {
-    status.show("Leaving…");
+  async doLeave(e) {
+    const ctx = this.ctx;
+    this.status.show("Leaving…");
     try {
-      await busy(e.currentTarget, ctx.api("DELETE", `/api/convs/${encodeURIComponent(conv)}/members/${encodeURIComponent(me)}`));
+      await busy(e.currentTarget, ctx.api("DELETE", url.member(this.conv, this.me)));
     } catch (err) {
-      status.error(err);
+      this.status.error(err);
       return;
     }
     if (ctx.client && ctx.client.refreshConversations) ctx.client.refreshConversations();
-    if (ctx.toast) ctx.toast(`You left ${label}.`);
+    if (ctx.toast) ctx.toast(`You left ${this.label}.`);
     ctx.navigate("/");
   }
 
-  function drawLeave() {
-    clear(leaveBox);
-    leaveBox.append(button("Leave conversation", askLeave, { class: "m-danger", "data-test": "leave" }));
+  drawLeave() {
+    clear(this.leaveBox);
+    this.leaveBox.append(button("Leave conversation", () => this.askLeave(), { class: "m-danger", "data-test": "leave" }));
   }
-
-  const heading = h("span", {}, label);
-  const back = h("a", { href: `/c/${encodeURIComponent(conv)}`, "data-test": "back-to-conv" }, `Back to ${label}`);
-  const controls = h("div", { "data-test": "member-controls" });
 
   // drawControls shows what the kind allows: a direct conversation's
   // members never change.
-  function drawControls() {
+  drawControls() {
+    const controls = this.controls;
     clear(controls);
-    if (direct) {
+    if (this.direct) {
       controls.append(h("p", { class: "m-hint" }, "The members of a direct conversation cannot change."));
       return;
     }
     controls.append(
       h("h2", { class: "m-h2" }, "Add or remove a member"),
-      h("form", { class: "m-form m-row", on: { submit: addMember } },
-        field("User id", who, "There is no user directory: ask the person for their id."), add,
-        button("Remove", removeTyped, { "data-test": "remove-typed" })),
+      h("form", { class: "m-form m-row", on: { submit: (e) => this.addMember(e) } },
+        field("User id", this.who, "There is no user directory: ask the person for their id."), this.add,
+        button("Remove", (e) => this.removeTyped(e), { "data-test": "remove-typed" })),
       h("h2", { class: "m-h2" }, "Leave"),
-      leaveBox,
+      this.leaveBox,
     );
-    drawLeave();
+    this.drawLeave();
   }
 
-  function named() {
-    summary = findConv(ctx, conv);
-    if (!summary) return false;
-    direct = summary.kind === "direct";
-    label = summary.title || conv;
-    heading.textContent = label;
-    back.textContent = `Back to ${label}`;
-    drawControls();
-    if (last) draw(last);
+  named() {
+    this.summary = findConv(this.ctx, this.conv);
+    if (!this.summary) return false;
+    this.direct = this.summary.kind === "direct";
+    this.label = this.summary.title || this.conv;
+    this.heading.textContent = this.label;
+    this.back.textContent = `Back to ${this.label}`;
+    this.drawControls();
+    if (this.last) this.draw(this.last);
     return true;
   }
-
-  const view = screen(["Members of ", heading], "members",
-    h("p", { class: "m-sub" }, back),
-    status.el,
-    note, list, controls);
-  if (summary) {
-    drawControls();
-  } else if (ctx.client && ctx.client.on) {
-    const off = ctx.client.on("convs", () => {
-      if (named()) off();
-    });
-    view.dispose = off;
-  }
-  refresh();
-  return view;
 }
 
 // findConv returns the core's summary of conv, if it has one.

@@ -14,7 +14,9 @@
 // the retry answers ALREADY_EXISTS for the one the first attempt made.
 
 import { h, clear } from "../dom.js";
-import { button, busy, field, input, randomID, screen, statusLine } from "./forms.js";
+import { newID } from "../id.js";
+import { url } from "../urls.js";
+import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // USER_ID is the server's user id rule (parley.ValidUserID) checked before
 // sending, so a typo is caught at once; the server checks again.
@@ -22,131 +24,143 @@ const USER_ID = /^[a-z0-9][a-z0-9._-]{0,31}$/;
 
 // renderNewConv is the view of /new.
 export function renderNewConv(ctx) {
-  const me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
-  const convID = `c-${randomID()}`;
-  let attempted = false; // an earlier attempt's outcome may be unknown
-  const members = []; // the other members, in the order added
+  return new NewConvView(ctx).view;
+}
 
-  const status = statusLine();
-  const kindGroup = input({ type: "radio", name: "m-kind", value: "group", id: "m-kind-group", "data-test": "kind-group" });
-  const kindDirect = input({ type: "radio", name: "m-kind", value: "direct", id: "m-kind-direct", "data-test": "kind-direct" });
-  kindGroup.checked = true;
-  const title = input({ type: "text", maxlength: "200", autocomplete: "off", "data-test": "conv-title" });
-  const who = input({
-    type: "text", autocomplete: "off", autocapitalize: "none", spellcheck: "false",
-    "data-test": "member-input",
-  });
-  const chips = h("ul", { class: "m-chips", "aria-label": "Members to add", "data-test": "member-chips" });
-  const create = h("button", { type: "submit", class: "m-primary", "data-test": "create-conv" }, "Create");
+// NewConvView is the /new screen while it is on the page.
+class NewConvView {
+  constructor(ctx) {
+    this.ctx = ctx;
+    this.me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
+    this.convID = `c-${newID().replaceAll("-", "")}`; // c- and 32 hex digits
+    this.attempted = false; // an earlier attempt's outcome may be unknown
+    this.members = []; // the other members, in the order added
 
-  const titleField = field("Title", title, "Shown to every member; up to 200 characters.");
+    this.status = statusLine();
+    const kindGroup = input({ type: "radio", name: "m-kind", value: "group", id: "m-kind-group", "data-test": "kind-group" });
+    this.kindDirect = input({ type: "radio", name: "m-kind", value: "direct", id: "m-kind-direct", "data-test": "kind-direct" });
+    kindGroup.checked = true;
+    this.title = input({ type: "text", maxlength: "200", autocomplete: "off", "data-test": "conv-title" });
+    this.who = input({
+      type: "text", autocomplete: "off", autocapitalize: "none", spellcheck: "false",
+      "data-test": "member-input",
+    });
+    this.chips = h("ul", { class: "m-chips", "aria-label": "Members to add", "data-test": "member-chips" });
+    this.create = h("button", { type: "submit", class: "m-primary", "data-test": "create-conv" }, "Create");
+    this.titleField = field("Title", this.title, "Shown to every member; up to 200 characters.");
 
-  function isDirect() {
-    return kindDirect.checked;
+    const addButton = button("Add", () => { this.addWho(); this.who.focus(); }, { "data-test": "member-add" });
+    this.who.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        this.addWho();
+      }
+    });
+    kindGroup.addEventListener("change", () => this.syncKind());
+    this.kindDirect.addEventListener("change", () => this.syncKind());
+
+    const form = h("form", { class: "m-form", "aria-describedby": "m-newconv-help", on: { submit: (e) => this.submit(e) } },
+      h("fieldset", { class: "m-kinds" },
+        h("legend", {}, "Kind"),
+        h("label", { for: "m-kind-group" }, kindGroup, " Group"),
+        h("label", { for: "m-kind-direct" }, this.kindDirect, " Direct (one other person)")),
+      this.titleField,
+      h("div", { class: "m-row" },
+        field("Add a person by user id", this.who,
+          "There is no directory of users: ask people for their id (several may be separated by spaces)."),
+        addButton),
+      this.chips,
+      h("div", { class: "m-actions" }, this.create),
+    );
+    this.view = screen("New conversation", "newconv",
+      h("p", { id: "m-newconv-help", class: "m-hint" }, "You are a member of what you create; a group's creator owns it."),
+      form, this.status.el);
   }
 
-  function syncKind() {
-    titleField.hidden = isDirect();
-    if (isDirect() && members.length > 1) {
-      status.show("A direct conversation has exactly one other person: remove the extra ones.");
+  isDirect() {
+    return this.kindDirect.checked;
+  }
+
+  syncKind() {
+    this.titleField.hidden = this.isDirect();
+    if (this.isDirect() && this.members.length > 1) {
+      this.status.show("A direct conversation has exactly one other person: remove the extra ones.");
     }
   }
 
-  function drawChips() {
-    clear(chips);
-    for (const id of members) {
-      chips.append(
+  drawChips() {
+    clear(this.chips);
+    for (const id of this.members) {
+      this.chips.append(
         h("li", { class: "m-chip", "data-test": `chip-${id}` }, id, " ",
           button("×", () => {
-            members.splice(members.indexOf(id), 1);
-            drawChips();
-            who.focus();
+            this.members.splice(this.members.indexOf(id), 1);
+            this.drawChips();
+            this.who.focus();
           }, { "aria-label": `Remove ${id}`, class: "m-chip-x" })),
       );
     }
   }
 
-  function addWho() {
-    const ids = who.value.split(/[\s,]+/).map((s) => s.trim().toLowerCase()).filter(Boolean);
+  addWho() {
+    const ids = this.who.value.split(/[\s,]+/).map((s) => s.trim().toLowerCase()).filter(Boolean);
     for (const id of ids) {
       if (!USER_ID.test(id)) {
-        status.show(`"${id}" is not a user id (lower-case letters, digits, . _ -, up to 32).`);
+        this.status.show(`"${id}" is not a user id (lower-case letters, digits, . _ -, up to 32).`);
         return false;
       }
-      if (id === me) {
-        status.show("You are a member already.");
+      if (id === this.me) {
+        this.status.show("You are a member already.");
         continue;
       }
-      if (!members.includes(id)) members.push(id);
+      if (!this.members.includes(id)) this.members.push(id);
     }
-    who.value = "";
-    status.clear();
-    drawChips();
+    this.who.value = "";
+    this.status.clear();
+    this.drawChips();
     return true;
   }
 
-  const addButton = button("Add", () => { addWho(); who.focus(); }, { "data-test": "member-add" });
-  who.addEventListener("keydown", (e) => {
-    if (e.key === "Enter") {
-      e.preventDefault();
-      addWho();
+  // body is the create request, or null (and the reason shown) when the
+  // form is not complete.
+  body() {
+    const kind = this.isDirect() ? "direct" : "group";
+    if (kind === "direct" && this.members.length !== 1) {
+      this.status.show("A direct conversation needs exactly one other person.");
+      this.who.focus();
+      return null;
     }
-  });
-  kindGroup.addEventListener("change", syncKind);
-  kindDirect.addEventListener("change", syncKind);
-
-  async function submit(e) {
-    e.preventDefault();
-    if (who.value.trim() && !addWho()) return;
-    const kind = isDirect() ? "direct" : "group";
-    if (kind === "direct" && members.length !== 1) {
-      status.show("A direct conversation needs exactly one other person.");
-      who.focus();
-      return;
-    }
-    if (kind === "group" && !title.value.trim()) {
-      status.show("A group needs a title.");
-      title.focus();
-      return;
+    if (kind === "group" && !this.title.value.trim()) {
+      this.status.show("A group needs a title.");
+      this.title.focus();
+      return null;
     }
     // A direct conversation's title names both people for the list.
-    const body = {
-      id: convID, kind, members: members.slice(),
-      title: kind === "direct" ? [me, members[0]].sort().join(" & ") : title.value.trim(),
+    return {
+      id: this.convID, kind, members: this.members.slice(),
+      title: kind === "direct" ? [this.me, this.members[0]].sort().join(" & ") : this.title.value.trim(),
     };
-    status.show("Creating…");
+  }
+
+  async submit(e) {
+    const ctx = this.ctx;
+    e.preventDefault();
+    if (this.who.value.trim() && !this.addWho()) return;
+    const body = this.body();
+    if (!body) return;
+    this.status.show("Creating…");
     try {
-      await busy(create, ctx.api("POST", "/api/convs", body));
+      await busy(this.create, ctx.api("POST", url.convs(), body));
     } catch (err) {
-      if (!(attempted && err.code === "ALREADY_EXISTS")) {
-        attempted = attempted || err.code === "UNAVAILABLE" || err.status === 0;
-        status.error(err);
+      if (!(this.attempted && err.code === "ALREADY_EXISTS")) {
+        this.attempted = this.attempted || err.code === "UNAVAILABLE" || err.status === 0;
+        this.status.error(err);
         return;
       }
       // The earlier attempt did create it.
     }
-    status.show("Created.");
+    this.status.show("Created.");
     if (ctx.client && ctx.client.refreshConversations) ctx.client.refreshConversations();
-    ctx.navigate(`/c/${encodeURIComponent(convID)}`);
+    ctx.navigate(`/c/${encodeURIComponent(this.convID)}`);
   }
-
-  const form = h("form", { class: "m-form", "aria-describedby": "m-newconv-help", on: { submit } },
-    h("fieldset", { class: "m-kinds" },
-      h("legend", {}, "Kind"),
-      h("label", { for: "m-kind-group" }, kindGroup, " Group"),
-      h("label", { for: "m-kind-direct" }, kindDirect, " Direct (one other person)")),
-    titleField,
-    h("div", { class: "m-row" },
-      field("Add a person by user id", who,
-        "There is no directory of users: ask people for their id (several may be separated by spaces)."),
-      addButton),
-    chips,
-    h("div", { class: "m-actions" }, create),
-  );
-
-  const view = screen("New conversation", "newconv",
-    h("p", { id: "m-newconv-help", class: "m-hint" }, "You are a member of what you create; a group's creator owns it."),
-    form, status.el);
-
-  return view;
 }

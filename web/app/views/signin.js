@@ -2,9 +2,11 @@
 // keeps one device id and one install id, created on its first sign-in and
 // kept in localStorage, so every sign-in from it is the same device and
 // install; and that the reason the last session ended (STALE_INSTALL,
-// UNAUTHENTICATED) is shown above the form.
+// UNAUTHENTICATED) is shown in the form, under its button, where a failed
+// sign-in says why.
 
-import { newID } from "../outbox.js";
+import { newID } from "../id.js";
+import { url } from "../urls.js";
 
 /**
  * deviceIDs returns this browser's device id and install id, creating them once.
@@ -43,7 +45,7 @@ export function renderSignin(ctx) {
         button.disabled = true;
         status.textContent = "";
         try {
-          await api("POST", "/api/login", { login: login.value.trim(), password: password.value, ...deviceIDs() });
+          await api("POST", url.login(), { login: login.value.trim(), password: password.value, ...deviceIDs() });
           ctx.onSignedIn();
         } catch (err) {
           status.textContent = err.code === "UNAUTHENTICATED"

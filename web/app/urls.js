@@ -1,0 +1,51 @@
+// urls.js builds every URL the page asks the server for: the HTTP API and
+// the export API (routes in httpapi/routes.go, described in
+// docs/protocol.md) and the WebSocket. No other module writes a server
+// path. Ids are escaped here (encodeURIComponent), so an id with "/" or "?"
+// stays one path segment; a query parameter whose value is undefined, null
+// or "" is left out.
+
+function seg(id) {
+  return encodeURIComponent(id);
+}
+
+function query(params) {
+  const parts = [];
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== "") parts.push(k + "=" + encodeURIComponent(v));
+  }
+  return parts.length ? "?" + parts.join("&") : "";
+}
+
+function conv(id) {
+  return "/api/convs/" + seg(id);
+}
+
+/** url has one function per server path the page uses. */
+export const url = Object.freeze({
+  me: () => "/api/me",
+  login: () => "/api/login",
+  logout: () => "/api/logout",
+  /** socket is the WebSocket of this page's origin (the cookie authenticates it). */
+  socket: () => (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws",
+
+  /** convs: the list (GET, a page after the cursor before) or where a new one is made (POST, no arguments). */
+  convs: (limit, before) => "/api/convs" + query({ limit, before }),
+  /** events: sync from the cursor after; epoch 0 is none. */
+  events: (id, after, limit, epoch) => conv(id) + "/events" + query({ after, limit, epoch: epoch || undefined }),
+  recall: (id) => conv(id) + "/recall",
+  members: (id) => conv(id) + "/members",
+  member: (id, user) => conv(id) + "/members/" + seg(user),
+
+  adminUsers: (limit, after) => "/api/admin/users" + query({ limit, after }),
+  /** adminUserDisabled disables (true) or enables (false) a user. */
+  adminUserDisabled: (id, disabled) => "/api/admin/users/" + seg(id) + (disabled ? "/disable" : "/enable"),
+  /** adminAudit: the page of entries older than before; before 0 is the newest page. */
+  adminAudit: (limit, before) => "/api/admin/audit" + query({ limit, before: before || undefined }),
+  adminConvs: (limit, after) => "/api/admin/convs" + query({ limit, after }),
+  adminConv: (id) => "/api/admin/convs/" + seg(id),
+  adminRetention: (id) => "/api/admin/convs/" + seg(id) + "/retention",
+
+  exports: () => "/exports",
+  exportJob: (id) => "/exports/" + seg(id),
+});

@@ -1,0 +1,48 @@
+// views/notify.js owns desktop notifications: the top bar's "Allow
+// notifications" button, shown while the user has not been asked, and one
+// notification for each message from someone else that arrives while the
+// page is hidden, once the user allowed them. Clicking a notification
+// brings the page forward and opens its conversation.
+
+/**
+ * allowButton returns the "Allow notifications" button, or null when the
+ * browser has no notifications or the user already answered.
+ * @param {Function} h dom.js's h
+ * @returns {HTMLElement|null}
+ */
+export function allowButton(h) {
+  if (typeof Notification === "undefined" || Notification.permission !== "default") return null;
+  const b = h("button", {
+    type: "button", "data-test": "allow-notify",
+    on: {
+      click: async () => {
+        await Notification.requestPermission();
+        b.remove();
+      },
+    },
+  }, "Allow notifications");
+  return b;
+}
+
+/**
+ * notifyArrivals raises a notification for every message the client
+ * announces ("arrived") from someone else while the page is hidden.
+ * @param {object} client the Client (store.js)
+ * @param {function(string): void} open shows a conversation, by id
+ * @returns {function(): void} stops it
+ */
+export function notifyArrivals(client, open) {
+  return client.on("arrived", (c, ev) => {
+    if (ev.kind !== "message" || ev.sender === client.user) return;
+    if (!document.hidden || typeof Notification === "undefined" || Notification.permission !== "granted") return;
+    try {
+      const n = new Notification(c.title || c.conv, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
+      n.onclick = () => {
+        window.focus();
+        open(c.conv);
+      };
+    } catch {
+      // Some browsers allow notifications only from a service worker.
+    }
+  });
+}
