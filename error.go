@@ -3,16 +3,15 @@ package parley
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
-// Code is a protocol error code. Client logic reads only the code;
-// the message is for people.
+// Code is a protocol error code (docs/protocol.md#error-codes). Client logic
+// reads only the code; the message is for people.
 type Code string
 
 // The protocol error codes. Every code is either terminal (the request had no
 // effect and repeating it cannot succeed) or retryable with the same request
-// key. See Codes for the class and the HTTP status of each.
+// key. See Codes for the class of each.
 const (
 	CodeInvalidArgument     Code = "INVALID_ARGUMENT"
 	CodeUnauthenticated     Code = "UNAUTHENTICATED"
@@ -33,34 +32,34 @@ const (
 )
 
 // CodeInfo is one row of the error table: whether a client may retry the
-// request with the same key, its HTTP status, and what a client
-// does on receiving it (documented in docs/protocol.md).
+// request with the same key, and what a client does on receiving it
+// (documented in docs/protocol.md#error-codes).
 type CodeInfo struct {
-	Code       Code
-	Retryable  bool
-	HTTPStatus int
-	Action     string
+	Code      Code
+	Retryable bool
+	Action    string
 }
 
-// Codes is the one table of protocol error codes. httpapi and gateway read
-// their mappings from it; nothing else decides whether a code is terminal.
+// Codes is the one table of protocol error codes: nothing else decides
+// whether a code is terminal. Each code's HTTP status is the HTTP side's
+// business, in one table of its own (wire.HTTPStatus).
 var Codes = []CodeInfo{
-	{CodeInvalidArgument, false, http.StatusBadRequest, "fix the request; do not retry it"},
-	{CodeUnauthenticated, false, http.StatusUnauthorized, "log in again"},
-	{CodeNotMember, false, http.StatusNotFound, "remove the conversation locally or tell the user"},
-	{CodeIdempotencyMismatch, false, http.StatusUnprocessableEntity, "client bug: the key was reused for other content; confirm with the user before sending under a new key"},
-	{CodeOriginalExpired, false, http.StatusGone, "mark as sent and expired; never resend under a new key"},
-	{CodeNotSender, false, http.StatusForbidden, "tell the user only the sender can recall"},
-	{CodeAlreadyRecalled, false, http.StatusConflict, "mark the message recalled locally"},
-	{CodeRecallWindowExpired, false, http.StatusConflict, "tell the user the recall window has passed"},
-	{CodeNotFound, false, http.StatusNotFound, "refresh local state"},
-	{CodeCursorAhead, false, http.StatusConflict, "drop the local cursor and rebuild from a trusted position"},
-	{CodeEpochChanged, false, http.StatusConflict, "rebuild the conversation's local state"},
-	{CodeStaleInstall, false, http.StatusUnauthorized, "drop the old install's local state and log in again"},
-	{CodePermissionDenied, false, http.StatusForbidden, "tell the user; do not retry"},
-	{CodeAlreadyExists, false, http.StatusConflict, "use the existing object or choose another id"},
-	{CodeUnavailable, true, http.StatusServiceUnavailable, "keep the request; retry with the same key after backoff"},
-	{CodeRateLimited, true, http.StatusTooManyRequests, "keep the request; retry with the same key after retry_after_ms"},
+	{CodeInvalidArgument, false, "fix the request; do not retry it"},
+	{CodeUnauthenticated, false, "log in again"},
+	{CodeNotMember, false, "remove the conversation locally or tell the user"},
+	{CodeIdempotencyMismatch, false, "client bug: the key was reused for other content; confirm with the user before sending under a new key"},
+	{CodeOriginalExpired, false, "mark as sent and expired; never resend under a new key"},
+	{CodeNotSender, false, "tell the user only the sender can recall"},
+	{CodeAlreadyRecalled, false, "mark the message recalled locally"},
+	{CodeRecallWindowExpired, false, "tell the user the recall window has passed"},
+	{CodeNotFound, false, "refresh local state"},
+	{CodeCursorAhead, false, "drop the local cursor and rebuild from a trusted position"},
+	{CodeEpochChanged, false, "rebuild the conversation's local state"},
+	{CodeStaleInstall, false, "drop the old install's local state and log in again"},
+	{CodePermissionDenied, false, "tell the user; do not retry"},
+	{CodeAlreadyExists, false, "use the existing object or choose another id"},
+	{CodeUnavailable, true, "keep the request; retry with the same key after backoff"},
+	{CodeRateLimited, true, "keep the request; retry with the same key after retry_after_ms"},
 }
 
 var codeIndex = func() map[Code]CodeInfo {

@@ -290,7 +290,7 @@ func unavailable(w http.ResponseWriter) {
 // same way go through wire.WriteProblem (410 is ORIGINAL_EXPIRED: the
 // export existed and is gone for good; create a new one).
 func problem(w http.ResponseWriter, status int, code parley.Code, detail string) {
-	if code.Info().HTTPStatus == status {
+	if wire.HTTPStatus(code) == status {
 		wire.WriteProblem(w, code, detail, "")
 		return
 	}

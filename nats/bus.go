@@ -44,6 +44,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/busqueue"
 )
 
 // Options tunes a Bus. The zero value is the production setting.
@@ -136,8 +137,8 @@ type Bus struct {
 	opts Options
 	log  *slog.Logger
 
-	out     parley.NoticeQueue // published, not yet sent
-	in      parley.NoticeQueue // received, not yet delivered
+	out     busqueue.Queue // published, not yet sent
+	in      busqueue.Queue // received, not yet delivered
 	running atomic.Bool
 
 	mu     sync.RWMutex

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/busqueue"
 )
 
 // Application names of the bus's two connections, as pg_stat_activity
@@ -130,8 +131,8 @@ type Bus struct {
 	opts BusOptions
 	log  *slog.Logger
 
-	out     parley.NoticeQueue // published, not yet sent
-	in      parley.NoticeQueue // received, not yet delivered
+	out     busqueue.Queue // published, not yet sent
+	in      busqueue.Queue // received, not yet delivered
 	running atomic.Bool
 
 	// Backend pids of the two connections (0: none), for tests.

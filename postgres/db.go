@@ -59,6 +59,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sendqueue"
 )
 
 //go:embed migrations/*.sql
@@ -158,7 +159,7 @@ func Unreachable(err error) bool {
 type DB struct {
 	pool  *pgxpool.Pool
 	opts  parley.Options
-	sends *parley.SendQueue // group commit of Send, sendLanes lanes
+	sends *sendqueue.Queue // group commit of Send, sendLanes lanes
 }
 
 // sendLanes is how many batches of sends a gateway runs at once. A lane
@@ -182,7 +183,7 @@ const sendLanes = 1
 // laneSeed hashes conversations to lanes; any seed is fine within a process.
 var laneSeed = maphash.MakeSeed()
 
-// laneKeys are the SendQueue keys of the lanes.
+// laneKeys are the sendqueue.Queue keys of the lanes.
 var laneKeys = func() (k [sendLanes]string) {
 	for i := range k {
 		k[i] = strconv.Itoa(i)
@@ -190,7 +191,7 @@ var laneKeys = func() (k [sendLanes]string) {
 	return k
 }()
 
-// sendLane is the SendQueue key of conv's lane.
+// sendLane is the sendqueue.Queue key of conv's lane.
 func sendLane(conv string) string { return laneKeys[maphash.String(laneSeed, conv)%sendLanes] }
 
 var (
@@ -230,7 +231,7 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	db := &DB{pool: pool, opts: opts.WithDefaults()}
-	db.sends = parley.NewSendQueue(db.SendBatch, sendLane, parley.DefaultMaxBatch)
+	db.sends = sendqueue.New(db.SendBatch, sendLane, sendqueue.DefaultMaxBatch)
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/sendqueue"
 )
 
 // keyed retries a keyed append when the unique index events_idempotency
@@ -27,7 +28,7 @@ func keyed[T any](op string, fn func() (T, error)) (T, error) {
 }
 
 // Send implements parley.Store: concurrent sends, to one conversation or
-// several, are batched (parley.SendQueue, laned by sendLane) into one call
+// several, are batched (sendqueue.Queue, laned by sendLane) into one call
 // of parley_send_many, one round trip and one commit for the batch.
 // A bad request is refused by SendBatch, item by item, without changing
 // what the other items of its batch get.
@@ -163,7 +164,7 @@ func dims(n int) []pgtype.ArrayDimension {
 	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
 }
 
-var batchDims = func() (d [parley.DefaultMaxBatch + 1][]pgtype.ArrayDimension) {
+var batchDims = func() (d [sendqueue.DefaultMaxBatch + 1][]pgtype.ArrayDimension) {
 	for n := range d {
 		d[n] = []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
 	}

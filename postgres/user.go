@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/password"
 )
 
 // CreateUser implements parley.Store.
@@ -18,7 +19,7 @@ func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, e
 	}
 	hash := ""
 	if nu.Password != "" {
-		hash = parley.HashPassword(nu.Password) // slow: outside any transaction
+		hash = password.Hash(nu.Password) // slow: outside any transaction
 	}
 	u := parley.User{ID: nu.ID, Email: nu.Email, Role: nu.Role}
 	err = db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash, role)
@@ -90,7 +91,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	if err != nil && found {
 		return parley.Session{}, err
 	}
-	if err := parley.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
+	if err := password.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
 		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()
@@ -174,11 +175,11 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 }
 
 // SetPassword implements parley.Store.
-func (db *DB) SetPassword(ctx context.Context, id, password string) error {
-	if err := parley.CheckSetPassword(id, password); err != nil {
+func (db *DB) SetPassword(ctx context.Context, id, pw string) error {
+	if err := parley.CheckSetPassword(id, pw); err != nil {
 		return err
 	}
-	hash := parley.HashPassword(password) // slow: outside any transaction
+	hash := password.Hash(pw) // slow: outside any transaction
 	// One implicit transaction: the new hash and the revocation land together.
 	var n int64
 	err := db.pool.QueryRow(ctx, qSetPassword, hash, id).Scan(&n)

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sendqueue"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -61,7 +62,7 @@ type DB struct {
 	prepared map[string]*sql.Stmt
 	r        *sql.DB // readers
 	opts     parley.Options
-	sends    *parley.SendQueue // group commit of Send: one lane, the writer
+	sends    *sendqueue.Queue // group commit of Send: one lane, the writer
 }
 
 var (
@@ -100,7 +101,7 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 	db := &DB{w: w, r: r, opts: opts.WithDefaults(), turn: make(chan struct{}, 1)}
-	db.sends = parley.NewSendQueue(db.SendBatch, func(string) string { return "" }, parley.DefaultMaxBatch)
+	db.sends = sendqueue.New(db.SendBatch, func(string) string { return "" }, sendqueue.DefaultMaxBatch)
 	db.turn <- struct{}{}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()

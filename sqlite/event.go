@@ -65,7 +65,7 @@ func (db *DB) keyed(ctx context.Context, op string, fn func(tx *txn) error) erro
 }
 
 // Send implements parley.Store. Concurrent sends, to any conversations,
-// are batched (parley.SendQueue) into one write transaction: SQLite has one
+// are batched (sendqueue.Queue) into one write transaction: SQLite has one
 // writer, and a batch pays for one commit.
 // A bad request is refused by SendBatch, item by item, without changing
 // what the other items of its batch get.

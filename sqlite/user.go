@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/password"
 )
 
 // CreateUser implements parley.Store.
@@ -17,7 +18,7 @@ func (db *DB) CreateUser(ctx context.Context, nu parley.NewUser) (parley.User, e
 	}
 	hash := ""
 	if nu.Password != "" {
-		hash = parley.HashPassword(nu.Password) // slow: outside the transaction
+		hash = password.Hash(nu.Password) // slow: outside the transaction
 	}
 	var email any
 	if nu.Email != "" {
@@ -95,11 +96,11 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 }
 
 // SetPassword implements parley.Store.
-func (db *DB) SetPassword(ctx context.Context, id, password string) error {
-	if err := parley.CheckSetPassword(id, password); err != nil {
+func (db *DB) SetPassword(ctx context.Context, id, pw string) error {
+	if err := parley.CheckSetPassword(id, pw); err != nil {
 		return err
 	}
-	hash := parley.HashPassword(password) // slow: outside the transaction
+	hash := password.Hash(pw) // slow: outside the transaction
 	return db.write(ctx, "set password", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, id)
 		if err != nil {
@@ -126,7 +127,7 @@ func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session,
 	if err != nil && found {
 		return parley.Session{}, err
 	}
-	if err := parley.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
+	if err := password.CheckLogin(found, hash, u.Disabled, r.Password); err != nil {
 		return parley.Session{}, err
 	}
 	token, tokenHash := parley.NewToken()

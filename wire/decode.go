@@ -14,24 +14,18 @@ package wire
 // a copy of its own, as encoding/json's RawMessage is.
 func decodeFast(b []byte, r *Request) bool {
 	d := fastDecoder{b: b}
-	d.ws()
-	if !d.eat('{') {
+	if !d.tok('{') {
 		return false
 	}
 	var seen uint16
 	var nums *[5]int64 // one allocation for the integers of a frame
-	d.ws()
-	if d.eat('}') {
+	if d.tok('}') {
 		return d.end()
 	}
 	for {
 		d.ws()
 		key, ok := d.plainString()
-		if !ok {
-			return false
-		}
-		d.ws()
-		if !d.eat(':') {
+		if !ok || !d.tok(':') {
 			return false
 		}
 		d.ws()
@@ -90,14 +84,9 @@ func decodeFast(b []byte, r *Request) bool {
 			return false
 		}
 		seen |= bit
-		d.ws()
-		if d.eat(',') {
-			continue
+		if !d.tok(',') {
+			return d.eat('}') && d.end()
 		}
-		if d.eat('}') {
-			return d.end()
-		}
-		return false
 	}
 }
 
@@ -125,6 +114,12 @@ func (d *fastDecoder) eat(c byte) bool {
 		return true
 	}
 	return false
+}
+
+// tok skips whitespace and eats c if it comes next.
+func (d *fastDecoder) tok(c byte) bool {
+	d.ws()
+	return d.eat(c)
 }
 
 // end: nothing but whitespace follows the object.

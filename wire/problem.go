@@ -42,14 +42,45 @@ type Problem struct {
 // RetryAfter is the Retry-After an UNAVAILABLE answer carries, in seconds.
 const RetryAfter = 1
 
+// httpStatus is the one table of the HTTP status of each protocol code
+// (docs/protocol.md#error-codes); parley.Codes holds the rest of each row.
+var httpStatus = map[parley.Code]int{
+	parley.CodeInvalidArgument:     http.StatusBadRequest,
+	parley.CodeUnauthenticated:     http.StatusUnauthorized,
+	parley.CodeNotMember:           http.StatusNotFound,
+	parley.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
+	parley.CodeOriginalExpired:     http.StatusGone,
+	parley.CodeNotSender:           http.StatusForbidden,
+	parley.CodeAlreadyRecalled:     http.StatusConflict,
+	parley.CodeRecallWindowExpired: http.StatusConflict,
+	parley.CodeNotFound:            http.StatusNotFound,
+	parley.CodeCursorAhead:         http.StatusConflict,
+	parley.CodeEpochChanged:        http.StatusConflict,
+	parley.CodeStaleInstall:        http.StatusUnauthorized,
+	parley.CodePermissionDenied:    http.StatusForbidden,
+	parley.CodeAlreadyExists:       http.StatusConflict,
+	parley.CodeUnavailable:         http.StatusServiceUnavailable,
+	parley.CodeRateLimited:         http.StatusTooManyRequests,
+}
+
+// HTTPStatus returns the HTTP status of code. A code nobody knows is read
+// as UNAVAILABLE (503), as parley.Code.Info reads it.
+func HTTPStatus(code parley.Code) int {
+	if s, ok := httpStatus[code]; ok {
+		return s
+	}
+	return httpStatus[parley.CodeUnavailable]
+}
+
 // WriteProblem writes an error as application/problem+json with the status
-// of parley.Codes: 401 with WWW-Authenticate, 503 and 429 with Retry-After.
+// of HTTPStatus: 401 with WWW-Authenticate, 503 and 429 with Retry-After.
 func WriteProblem(w http.ResponseWriter, code parley.Code, detail, requestID string) {
 	info := code.Info()
+	status := HTTPStatus(info.Code)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
-	switch info.HTTPStatus {
+	switch status {
 	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="parley"`)
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
@@ -57,11 +88,11 @@ func WriteProblem(w http.ResponseWriter, code parley.Code, detail, requestID str
 			h.Set("Retry-After", strconv.Itoa(RetryAfter))
 		}
 	}
-	w.WriteHeader(info.HTTPStatus)
+	w.WriteHeader(status)
 	WriteJSON(w, Problem{
 		Type:      "about:blank",
-		Title:     http.StatusText(info.HTTPStatus),
-		Status:    info.HTTPStatus,
+		Title:     http.StatusText(status),
+		Status:    status,
 		Detail:    detail,
 		Code:      info.Code,
 		RequestID: requestID,

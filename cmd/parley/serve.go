@@ -595,7 +595,7 @@ func (f *serveFlags) demoWhere() string {
 }
 
 // registerSendMetrics exposes the store's group commit on /metrics: both
-// stores batch concurrent sends (parley.SendQueue).
+// stores batch concurrent sends (sendqueue.Queue).
 func registerSendMetrics(m *metrics.Metrics, store parley.Store) {
 	s, ok := store.(interface{ SendStats() (batches, sends int64) })
 	if !ok {

@@ -1,4 +1,4 @@
-package parley_test
+package sendqueue_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sendqueue"
 )
 
 // heldRun is a batch runner whose first batch waits for release, so the
@@ -47,7 +48,7 @@ func (h *heldRun) run(ctx context.Context, items []parley.BatchSend) []parley.Ba
 }
 
 // waitQueued waits until n callers queue in lane conv.
-func waitQueued(t *testing.T, q *parley.SendQueue, conv string, n int) {
+func waitQueued(t *testing.T, q *sendqueue.Queue, conv string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for q.Queued(conv) < n {
@@ -58,13 +59,13 @@ func waitQueued(t *testing.T, q *parley.SendQueue, conv string, n int) {
 	}
 }
 
-// TestSendQueueBatchesBehindLeader: while a leader's batch runs, callers
+// TestQueueBatchesBehindLeader: while a leader's batch runs, callers
 // queue; the next batches take them in arrival order, at most max at a
 // time; each caller gets its own result; a caller that gives up while
 // queued leaves without being sent.
-func TestSendQueueBatchesBehindLeader(t *testing.T) {
+func TestQueueBatchesBehindLeader(t *testing.T) {
 	h := &heldRun{release: make(chan struct{}), started: make(chan struct{})}
-	q := parley.NewSendQueue(h.run, func(c string) string { return c }, 4)
+	q := sendqueue.New(h.run, func(c string) string { return c }, 4)
 	ctx := t.Context()
 	send := func(ctx context.Context, cmid string) (parley.Sent, error) {
 		return q.Send(ctx, parley.Principal{User: "ana"}, parley.SendRequest{Conv: "c", CMID: cmid, Body: "b"})
@@ -110,11 +111,11 @@ func TestSendQueueBatchesBehindLeader(t *testing.T) {
 	}
 }
 
-// TestSendQueueBatchContextEndsWithItsCallers: a batch of several callers
+// TestQueueBatchContextEndsWithItsCallers: a batch of several callers
 // runs under a context that ends once every one of them has given up —
 // the leader running it and the callers taken from the queue alike — and
 // each of them still gets the batch's answer.
-func TestSendQueueBatchContextEndsWithItsCallers(t *testing.T) {
+func TestQueueBatchContextEndsWithItsCallers(t *testing.T) {
 	release, started := make(chan struct{}), make(chan struct{})
 	second := make(chan context.Context, 1)
 	var calls int
@@ -134,7 +135,7 @@ func TestSendQueueBatchContextEndsWithItsCallers(t *testing.T) {
 		}
 		return out
 	}
-	q := parley.NewSendQueue(run, func(c string) string { return c }, 4)
+	q := sendqueue.New(run, func(c string) string { return c }, 4)
 	send := func(ctx context.Context, cmid string) error {
 		_, err := q.Send(ctx, parley.Principal{User: "ana"}, parley.SendRequest{Conv: "c", CMID: cmid, Body: "b"})
 		return err
