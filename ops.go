@@ -9,9 +9,11 @@ import (
 	"unicode/utf8"
 )
 
-// Operations (SPEC §4 "Operations", "Incoming webhooks"): the audit log of the
-// operations API and the incoming webhooks. Both live in the Store so that
-// every gateway and every restart sees the same hooks and the same log.
+// Operations is the audit log of the operations API and the incoming
+// webhooks (docs/protocol.md, "HTTP API: operations" and "HTTP API:
+// incoming webhooks"); Admin.AdminHooks lists the webhooks. Both live in
+// the Store so that every gateway and every restart sees the same hooks and
+// the same log.
 type Operations interface {
 	// AppendAudit records one operations-API call. Params must already be
 	// redacted and capped by the caller (httpapi.RedactParams); the store keeps
@@ -43,9 +45,6 @@ type Operations interface {
 	// Hook returns a webhook with its secret. Errors: INVALID_ARGUMENT
 	// (malformed id), NOT_FOUND (unknown or deleted).
 	Hook(ctx context.Context, id string) (Hook, error)
-
-	// Hooks lists the webhooks, oldest first, with their secrets blanked.
-	Hooks(ctx context.Context) ([]Hook, error)
 
 	// DeleteHook removes a webhook: its secret stops working at once.
 	// Errors: INVALID_ARGUMENT, NOT_FOUND.

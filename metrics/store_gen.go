@@ -50,7 +50,6 @@ var StoreOps = []string{
 	"FinishExport",
 	"Heads",
 	"Hook",
-	"Hooks",
 	"Joined",
 	"Login",
 	"Logout",
@@ -250,11 +249,6 @@ func (s *store) Heads(ctx context.Context, a1 []string) (_ []parley.Head, err er
 func (s *store) Hook(ctx context.Context, a1 string) (_ parley.Hook, err error) {
 	defer s.observe("Hook", time.Now(), &err)
 	return s.Store.Hook(ctx, a1)
-}
-
-func (s *store) Hooks(ctx context.Context) (_ []parley.Hook, err error) {
-	defer s.observe("Hooks", time.Now(), &err)
-	return s.Store.Hooks(ctx)
 }
 
 func (s *store) Joined(ctx context.Context, a1 string) (_ []parley.Head, err error) {

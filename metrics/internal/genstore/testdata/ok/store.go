@@ -18,8 +18,8 @@ type Inner interface {
 }
 
 type (
-	State string
-	Query struct{}
-	Item  struct{}
+	State       string
+	Query       struct{}
+	Item        struct{}
 	Page[T any] struct{ Items []T }
 )
