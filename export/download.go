@@ -39,7 +39,7 @@ import (
 // Every request is logged (job, user, status, bytes, range, client address)
 // and counted in parley_export_downloads_total.
 type Download struct {
-	Store   parley.Store
+	Store   DownloadStore
 	Dir     string
 	Keys    func() *Keyring
 	Log     *slog.Logger
@@ -49,6 +49,13 @@ type Download struct {
 	// config.DefaultStoreTimeout. Sending the file has no such bound: a
 	// large download takes as long as the client needs.
 	Timeout func() time.Duration
+}
+
+// DownloadStore is what Download reads of the store per request: the job
+// (parley.Exports.ExportJob) and its owner's account (parley.Store.User).
+type DownloadStore interface {
+	ExportJob(ctx context.Context, id string) (parley.ExportJob, error)
+	User(ctx context.Context, login string) (parley.User, error)
 }
 
 // MaxRanges is the most ranges a request may ask for; more and the Range

@@ -21,9 +21,26 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
+// WorkerStore is what a Worker needs of the store (parley.Exports, whose
+// doc comments give the contract): the calls that run a job under its
+// lease, and the two reads of the janitor.
+type WorkerStore interface {
+	ClaimExport(ctx context.Context, owner string, lease time.Duration) (job parley.ExportJob, ok bool, err error)
+	ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error
+	ExportSnapshot(ctx context.Context, id string) ([]parley.ExportConv, error)
+	ExportShards(ctx context.Context, id string) ([]parley.ExportShard, error)
+	ExportEvents(ctx context.Context, id, conv string, after int64, limit int) ([]parley.Event, error)
+	RecordShard(ctx context.Context, owner string, shards ...parley.ExportShard) error
+	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
+	FailExport(ctx context.Context, owner, id, reason string, retryAfter time.Duration) error
+
+	ExpireExports(ctx context.Context) ([]string, error)
+	ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error)
+}
+
 // Options configures a Worker.
 type Options struct {
-	Store   parley.Store
+	Store   WorkerStore
 	Dir     string                // where shards and artifacts live (created if missing)
 	Log     *slog.Logger          // nil: discard
 	Config  func() *config.Config // retries, backoff, keep, timeouts.store; nil: config.Default()
