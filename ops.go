@@ -10,8 +10,9 @@ import (
 )
 
 // Operations (docs/protocol.md#http-api-operations): the audit log of the
-// operations API and the incoming webhooks. Both live in the Store so that
-// every gateway and every restart sees the same hooks and the same log.
+// operations API and the incoming webhooks; Admin.AdminHooks lists the
+// webhooks. Both live in the Store so that every gateway and every restart
+// sees the same hooks and the same log.
 type Operations interface {
 	// AppendAudit records one operations-API call. Params must already be
 	// redacted and capped by the caller (httpapi.RedactParams); the store keeps
@@ -43,9 +44,6 @@ type Operations interface {
 	// Hook returns a webhook with its secret. Errors: INVALID_ARGUMENT
 	// (malformed id), NOT_FOUND (unknown or deleted).
 	Hook(ctx context.Context, id string) (Hook, error)
-
-	// Hooks lists the webhooks, oldest first, with their secrets blanked.
-	Hooks(ctx context.Context) ([]Hook, error)
 
 	// DeleteHook removes a webhook: its secret stops working at once.
 	// Errors: INVALID_ARGUMENT, NOT_FOUND.

@@ -39,7 +39,7 @@ import (
 // Every request is logged (job, user, status, bytes, range, client address)
 // and counted in parley_export_downloads_total.
 type Download struct {
-	Store   parley.Store
+	Store   DownloadStore
 	Dir     string
 	Keys    func() *Keyring
 	Log     *slog.Logger
@@ -49,6 +49,13 @@ type Download struct {
 	// config.DefaultStoreTimeout. Sending the file has no such bound: a
 	// large download takes as long as the client needs.
 	Timeout func() time.Duration
+}
+
+// DownloadStore is what Download reads of the store per request: the job
+// (parley.Exports.ExportJob) and its owner's account (parley.Store.User).
+type DownloadStore interface {
+	ExportJob(ctx context.Context, id string) (parley.ExportJob, error)
+	User(ctx context.Context, login string) (parley.User, error)
 }
 
 // MaxRanges is the most ranges a request may ask for; more and the Range
@@ -101,64 +108,90 @@ func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now 
 		denied(w)
 		return r.URL.Query().Get("u"), err.Error()
 	}
-	ctx := r.Context()
+	job, why := d.lookup(r.Context(), w, id, user)
+	if why != "" {
+		return user, why
+	}
+	if why := refuseState(w, job, now); why != "" {
+		return user, why
+	}
+	return user, d.send(w, r, job)
+}
+
+// lookup reads the job and its owner's account, each read bounded by
+// Timeout, and answers the refusals they give: why is empty when the job
+// is the link user's and the account may download.
+func (d *Download) lookup(ctx context.Context, w http.ResponseWriter, id, user string) (job parley.ExportJob, why string) {
 	timeout := config.DefaultStoreTimeout
 	if d.Timeout != nil {
 		timeout = d.Timeout()
 	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	job, err := d.Store.ExportJob(sctx, id)
+	job, err := d.Store.ExportJob(ctx, id)
 	switch {
 	case errors.Is(err, parley.ErrExportNotFound), parley.ErrorCode(err) == parley.CodeNotFound:
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export no longer exists")
-		return user, "job deleted"
+		return job, "job deleted"
 	case err != nil:
 		unavailable(w)
-		return user, "store: " + err.Error()
+		return job, "store: " + err.Error()
 	}
 	if job.User != user {
 		denied(w)
-		return user, "job of another user"
+		return job, "job of another user"
 	}
-	acct, err := d.Store.User(sctx, job.User)
+	acct, err := d.Store.User(ctx, job.User)
 	switch {
 	case parley.ErrorCode(err) == parley.CodeNotFound:
 		denied(w)
-		return user, "account missing"
+		return job, "account missing"
 	case err != nil:
 		unavailable(w)
-		return user, "store: " + err.Error()
+		return job, "store: " + err.Error()
 	case acct.Disabled:
 		denied(w)
-		return user, "account disabled"
+		return job, "account disabled"
 	}
+	return job, ""
+}
+
+// refuseState answers a job that has no artifact to serve at now, and
+// says why; it returns "" for a done job within its time.
+func refuseState(w http.ResponseWriter, job parley.ExportJob, now time.Time) (why string) {
 	switch {
 	case job.State == parley.ExportRevoked:
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export was revoked")
-		return user, "revoked"
+		return "revoked"
 	case job.State == parley.ExportExpired,
 		job.State == parley.ExportDone && !job.ExpiresAt.IsZero() && !now.Before(job.ExpiresAt):
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export has expired; create a new one")
-		return user, "expired"
+		return "expired"
 	case job.State == parley.ExportFailed:
 		problem(w, http.StatusNotFound, parley.CodeNotFound, "this export failed; create a new one")
-		return user, "failed"
+		return "failed"
 	case job.State != parley.ExportDone:
 		problem(w, http.StatusNotFound, parley.CodeNotFound, "this export is not ready yet")
-		return user, "not ready"
+		return "not ready"
 	}
+	return ""
+}
+
+// send serves the job's artifact (ranges through GuardRange and
+// http.ServeContent), or answers 410 when its file is gone or does not
+// match the record; it returns why for a refusal.
+func (d *Download) send(w http.ResponseWriter, r *http.Request, job parley.ExportJob) (why string) {
 	f, err := os.Open(ArtifactPath(d.Dir, job.ID))
 	if err != nil {
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is gone; create a new one")
-		return user, "artifact: " + err.Error()
+		return "artifact: " + err.Error()
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil || info.Size() != job.Bytes {
 		// Never serve bytes that do not match the recorded ETag.
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is damaged; create a new one")
-		return user, "artifact size differs from the record"
+		return "artifact size differs from the record"
 	}
 	h := w.Header()
 	etag := `"` + job.SHA256 + `"`
@@ -172,7 +205,7 @@ func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now 
 		// ServeContent reads the request's header: hand it the guarded one
 		// on a shallow copy, never changing the caller's request.
 		g := GuardRange(r.Method, strings.Join(rg, ","), info.Size())
-		r2 := r.Clone(ctx)
+		r2 := r.Clone(r.Context())
 		if g == "" {
 			r2.Header.Del("Range")
 		} else {
@@ -181,7 +214,7 @@ func (d *Download) serve(w http.ResponseWriter, r *http.Request, id string, now 
 		r = r2
 	}
 	http.ServeContent(w, r, "", time.Time{}, f)
-	return user, ""
+	return ""
 }
 
 // GuardRange rewrites a request's Range header for http.ServeContent,

@@ -65,33 +65,9 @@ type piece struct {
 // execute runs one attempt of a job: plan, shards and artifact through the
 // pipeline, finish.
 func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob, started func(total int)) error {
-	st := w.o.Store
-	var convs []parley.ExportConv
-	err := w.call(ctx, func(ctx context.Context) (err error) {
-		convs, err = st.ExportSnapshot(ctx, job.ID)
-		return err
-	})
+	convs, recs, total, err := w.plan(ctx, owner, job.ID, started)
 	if err != nil {
 		return err
-	}
-	total := parley.ExportShardTotal(convs)
-	if err := w.call(ctx, func(ctx context.Context) error {
-		return st.ExtendExport(ctx, owner, job.ID, total, w.o.Lease)
-	}); err != nil {
-		return err
-	}
-	started(total)
-	var recs []parley.ExportShard
-	err = w.call(ctx, func(ctx context.Context) (err error) {
-		recs, err = st.ExportShards(ctx, job.ID)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	byIdx := make(map[int]parley.ExportShard, len(recs))
-	for _, r := range recs {
-		byIdx[r.Index] = r
 	}
 	dir := shardDir(w.o.Dir, job.ID)
 	// Without the directory, no earlier attempt left a shard file to find.
@@ -104,7 +80,55 @@ func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob
 		return err
 	}
 	defer art.discard()
+	placed, err := w.stream(ctx, owner, job.ID, convs, recs, existed, art)
+	if err != nil {
+		return err
+	}
+	if placed != total {
+		return &jobError{reason: fmt.Sprintf("export is not deterministic: planned %d shards, wrote %d; create a new export", total, placed)}
+	}
+	return w.complete(ctx, owner, job.ID, art, dir)
+}
 
+// plan reads the job's snapshot, announces its shard total (the lease is
+// extended with it, then started runs), and reads the shard records an
+// earlier attempt stored, by index.
+func (w *Worker) plan(ctx context.Context, owner, job string, started func(total int)) ([]parley.ExportConv, map[int]parley.ExportShard, int, error) {
+	st := w.o.Store
+	var convs []parley.ExportConv
+	err := w.call(ctx, func(ctx context.Context) (err error) {
+		convs, err = st.ExportSnapshot(ctx, job)
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	total := parley.ExportShardTotal(convs)
+	if err := w.call(ctx, func(ctx context.Context) error {
+		return st.ExtendExport(ctx, owner, job, total, w.o.Lease)
+	}); err != nil {
+		return nil, nil, 0, err
+	}
+	started(total)
+	var recs []parley.ExportShard
+	err = w.call(ctx, func(ctx context.Context) (err error) {
+		recs, err = st.ExportShards(ctx, job)
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	byIdx := make(map[int]parley.ExportShard, len(recs))
+	for _, r := range recs {
+		byIdx[r.Index] = r
+	}
+	return convs, byIdx, total, nil
+}
+
+// stream runs the pipeline's stages (fetch, encode, place, compress) until
+// every shard is placed and compressed into art, and returns how many
+// shards it placed.
+func (w *Worker) stream(ctx context.Context, owner, job string, convs []parley.ExportConv, recs map[int]parley.ExportShard, existed bool, art *artifact) (int, error) {
 	var (
 		p      = newPipe(ctx)
 		events = make(chan fetched, pipeDepth)
@@ -114,31 +138,31 @@ func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob
 	)
 	p.run(func(ctx context.Context) error {
 		defer close(events)
-		return w.fetch(ctx, job.ID, convs, byIdx, events)
+		return w.fetch(ctx, job, convs, recs, events)
 	})
 	p.run(func(ctx context.Context) error {
 		defer close(pieces)
-		return w.encode(ctx, job.ID, byIdx, existed, events, pieces)
+		return w.encode(ctx, job, recs, existed, events, pieces)
 	})
 	p.run(func(ctx context.Context) error { return art.compress(ctx, plain) })
 	p.run(func(ctx context.Context) (err error) {
 		defer close(plain)
-		placed, err = w.place(ctx, owner, job.ID, pieces, plain)
+		placed, err = w.place(ctx, owner, job, pieces, plain)
 		return err
 	})
-	if err := p.wait(); err != nil {
-		return err
-	}
-	if placed != total {
-		return &jobError{reason: fmt.Sprintf("export is not deterministic: planned %d shards, wrote %d; create a new export", total, placed)}
-	}
+	err := p.wait() // placed is final only once every stage returned
+	return placed, err
+}
 
+// complete finishes the artifact, records the job done, and removes the
+// shards.
+func (w *Worker) complete(ctx context.Context, owner, job string, art *artifact, dir string) error {
 	sha, size, err := art.finish()
 	if err != nil {
 		return err
 	}
 	if err := w.call(ctx, func(ctx context.Context) error {
-		return st.FinishExport(ctx, owner, job.ID, sha, size, w.cfg().ExportKeep())
+		return w.o.Store.FinishExport(ctx, owner, job, sha, size, w.cfg().ExportKeep())
 	}); err != nil {
 		return err
 	}
@@ -146,7 +170,7 @@ func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob
 	// The artifact is verified and recorded: the shards are only another
 	// copy of the user's data now.
 	if err := os.RemoveAll(dir); err != nil {
-		w.log.Warn("export: removing shards failed (the janitor retries)", "job", job.ID, "err", err)
+		w.log.Warn("export: removing shards failed (the janitor retries)", "job", job, "err", err)
 	}
 	return nil
 }

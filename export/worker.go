@@ -21,9 +21,26 @@ import (
 	"github.com/parleychat/parley/fault"
 )
 
+// WorkerStore is what a Worker needs of the store (parley.Exports, whose
+// doc comments give the contract): the calls that run a job under its
+// lease, and the two reads of the janitor.
+type WorkerStore interface {
+	ClaimExport(ctx context.Context, owner string, lease time.Duration) (job parley.ExportJob, ok bool, err error)
+	ExtendExport(ctx context.Context, owner, id string, total int, lease time.Duration) error
+	ExportSnapshot(ctx context.Context, id string) ([]parley.ExportConv, error)
+	ExportShards(ctx context.Context, id string) ([]parley.ExportShard, error)
+	ExportEvents(ctx context.Context, id, conv string, after int64, limit int) ([]parley.Event, error)
+	RecordShard(ctx context.Context, owner string, shards ...parley.ExportShard) error
+	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
+	FailExport(ctx context.Context, owner, id, reason string, retryAfter time.Duration) error
+
+	ExpireExports(ctx context.Context) ([]string, error)
+	ExportJobs(ctx context.Context, ids []string) ([]parley.ExportJob, error)
+}
+
 // Options configures a Worker.
 type Options struct {
-	Store   parley.Store
+	Store   WorkerStore
 	Dir     string                // where shards and artifacts live (created if missing)
 	Log     *slog.Logger          // nil: discard
 	Config  func() *config.Config // retries, backoff, keep, timeouts.store; nil: config.Default()
@@ -200,6 +217,8 @@ type jobError struct{ reason string }
 
 func (e *jobError) Error() string { return e.reason }
 
+// runJob runs one attempt of a claimed job, with its lease renewed while
+// it runs, and records how it ended.
 func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob) {
 	w.mu.Lock()
 	w.active[job.ID] = true
@@ -213,15 +232,7 @@ func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob)
 	cfg := w.cfg()
 	maxAttempts := cfg.ExportRetries() + 1
 	if job.Attempts > maxAttempts {
-		// Crash takeovers count: a job that kills its worker every time
-		// must not be retried forever.
-		reason := fmt.Sprintf("export failed: %d attempts did not finish it (the limit is %d)", job.Attempts-1, maxAttempts)
-		if job.Error != "" {
-			reason += "; last error: " + job.Error
-		}
-		log.Error("export: giving up", "reason", reason)
-		w.fail(ctx, log, owner, job.ID, reason, 0)
-		w.attempt("failed", time.Now())
+		w.exhausted(ctx, log, owner, job, maxAttempts)
 		return
 	}
 	log.Info("export: running", "done", job.Done, "total", job.Total)
@@ -237,55 +248,89 @@ func (w *Worker) runJob(ctx context.Context, owner string, job parley.ExportJob)
 	if cause := context.Cause(jctx); err != nil && errors.Is(cause, parley.ErrLeaseLost) {
 		err = cause
 	}
+	w.settle(ctx, log, owner, job, err, attemptRun{start: start, max: maxAttempts, backoff: cfg.ExportBackoff()})
+}
+
+// exhausted fails a job claimed once more than its attempts allow. Crash
+// takeovers count: a job that kills its worker every time must not be
+// retried forever.
+func (w *Worker) exhausted(ctx context.Context, log *slog.Logger, owner string, job parley.ExportJob, maxAttempts int) {
+	reason := fmt.Sprintf("export failed: %d attempts did not finish it (the limit is %d)", job.Attempts-1, maxAttempts)
+	if job.Error != "" {
+		reason += "; last error: " + job.Error
+	}
+	log.Error("export: giving up", "reason", reason)
+	w.fail(ctx, log, owner, job.ID, reason, 0)
+	w.attempt("failed", time.Now())
+}
+
+// attemptRun is what settle needs of an attempt: when it started, and the
+// retry policy in force when it did.
+type attemptRun struct {
+	start   time.Time
+	max     int           // attempts allowed
+	backoff time.Duration // the pause before the second attempt
+}
+
+// settle records how an attempt that returned err ended: done, lost,
+// handed back, retried later, or failed for good.
+func (w *Worker) settle(ctx context.Context, log *slog.Logger, owner string, job parley.ExportJob, err error, a attemptRun) {
 	var je *jobError
 	switch {
 	case err == nil:
-		log.Info("export: done", "took", time.Since(start).Round(time.Millisecond))
-		w.attempt("done", start)
+		log.Info("export: done", "took", time.Since(a.start).Round(time.Millisecond))
+		w.attempt("done", a.start)
 	case errors.Is(err, parley.ErrLeaseLost):
 		// Revoked, failed by a rollback, or taken over: someone else
 		// decides now.
 		log.Info("export: lease lost; stopping")
-		w.attempt("lost", start)
+		w.attempt("lost", a.start)
 	case errors.Is(err, parley.ErrExportNotFound):
 		log.Info("export: job deleted; stopping")
-		w.attempt("lost", start)
+		w.attempt("lost", a.start)
 	case ctx.Err() != nil:
 		// Hand the job back so another worker (or this one, restarted)
 		// resumes it without waiting for the lease to run out.
 		log.Info("export: worker stopping; job handed back")
 		w.fail(context.WithoutCancel(ctx), log, owner, job.ID,
 			"the export worker stopped; the job resumes from its last verified shard", time.Millisecond)
-		w.attempt("stopped", start)
+		w.attempt("stopped", a.start)
 	case errors.As(err, &je):
 		log.Error("export: failed for good", "reason", je.reason)
 		w.fail(ctx, log, owner, job.ID, je.reason, 0)
-		w.attempt("failed", start)
+		w.attempt("failed", a.start)
 	case retryable(err):
-		what := "writing the export failed"
-		if errors.Is(err, syscall.ENOSPC) {
-			what = "the disk is full"
-		} else if _, ok := errors.AsType[*writeError](err); !ok {
-			what = "the database is unavailable"
-		}
-		if job.Attempts >= maxAttempts {
-			reason := fmt.Sprintf("export failed: %s (attempt %d of %d); giving up", what, job.Attempts, maxAttempts)
-			log.Error("export: failed for good", "reason", reason, "err", err)
-			w.fail(ctx, log, owner, job.ID, reason, 0)
-			w.attempt("failed", start)
-			return
-		}
-		wait := backoff(cfg.ExportBackoff(), job.Attempts)
-		reason := fmt.Sprintf("%s (attempt %d of %d); retrying in %s", what, job.Attempts, maxAttempts, wait)
-		log.Warn("export: attempt failed; retrying", "reason", reason, "err", err)
-		w.fail(ctx, log, owner, job.ID, reason, wait)
-		w.attempt("retry", start)
+		w.retry(ctx, log, owner, job, err, a)
 	default:
 		reason := "export failed: " + parley.ErrorMessage(err)
 		log.Error("export: failed for good", "err", err)
 		w.fail(ctx, log, owner, job.ID, reason, 0)
-		w.attempt("failed", start)
+		w.attempt("failed", a.start)
 	}
+}
+
+// retry hands back a job whose attempt failed for a passing reason (a
+// write, a store that did not answer) with a backoff, or fails it for good
+// after its last attempt.
+func (w *Worker) retry(ctx context.Context, log *slog.Logger, owner string, job parley.ExportJob, err error, a attemptRun) {
+	what := "writing the export failed"
+	if errors.Is(err, syscall.ENOSPC) {
+		what = "the disk is full"
+	} else if _, ok := errors.AsType[*writeError](err); !ok {
+		what = "the database is unavailable"
+	}
+	if job.Attempts >= a.max {
+		reason := fmt.Sprintf("export failed: %s (attempt %d of %d); giving up", what, job.Attempts, a.max)
+		log.Error("export: failed for good", "reason", reason, "err", err)
+		w.fail(ctx, log, owner, job.ID, reason, 0)
+		w.attempt("failed", a.start)
+		return
+	}
+	wait := backoff(a.backoff, job.Attempts)
+	reason := fmt.Sprintf("%s (attempt %d of %d); retrying in %s", what, job.Attempts, a.max, wait)
+	log.Warn("export: attempt failed; retrying", "reason", reason, "err", err)
+	w.fail(ctx, log, owner, job.ID, reason, wait)
+	w.attempt("retry", a.start)
 }
 
 // retryable reports whether a failed attempt may be retried: a write

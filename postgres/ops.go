@@ -128,24 +128,6 @@ func (db *DB) Hook(ctx context.Context, id string) (parley.Hook, error) {
 	return h, nil
 }
 
-// Hooks implements parley.Operations.
-func (db *DB) Hooks(ctx context.Context) ([]parley.Hook, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, conv_id, bot_user, created_by, created_at FROM hooks ORDER BY created_at, id`)
-	if err != nil {
-		return nil, wrap("hooks", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (parley.Hook, error) {
-		var h parley.Hook
-		err := row.Scan(&h.ID, &h.Conv, &h.Bot, &h.CreatedBy, &h.CreatedAt)
-		h.CreatedAt = ms(h.CreatedAt)
-		return h, err
-	})
-	if err != nil {
-		return nil, wrap("hooks", err)
-	}
-	return out, nil
-}
-
 // DeleteHook implements parley.Operations.
 func (db *DB) DeleteHook(ctx context.Context, id string) error {
 	if err := parley.CheckHookID(id); err != nil {

@@ -145,33 +145,6 @@ func (db *DB) Hook(ctx context.Context, id string) (parley.Hook, error) {
 	return h, nil
 }
 
-// Hooks implements parley.Operations.
-func (db *DB) Hooks(ctx context.Context) ([]parley.Hook, error) {
-	out := []parley.Hook{}
-	err := db.read(ctx, "hooks", func(tx *txn) error {
-		// rowid breaks ties within a millisecond in insertion order.
-		rows, err := tx.QueryContext(ctx, `SELECT id, conv_id, bot_user, created_by, created_at FROM hooks ORDER BY created_at, rowid`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h parley.Hook
-			var at int64
-			if err := rows.Scan(&h.ID, &h.Conv, &h.Bot, &h.CreatedBy, &at); err != nil {
-				return err
-			}
-			h.CreatedAt = msTime(at)
-			out = append(out, h)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // DeleteHook implements parley.Operations.
 func (db *DB) DeleteHook(ctx context.Context, id string) error {
 	if err := parley.CheckHookID(id); err != nil {

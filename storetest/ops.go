@@ -193,9 +193,8 @@ func testAuditAppendAndPage(t *testing.T, e *env) {
 // conversation NOT_FOUND → bot missing or disabled NOT_FOUND → bot without
 // an open period NOT_MEMBER), a rejected request stores nothing; a created
 // hook has a NewID id and a base64url secret of HookSecretBytes, Hook
-// returns it with that secret (from another store too), Hooks lists every
-// hook oldest first with secrets blanked, and two hooks never share a
-// secret.
+// returns it with that secret (from another store too), AdminHooks lists
+// every hook with its secret blanked, and two hooks never share a secret.
 func testHookCreateRules(t *testing.T, e *env) {
 	ana := e.member(t, "ana")
 	for _, u := range []string{"bot", "ghost", "off", "gone"} {
@@ -242,13 +241,12 @@ func testHookCreateRules(t *testing.T, e *env) {
 		before := e.opsRows(t)
 		_, err := e.st.CreateHook(dead, parley.NewHook{Conv: c, Bot: "bot", CreatedBy: "root"})
 		wantCode(t, err, parley.CodeUnavailable)
-		_, err = e.st.Hooks(dead)
+		_, err = e.st.AdminHooks(dead, parley.AdminQuery{Limit: parley.MaxAdminPage})
 		wantCode(t, err, parley.CodeUnavailable)
 		e.opsUnchanged(t, before)
 	})
 
-	hooks, err := e.st.Hooks(ctx(t))
-	ok(t, err, "hooks before any")
+	hooks := e.hooks(t, "hooks before any")
 	if len(hooks) != 0 {
 		t.Errorf("hooks before any were created: %+v", hooks)
 	}
@@ -290,14 +288,12 @@ func testHookCreateRules(t *testing.T, e *env) {
 		}
 	}
 
-	hooks, err = e.st.Hooks(ctx(t))
-	ok(t, err, "hooks")
 	blank := func(h parley.Hook) parley.Hook { h.Secret = ""; return h }
-	wantHooks(t, "hooks, oldest first, secrets blanked", hooks, blank(h1), blank(h2))
+	wantHooks(t, "hooks, secrets blanked", e.hooks(t, "hooks"), blank(h1), blank(h2))
 }
 
 // testHookDelete: DeleteHook removes one hook at once (Hook NOT_FOUND,
-// gone from Hooks, the other hook and its secret untouched); deleting it
+// gone from AdminHooks, the other hook and its secret untouched); deleting it
 // again or deleting an id nobody issued is NOT_FOUND; a malformed id is
 // INVALID_ARGUMENT for Hook and DeleteHook alike.
 func testHookDelete(t *testing.T, e *env) {
@@ -319,10 +315,8 @@ func testHookDelete(t *testing.T, e *env) {
 	if got, err := e.st.Hook(ctx(t), h2.ID); wantCode(t, err, "") && !sameHook(got, h2) {
 		t.Errorf("the other hook after the delete: %+v, want %+v", got, h2)
 	}
-	hooks, err := e.st.Hooks(ctx(t))
-	ok(t, err, "hooks after the delete")
 	h2.Secret = ""
-	wantHooks(t, "hooks after the delete", hooks, h2)
+	wantHooks(t, "hooks after the delete", e.hooks(t, "hooks after the delete"), h2)
 
 	for _, tc := range []struct{ name, id string }{
 		{"new_id", parley.NewID()},
@@ -361,8 +355,24 @@ func sameHook(a, b parley.Hook) bool {
 		a.CreatedBy == b.CreatedBy && a.CreatedAt.Equal(b.CreatedAt)
 }
 
+// hooks returns every webhook as the operators' listing shows it (one
+// page: the tests create far fewer than MaxAdminPage).
+func (e *env) hooks(t *testing.T, what string) []parley.Hook {
+	t.Helper()
+	page, err := e.st.AdminHooks(ctx(t), parley.AdminQuery{Limit: parley.MaxAdminPage})
+	ok(t, err, what)
+	if page.HasMore {
+		t.Fatalf("%s: more than %d hooks", what, parley.MaxAdminPage)
+	}
+	return page.Items
+}
+
+// wantHooks compares a listing of hooks with want, both in id order (the
+// listing's order).
 func wantHooks(t *testing.T, what string, got []parley.Hook, want ...parley.Hook) {
 	t.Helper()
+	want = slices.Clone(want)
+	slices.SortFunc(want, func(a, b parley.Hook) int { return strings.Compare(a.ID, b.ID) })
 	if !slices.EqualFunc(got, want, sameHook) {
 		t.Errorf("%s:\ngot  %+v\nwant %+v", what, got, want)
 	}

@@ -50,38 +50,55 @@ func runConv(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer store.Close()
 	if sub == "show" {
-		c, err := store.Conversation(ctx, id)
-		if err != nil {
-			return err
-		}
-		members, err := store.ConvMembers(ctx, id)
-		if err != nil {
-			return err
-		}
-		owner := c.Owner
-		if owner == "" {
-			owner = "-"
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-		for _, row := range [][2]string{
-			{"id", c.ID},
-			{"kind", string(c.Kind)},
-			{"title", c.Title},
-			{"owner", owner},
-			{"members", fmt.Sprintf("%d: %s", len(members), strings.Join(members, ", "))},
-			{"head", fmt.Sprint(c.Head)},
-			{"min_seq", fmt.Sprint(c.MinSeq)},
-			{"epoch", fmt.Sprint(c.Epoch)},
-			{"retention", retentionText(c.Retention)},
-			{"created", c.CreatedAt.UTC().Format(time.RFC3339)},
-		} {
-			fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
-		}
-		return tw.Flush()
+		return showConv(ctx, store, id, stdout)
+	}
+	return listConvs(ctx, store, stdout)
+}
+
+// convStore is what `parley conv` reads of the store.
+type convStore interface {
+	Conversation(ctx context.Context, id string) (parley.Conversation, error)
+	ConvMembers(ctx context.Context, conv string) ([]string, error)
+	AdminConvs(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminConv], error)
+}
+
+// showConv is `parley conv show ID`.
+func showConv(ctx context.Context, store convStore, id string, stdout io.Writer) error {
+	c, err := store.Conversation(ctx, id)
+	if err != nil {
+		return err
+	}
+	members, err := store.ConvMembers(ctx, id)
+	if err != nil {
+		return err
+	}
+	owner := c.Owner
+	if owner == "" {
+		owner = "-"
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	for _, row := range [][2]string{
+		{"id", c.ID},
+		{"kind", string(c.Kind)},
+		{"title", c.Title},
+		{"owner", owner},
+		{"members", fmt.Sprintf("%d: %s", len(members), strings.Join(members, ", "))},
+		{"head", fmt.Sprint(c.Head)},
+		{"min_seq", fmt.Sprint(c.MinSeq)},
+		{"epoch", fmt.Sprint(c.Epoch)},
+		{"retention", retentionText(c.Retention)},
+		{"created", c.CreatedAt.UTC().Format(time.RFC3339)},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	return tw.Flush()
+}
+
+// listConvs is `parley conv list`.
+func listConvs(ctx context.Context, store convStore, stdout io.Writer) error {
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tMEMBERS\tHEAD\tRETENTION\tTITLE")
-	err = walkAdmin(ctx, store.AdminConvs, func(c parley.AdminConv) {
+	err := walkAdmin(ctx, store.AdminConvs, func(c parley.AdminConv) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", c.ID, c.Kind, c.Members, c.Head, retentionText(c.Retention), c.Title)
 	})
 	if err != nil {

@@ -107,7 +107,7 @@ func instrument(m *metrics.Metrics, store parley.Store) parley.Store {
 // and the jobs of the whole deployment by state, read from the store at
 // scrape time (one grouped count, bounded by exportCountTimeout; while the
 // store does not answer the gauge is left out of the scrape).
-func registerExportMetrics(m *metrics.Metrics, w *export.Worker, store parley.Store) {
+func registerExportMetrics(m *metrics.Metrics, w *export.Worker, store exportCounter) {
 	m.GaugeFunc(metrics.NameExportRunning, "Export jobs this process is running now.", func() float64 { return float64(w.Running()) })
 	states := []string{string(parley.ExportQueued), string(parley.ExportRunning), string(parley.ExportDone),
 		string(parley.ExportFailed), string(parley.ExportRevoked), string(parley.ExportExpired)}
@@ -125,6 +125,12 @@ func registerExportMetrics(m *metrics.Metrics, w *export.Worker, store parley.St
 			}
 			return out, true
 		})
+}
+
+// exportCounter is the store read behind parley_export_jobs
+// (parley.Exports.ExportCounts).
+type exportCounter interface {
+	ExportCounts(ctx context.Context) (map[parley.ExportState]int64, error)
 }
 
 // exportCountTimeout bounds the store read behind parley_export_jobs, so a

@@ -30,7 +30,7 @@ func (f *retentionFlags) check() error {
 
 // run runs the retention worker until ctx ends (at once when it is off).
 // Each successful purge is counted in parley_retention_purges_total.
-func (f *retentionFlags) run(ctx context.Context, store parley.Store, timeout func() time.Duration, log *slog.Logger, m *metrics.Metrics) {
+func (f *retentionFlags) run(ctx context.Context, store retention.Store, timeout func() time.Duration, log *slog.Logger, m *metrics.Metrics) {
 	if f.every <= 0 {
 		log.Info("retention worker off (--retention-every 0)")
 		return

@@ -51,6 +51,7 @@ const (
 	sweepTimeout = 30 * time.Second
 )
 
+// tokenSweeper is what the token sweep needs of the store.
 type tokenSweeper interface {
 	SweepTokens(ctx context.Context, limit int) (int, error)
 }

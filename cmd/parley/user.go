@@ -38,71 +38,113 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 // user id say so.
 var userCommands = map[string]bool{"add": true, "disable": true, "enable": true, "passwd": true, "list": false}
 
+// userStore is what `parley user` needs of the store.
+type userStore interface {
+	auditLog
+	CreateUser(ctx context.Context, u parley.NewUser) (parley.User, error)
+	SetUserDisabled(ctx context.Context, id string, disabled bool) error
+	SetPassword(ctx context.Context, id, password string) error
+	AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.AdminPage[parley.AdminUser], error)
+}
+
+// userCommand is one `parley user` command line, parsed.
+type userCommand struct {
+	sf       storeFlags
+	sub, id  string
+	email    string
+	admin    bool
+	password string // add and passwd: read from stdin and checked
+}
+
 func runUser(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
+	c, err := parseUser(args, getenv, stdin)
+	if err != nil {
+		return err
+	}
+	store, _, err := c.sf.open(ctx, parley.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return c.run(ctx, store, cliOperator(getenv), getenv, stdout)
+}
+
+// parseUser reads a `parley user` command line and, for add and passwd,
+// the password from stdin; it opens nothing.
+func parseUser(args []string, getenv func(string) string, stdin io.Reader) (*userCommand, error) {
 	if len(args) == 0 {
-		return usagef("user: want add, disable, enable, passwd or list (see parley user --help)")
+		return nil, usagef("user: want add, disable, enable, passwd or list (see parley user --help)")
 	}
 	if wantsHelp(args) {
-		return helpRequest{groupHelp["user"]}
+		return nil, helpRequest{groupHelp["user"]}
 	}
-	sub, args := args[0], args[1:]
+	sub := args[0]
+	c := &userCommand{sub: sub}
+	args = args[1:]
 	takesID, known := userCommands[sub]
 	if !known {
-		return usagef("user: unknown command %q (want add, disable, enable, passwd or list)", sub)
+		return nil, usagef("user: unknown command %q (want add, disable, enable, passwd or list)", sub)
 	}
 	// The user id comes first (parley user add ID --flags); flags may also
 	// come first.
-	var id string
 	if takesID && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
+		c.id, args = args[0], args[1:]
 	}
-	var sf storeFlags
 	fs := flag.NewFlagSet("user "+sub, flag.ContinueOnError)
-	sf.register(fs)
-	var email string
-	var admin, passwordStdin bool
+	c.sf.register(fs)
+	var passwordStdin bool
 	switch sub {
 	case "add":
-		fs.StringVar(&email, "email", "", "email address (optional, unique)")
-		fs.BoolVar(&admin, "admin", false, "give the admin role")
+		fs.StringVar(&c.email, "email", "", "email address (optional, unique)")
+		fs.BoolVar(&c.admin, "admin", false, "give the admin role")
 	}
 	if sub == "add" || sub == "passwd" {
 		fs.BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin (required)")
 	}
 	if err := parseFlags(fs, args, getenv); err != nil {
-		return err
+		return nil, err
 	}
-	if takesID && id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
+	if takesID && c.id == "" && fs.NArg() > 0 {
+		c.id = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return usagef("user %s: unexpected argument %q", sub, fs.Arg(0))
+		return nil, usagef("user %s: unexpected argument %q", sub, fs.Arg(0))
 	}
-	if takesID && id == "" {
-		return usagef("user %s: a user id is required", sub)
+	if takesID && c.id == "" {
+		return nil, usagef("user %s: a user id is required", sub)
 	}
-	var password string
 	if sub == "add" || sub == "passwd" {
-		if !passwordStdin {
-			return usagef("user %s: --password-stdin is required (a password never goes on the command line)", sub)
-		}
-		line, err := bufio.NewReader(stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("reading the password: %w", err)
-		}
-		password = strings.TrimRight(line, "\r\n")
-		if password == "" {
-			return usagef("user %s: the password read from stdin is empty", sub)
-		}
-		if err := parley.ValidateNewPassword(password); err != nil {
-			return err // before opening the store: nothing is changed
+		var err error
+		if c.password, err = readPassword(sub, passwordStdin, stdin); err != nil {
+			return nil, err
 		}
 	}
-	store, _, err := sf.open(ctx, parley.Options{})
-	if err != nil {
-		return err
+	return c, nil
+}
+
+// readPassword reads the password of `user add` and `user passwd` from the
+// first line of stdin and checks it, before the store is opened: a refused
+// password changes nothing.
+func readPassword(sub string, passwordStdin bool, stdin io.Reader) (string, error) {
+	if !passwordStdin {
+		return "", usagef("user %s: --password-stdin is required (a password never goes on the command line)", sub)
 	}
-	defer store.Close()
-	op := cliOperator(getenv)
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", fmt.Errorf("reading the password: %w", err)
+	}
+	password := strings.TrimRight(line, "\r\n")
+	if password == "" {
+		return "", usagef("user %s: the password read from stdin is empty", sub)
+	}
+	if err := parley.ValidateNewPassword(password); err != nil {
+		return "", err
+	}
+	return password, nil
+}
+
+// run carries the command out on store, each change audited as op.
+func (c *userCommand) run(ctx context.Context, store userStore, op string, getenv func(string) string, stdout io.Writer) error {
+	id, sub := c.id, c.sub
 	change := func(action string, params map[string]any, do func() error) error {
 		if su := getenv("SUDO_USER"); su != "" {
 			params["sudo_user"] = su // who was root
@@ -112,16 +154,16 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 	switch sub {
 	case "add":
 		role := parley.RoleUser
-		if admin {
+		if c.admin {
 			role = parley.RoleAdmin
 		}
-		params := map[string]any{"id": id, "role": string(role), "password": password}
-		if email != "" {
-			params["email"] = email
+		params := map[string]any{"id": id, "role": string(role), "password": c.password}
+		if c.email != "" {
+			params["email"] = c.email
 		}
 		var u parley.User
 		err := change("user.create", params, func() (err error) {
-			u, err = store.CreateUser(ctx, parley.NewUser{ID: id, Email: email, Password: password, Role: role})
+			u, err = store.CreateUser(ctx, parley.NewUser{ID: id, Email: c.email, Password: c.password, Role: role})
 			return err
 		})
 		if err != nil {
@@ -137,29 +179,34 @@ func runUser(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "%sd user %s\n", sub, id)
 	case "passwd":
-		err := change("user.passwd", map[string]any{"id": id, "password": password}, func() error {
-			return store.SetPassword(ctx, id, password)
+		err := change("user.passwd", map[string]any{"id": id, "password": c.password}, func() error {
+			return store.SetPassword(ctx, id, c.password)
 		})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "set the password of user %s; its tokens are revoked\n", id)
 	case "list":
-		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tROLE\tDISABLED\tEMAIL\tCREATED")
-		err := walkAdmin(ctx, store.AdminUsers, func(u parley.AdminUser) {
-			email := u.Email
-			if email == "" {
-				email = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.ID, u.Role, yesNo(u.Disabled), email, u.CreatedAt.UTC().Format(time.RFC3339))
-		})
-		if err != nil {
-			return err
-		}
-		return tw.Flush()
+		return listUsers(ctx, store, stdout)
 	}
 	return nil
+}
+
+// listUsers is `parley user list`.
+func listUsers(ctx context.Context, store userStore, stdout io.Writer) error {
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tDISABLED\tEMAIL\tCREATED")
+	err := walkAdmin(ctx, store.AdminUsers, func(u parley.AdminUser) {
+		email := u.Email
+		if email == "" {
+			email = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.ID, u.Role, yesNo(u.Disabled), email, u.CreatedAt.UTC().Format(time.RFC3339))
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 func yesNo(b bool) string {
@@ -195,6 +242,13 @@ func cliOperator(getenv func(string) string) string {
 	return op
 }
 
+// auditLog is the audit log a command-line change writes
+// (parley.Operations).
+type auditLog interface {
+	AppendAudit(ctx context.Context, e parley.AuditEntry) (parley.AuditEntry, error)
+	FinishAudit(ctx context.Context, id int64, outcome string) error
+}
+
 // auditTimeout bounds the audit writes of a command-line change.
 const auditTimeout = 10 * time.Second
 
@@ -203,7 +257,7 @@ const auditTimeout = 10 * time.Second
 // pending before do runs (when it cannot be written, nothing is done) and
 // finished with the outcome, ok or the error's code, after. Params are
 // redacted as the API's are (a password never reaches the log).
-func audited(ctx context.Context, store parley.Operations, operator, action, target string, params map[string]any, do func() error) error {
+func audited(ctx context.Context, store auditLog, operator, action, target string, params map[string]any, do func() error) error {
 	e := parley.AuditEntry{
 		Operator: operator, Action: action, Target: target,
 		Params: httpapi.RedactParams(params), Outcome: parley.AuditPending,

@@ -1,0 +1,7 @@
+package parley
+
+import "context"
+
+type Store interface {
+	Count(ctx context.Context) int
+}
