@@ -74,9 +74,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	s := &server{f: f, stdout: stdout}
 	defer s.close()
-	err = s.build(ctx, getenv, stderr)
+	api, err := s.build(ctx, getenv, stderr)
 	if err == nil {
-		err = s.run(ctx)
+		err = s.run(ctx, api)
 	}
 	if errors.Is(err, errStopped) {
 		return nil
@@ -199,55 +199,48 @@ type server struct {
 	keys     *keys
 	worker   *export.Worker
 
-	stopBackground context.CancelFunc // ends the goroutines of background
+	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
 }
 
 // build makes the server, each step from what the steps before it made,
-// and serves the API once it stands. A store that PostgreSQL cannot open
-// yet is waited for while the server already listens.
-func (s *server) build(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+// up to the API it is to serve. A store that PostgreSQL cannot open yet is
+// waited for while the server already listens (awaitStore).
+func (s *server) build(ctx context.Context, getenv func(string) string, stderr io.Writer) (http.Handler, error) {
 	// The browser app is part of the binary: a broken one (an import
 	// cycle, a missing module) stops the start here, not a user's page.
 	site, err := web.New()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if s.log, err = newServeLog(s.f, getenv, stderr); err != nil {
-		return err
+		return nil, err
 	}
 	s.onClose(processHeapFloor.start(uint64(s.f.heapFloorMiB) << 20))
 	s.m = metrics.New(metrics.Options{Log: s.log})
 	if s.cfg, err = newConfigWatcher(s.f.configPath, s.log, s.m); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.openStore(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.listen(); err != nil {
-		return err
+		return nil, err
 	}
 	if s.store == nil {
 		if err := s.awaitStore(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	registerSendMetrics(s.m, s.store)
 	s.store = instrument(s.m, s.store)
 	if err := s.newHub(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.newExports(); err != nil {
-		return err
+		return nil, err
 	}
-	api := s.newAPI(site)
-	s.startBackground()
-	s.front.set(api)
-	if !s.serving {
-		s.startServing()
-	}
-	s.log.Info("parley serving", "addr", s.ln.Addr().String(), "store", s.kind)
-	return nil
+	return s.newAPI(site), nil
 }
 
 // onClose has close call fn, before what was built earlier is closed.
@@ -519,9 +512,15 @@ func (s *server) startBackground() {
 	}
 }
 
-// run serves until the listener fails or ctx ends (SIGINT, SIGTERM), then
-// drains.
-func (s *server) run(ctx context.Context) error {
+// run starts the background goroutines and serves api until the listener
+// fails or ctx ends (SIGINT, SIGTERM), then drains.
+func (s *server) run(ctx context.Context, api http.Handler) error {
+	s.startBackground()
+	s.front.set(api)
+	if !s.serving {
+		s.startServing()
+	}
+	s.log.Info("parley serving", "addr", s.ln.Addr().String(), "store", s.kind)
 	select {
 	case err := <-s.serveErr:
 		s.stopBackground()
@@ -539,8 +538,9 @@ func (s *server) run(ctx context.Context) error {
 // connection closed after its response. A second signal ends the window
 // early. Then, within --drain-timeout: stop accepting, finish in-flight
 // HTTP requests, close the sockets after their queues are written, and
-// stop the fan-out and the other background goroutines; close then stops
-// the rest, the store last (in reverse order of construction).
+// stop the fan-out and the other background goroutines; close then closes
+// the rest (rate limiters, listeners, store) in reverse order of
+// construction.
 func (s *server) drain() error {
 	s.log.Info("draining", "window", s.f.drainWindow.String(), "timeout", s.f.drainTimeout.String())
 	s.hub.Drain()
