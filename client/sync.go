@@ -245,16 +245,7 @@ func (s *session) syncConv(ctx context.Context, conv string) error {
 		if p.Trimmed {
 			s.c.opts.Handler.Trimmed(conv, p.MinSeq)
 		}
-		// Hand over only what continues the cursor, ascending: a page is
-		// trusted for order but never allowed to repeat or go back.
-		evs := make([]wire.Event, 0, len(p.Events))
-		last := cur.After
-		for _, ev := range p.Events {
-			if ev.Seq > last {
-				evs = append(evs, ev)
-				last = ev.Seq
-			}
-		}
+		evs, last := continuing(p.Events, cur.After)
 		if len(evs) > 0 {
 			s.c.opts.Handler.Events(conv, p.Epoch, evs)
 		}
@@ -269,6 +260,21 @@ func (s *session) syncConv(ctx context.Context, conv string) error {
 			return fmt.Errorf("client: sync %s: has_more without progress past %d", conv, cur.After)
 		}
 	}
+}
+
+// continuing returns the events of a page that continue a cursor at
+// after, ascending, and the seq of the last one (after when none): a page
+// is trusted for order but never allowed to repeat or go back.
+func continuing(page []wire.Event, after int64) ([]wire.Event, int64) {
+	evs := make([]wire.Event, 0, len(page))
+	last := after
+	for _, ev := range page {
+		if ev.Seq > last {
+			evs = append(evs, ev)
+			last = ev.Seq
+		}
+	}
+	return evs, last
 }
 
 // reset tells the Handler to drop conv and starts its cursor over.

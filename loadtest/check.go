@@ -165,91 +165,121 @@ const (
 //   - each unread count equals what the log implies for the read cursor
 //     reported with it.
 func Check(t Truth, devs []DeviceLog, unread []UnreadObs) []Violation {
-	var vs []Violation
 	convIDs := make([]string, 0, len(t.Convs))
 	for id := range t.Convs {
 		convIDs = append(convIDs, id)
 	}
 	sort.Strings(convIDs)
-
-	// Logs.
+	var vs []Violation
 	for _, d := range devs {
-		name := d.User + "/" + d.Device
-		for conv := range d.Applied {
-			if t.Convs[conv] == nil && len(d.Applied[conv]) > 0 {
-				vs = append(vs, Violation{Kind: VLog, Device: name, Conv: conv, Detail: "events applied for a conversation the run did not create"})
-			}
-		}
-		for _, id := range convIDs {
-			want := t.Convs[id].Visible(d.User)
-			if msg := compareLog(want, d.Applied[id]); msg != "" {
-				vs = append(vs, Violation{Kind: VLog, Device: name, Conv: id, Detail: msg})
-			}
-		}
-		for _, r := range d.Resets {
-			vs = append(vs, Violation{Kind: VReset, Device: name, Detail: "told to rebuild " + r + " though nothing was rolled back"})
-		}
-		for _, r := range d.Trims {
-			vs = append(vs, Violation{Kind: VReset, Device: name, Detail: "told history was trimmed in " + r + " though nothing was purged"})
-		}
+		vs = append(vs, checkLog(t, convIDs, d)...)
 	}
-
-	// Outboxes.
-	type key struct {
-		conv string
-		seq  int64
-	}
-	claimed := map[key]string{} // (conv, seq) → device/cmid of the item that landed there
+	claimed := map[seqKey]string{} // (conv, seq) → device/cmid of the item that landed there
 	for _, d := range devs {
-		name := d.User + "/" + d.Device
-		ended := map[string]client.Item{}
-		for _, it := range d.Ended {
-			if _, dup := ended[it.CMID]; dup {
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: "item " + it.CMID + " ended twice in the outbox file"})
-			}
-			ended[it.CMID] = it
-		}
-		for _, it := range d.Pending {
-			vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s never ended", it.Kind, it.CMID)})
-		}
-		for _, cmid := range d.Enqueued {
-			_, done := ended[cmid]
-			pending := slices.ContainsFunc(d.Pending, func(it client.Item) bool { return it.CMID == cmid })
-			if !done && !pending {
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Detail: "item " + cmid + " was enqueued but is not in the outbox"})
-			}
-			if n := d.Outcomes[cmid]; done && n != 1 {
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Detail: fmt.Sprintf("item %s reported ended %d times, want once", cmid, n)})
-			}
-		}
-		for _, it := range d.Ended {
-			c := t.Convs[it.Conv]
-			if c == nil {
-				vs = append(vs, Violation{Kind: VUnknown, Device: name, Conv: it.Conv, Detail: "item for a conversation the run did not create"})
-				continue
-			}
-			if it.Code != "" {
-				if !explained(c, d.User, it) {
-					vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s ended %s (%s), which the log does not explain", it.Kind, it.CMID, it.Code, it.Msg)})
-				}
-				continue
-			}
-			k := key{it.Conv, it.Seq}
-			if other, ok := claimed[k]; ok {
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("items %s and %s/%s both landed at seq %d", other, name, it.CMID, it.Seq)})
-			}
-			claimed[k] = name + "/" + it.CMID
-			ev, ok := eventAt(c, it.Seq)
-			switch {
-			case !ok:
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s was answered seq %d, which the log does not hold", it.Kind, it.CMID, it.Seq)})
-			case ev.Sender != d.User || ev.Kind != kindOf(it.Kind) ||
-				(it.Kind == client.KindSend && !ev.Recalled && ev.Body != it.Body) ||
-				(it.Kind == client.KindRecall && ev.Target != it.Target):
-				vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s was answered seq %d, which holds %s by %s", it.Kind, it.CMID, it.Seq, ev.Kind, ev.Sender)})
-			}
+		vs = append(vs, checkOutbox(t, d, claimed)...)
+	}
+	vs = append(vs, checkOrphans(t, convIDs, devs, claimed)...)
+	return append(vs, checkUnread(t, unread)...)
+}
+
+// seqKey names one event: a conversation and a seq in it.
+type seqKey struct {
+	conv string
+	seq  int64
+}
+
+// checkLog holds d's applied logs to what its user may see of every
+// conversation (convIDs, sorted) and reports each reset and trim.
+func checkLog(t Truth, convIDs []string, d DeviceLog) []Violation {
+	var vs []Violation
+	name := d.User + "/" + d.Device
+	for conv := range d.Applied {
+		if t.Convs[conv] == nil && len(d.Applied[conv]) > 0 {
+			vs = append(vs, Violation{Kind: VLog, Device: name, Conv: conv, Detail: "events applied for a conversation the run did not create"})
 		}
 	}
+	for _, id := range convIDs {
+		want := t.Convs[id].Visible(d.User)
+		if msg := compareLog(want, d.Applied[id]); msg != "" {
+			vs = append(vs, Violation{Kind: VLog, Device: name, Conv: id, Detail: msg})
+		}
+	}
+	for _, r := range d.Resets {
+		vs = append(vs, Violation{Kind: VReset, Device: name, Detail: "told to rebuild " + r + " though nothing was rolled back"})
+	}
+	for _, r := range d.Trims {
+		vs = append(vs, Violation{Kind: VReset, Device: name, Detail: "told history was trimmed in " + r + " though nothing was purged"})
+	}
+	return vs
+}
+
+// checkOutbox holds d's outbox to its promise: every item enqueued ended
+// exactly once, with a seq the log holds for it or a code the log
+// explains. The seqs its sent items landed at are added to claimed.
+func checkOutbox(t Truth, d DeviceLog, claimed map[seqKey]string) []Violation {
+	var vs []Violation
+	name := d.User + "/" + d.Device
+	ended := map[string]client.Item{}
+	for _, it := range d.Ended {
+		if _, dup := ended[it.CMID]; dup {
+			vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: "item " + it.CMID + " ended twice in the outbox file"})
+		}
+		ended[it.CMID] = it
+	}
+	for _, it := range d.Pending {
+		vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s never ended", it.Kind, it.CMID)})
+	}
+	for _, cmid := range d.Enqueued {
+		_, done := ended[cmid]
+		pending := slices.ContainsFunc(d.Pending, func(it client.Item) bool { return it.CMID == cmid })
+		if !done && !pending {
+			vs = append(vs, Violation{Kind: VOutbox, Device: name, Detail: "item " + cmid + " was enqueued but is not in the outbox"})
+		}
+		if n := d.Outcomes[cmid]; done && n != 1 {
+			vs = append(vs, Violation{Kind: VOutbox, Device: name, Detail: fmt.Sprintf("item %s reported ended %d times, want once", cmid, n)})
+		}
+	}
+	for _, it := range d.Ended {
+		vs = append(vs, checkEnded(t, d.User, name, it, claimed)...)
+	}
+	return vs
+}
+
+// checkEnded holds one ended item of the device name (of user) to the
+// log.
+func checkEnded(t Truth, user, name string, it client.Item, claimed map[seqKey]string) []Violation {
+	c := t.Convs[it.Conv]
+	if c == nil {
+		return []Violation{{Kind: VUnknown, Device: name, Conv: it.Conv, Detail: "item for a conversation the run did not create"}}
+	}
+	var vs []Violation
+	if it.Code != "" {
+		if !explained(c, user, it) {
+			vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s ended %s (%s), which the log does not explain", it.Kind, it.CMID, it.Code, it.Msg)})
+		}
+		return vs
+	}
+	k := seqKey{it.Conv, it.Seq}
+	if other, ok := claimed[k]; ok {
+		vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("items %s and %s/%s both landed at seq %d", other, name, it.CMID, it.Seq)})
+	}
+	claimed[k] = name + "/" + it.CMID
+	ev, found := eventAt(c, it.Seq)
+	switch {
+	case !found:
+		vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s was answered seq %d, which the log does not hold", it.Kind, it.CMID, it.Seq)})
+	case ev.Sender != user || ev.Kind != kindOf(it.Kind) ||
+		(it.Kind == client.KindSend && !ev.Recalled && ev.Body != it.Body) ||
+		(it.Kind == client.KindRecall && ev.Target != it.Target):
+		vs = append(vs, Violation{Kind: VOutbox, Device: name, Conv: it.Conv, Detail: fmt.Sprintf("%s item %s was answered seq %d, which holds %s by %s", it.Kind, it.CMID, it.Seq, ev.Kind, ev.Sender)})
+	}
+	return vs
+}
+
+// checkOrphans reports every committed message or recall by a user of the
+// run that no outbox item ended with (claimed): a doubled or phantom send.
+func checkOrphans(t Truth, convIDs []string, devs []DeviceLog, claimed map[seqKey]string) []Violation {
+	var vs []Violation
 	users := map[string]bool{}
 	for _, d := range devs {
 		users[d.User] = true
@@ -262,13 +292,18 @@ func Check(t Truth, devs []DeviceLog, unread []UnreadObs) []Violation {
 			if !users[ev.Sender] {
 				continue // not sent by a device of the run
 			}
-			if _, ok := claimed[key{id, ev.Seq}]; !ok {
+			if _, ok := claimed[seqKey{id, ev.Seq}]; !ok {
 				vs = append(vs, Violation{Kind: VOrphan, Conv: id, Detail: fmt.Sprintf("%s at seq %d by %s (%q) was committed but no outbox item ended with it: a doubled or phantom send", ev.Kind, ev.Seq, ev.Sender, clip(ev.Body))})
 			}
 		}
 	}
+	return vs
+}
 
-	// Unread counts.
+// checkUnread holds each unread count to what the log implies for the read
+// cursor reported with it.
+func checkUnread(t Truth, unread []UnreadObs) []Violation {
+	var vs []Violation
 	for _, u := range unread {
 		c := t.Convs[u.Conv]
 		if c == nil {

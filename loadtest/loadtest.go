@@ -294,20 +294,43 @@ func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 	return ctx.Err()
 }
 
+// run carries the load test out on r's gateways: it sets up users,
+// devices and conversations, connects the devices, loads, settles and
+// checks.
 func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
+	tag := strings.ToLower(rand.Text()[:4]) // in the ids of this run's users and conversations
+	password := rand.Text()
+	users, err := r.createUsers(ctx, tag, password)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.logDevicesIn(ctx, users, dir, password); err != nil {
+		return nil, err
+	}
+	if err := r.createConvs(ctx, users, tag); err != nil {
+		return nil, err
+	}
+	if err := r.connect(ctx); err != nil {
+		return nil, err
+	}
+	defer r.closeAll()
+	loadEnd, err := r.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.settle(ctx, loadEnd)
+}
+
+// createUsers logs the admin in and creates the run's users (every login
+// before any socket: a login re-checks the user's open sockets).
+func (r *runner) createUsers(ctx context.Context, tag, password string) ([]string, error) {
 	cfg := r.cfg
-	a := r.apis[0]
 	t0 := time.Now()
 	var err error
-	r.admin, err = a.login(ctx, cfg.Admin, cfg.AdminPassword, "bench-admin-"+rand.Text()[:8], rand.Text())
+	r.admin, err = r.apis[0].login(ctx, cfg.Admin, cfg.AdminPassword, "bench-admin-"+rand.Text()[:8], rand.Text())
 	if err != nil {
 		return nil, fmt.Errorf("admin login as %s: %w", cfg.Admin, err)
 	}
-
-	// Users and their devices' logins (every login before any socket: a
-	// login re-checks the user's open sockets).
-	tag := strings.ToLower(rand.Text()[:4])
-	password := rand.Text()
 	users := make([]string, cfg.Users)
 	for i := range users {
 		users[i] = fmt.Sprintf("%s%s-%d", cfg.LoginPrefix, tag, i)
@@ -326,9 +349,15 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 		return nil, fmt.Errorf("create users: %w", err)
 	}
 	r.logf("created %d users in %v", len(users), time.Since(t0).Round(time.Millisecond))
+	return users, nil
+}
+
+// logDevicesIn makes every user's devices, their outboxes in dir, and logs
+// each in.
+func (r *runner) logDevicesIn(ctx context.Context, users []string, dir, password string) error {
 	t1 := time.Now()
 	for _, u := range users {
-		for j := range cfg.DevicesPerUser {
+		for j := range r.cfg.DevicesPerUser {
 			d := &device{
 				r: r, user: u, name: fmt.Sprintf("d%d", j), outbox: filepath.Join(dir, fmt.Sprintf("%s-d%d.outbox", u, j)),
 				everUp: make(chan struct{}), applied: map[string][]Applied{}, outcomes: map[string]int{}, started: map[string]time.Time{},
@@ -337,18 +366,23 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 			r.byUser[u] = append(r.byUser[u], d)
 		}
 	}
-	err = parallel(ctx, len(r.devices), 8, func(i int) error {
+	err := parallel(ctx, len(r.devices), 8, func(i int) error {
 		d := r.devices[i]
 		tok, err := r.apis[i%len(r.apis)].login(ctx, d.user, password, d.name, rand.Text())
 		d.token = tok
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("log devices in: %w", err)
+		return fmt.Errorf("log devices in: %w", err)
 	}
 	r.logf("logged %d devices in in %v", len(r.devices), time.Since(t1).Round(time.Millisecond))
+	return nil
+}
 
-	// Conversations.
+// createConvs creates the direct chats and groups of cfg and notes their
+// members.
+func (r *runner) createConvs(ctx context.Context, users []string, tag string) error {
+	cfg := r.cfg
 	t2 := time.Now()
 	if cfg.Directs && len(users) >= 2 {
 		n := len(users)
@@ -370,9 +404,9 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 		}
 	}
 	if len(r.convs) == 0 {
-		return nil, errors.New("no conversation to create: want --users ≥ 2 with direct chats, or a group size ≤ --users")
+		return errors.New("no conversation to create: want --users ≥ 2 with direct chats, or a group size ≤ --users")
 	}
-	err = parallel(ctx, len(r.convs), 8, func(i int) error {
+	err := parallel(ctx, len(r.convs), 8, func(i int) error {
 		c := r.convs[i]
 		var err error
 		if c.class == "direct" {
@@ -387,7 +421,7 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create conversations: %w", err)
+		return fmt.Errorf("create conversations: %w", err)
 	}
 	for _, c := range r.convs {
 		r.convByID[c.id] = c
@@ -401,20 +435,28 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 		r.members[c.id] = m
 	}
 	r.logf("created %d conversations in %v", len(r.convs), time.Since(t2).Round(time.Millisecond))
+	return nil
+}
 
-	// Devices connect.
+// connect opens every device's client, each on all gateways starting with
+// its own, and waits until each was online once. On an error it closes
+// them all again.
+func (r *runner) connect(ctx context.Context) (err error) {
 	t3 := time.Now()
+	defer func() {
+		if err != nil {
+			r.closeAll()
+		}
+	}()
 	for i, d := range r.devices {
 		urls := make([]string, len(r.apis))
 		for k := range r.apis {
 			urls[k] = wsURL(r.apis[(i+k)%len(r.apis)].base)
 		}
 		if err := d.open(ctx, urls); err != nil {
-			r.closeAll()
-			return nil, err
+			return err
 		}
 	}
-	defer r.closeAll()
 	for _, d := range r.devices {
 		d.run()
 	}
@@ -423,14 +465,20 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 		select {
 		case <-d.everUp:
 		case <-up:
-			return nil, fmt.Errorf("device %s did not connect", d.id())
+			return fmt.Errorf("device %s did not connect", d.id())
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	r.logf("connected %d devices in %v", len(r.devices), time.Since(t3).Round(time.Millisecond))
+	return nil
+}
 
-	// Load.
+// load is the load phase: for cfg.Duration the send loops and the faults
+// cfg asks for run; it returns when they all ended, with the time the
+// phase ended.
+func (r *runner) load(ctx context.Context) (time.Time, error) {
+	cfg := r.cfg
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer stopLoad()
 	r.loadStart = time.Now()
@@ -470,20 +518,24 @@ func (r *runner) run(ctx context.Context, dir string) (*Report, error) {
 	loops.Wait()
 	r.bg.Wait() // reconnects, reads
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 	r.logf("load done; settling")
+	return loadEnd, nil
+}
 
-	// Settle: everybody online, every outbox empty, every device caught up.
+// settle brings everybody online, lets every outbox drain and every device
+// catch up, then reads the committed logs and holds the devices to them.
+func (r *runner) settle(ctx context.Context, loadEnd time.Time) (*Report, error) {
 	for _, d := range r.devices {
 		d.run()
 	}
-	r.drainOutboxes(ctx, cfg.Settle)
+	r.drainOutboxes(ctx, r.cfg.Settle)
 	truth, err := r.truth(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.catchUp(ctx, truth, cfg.Settle)
+	r.catchUp(ctx, truth, r.cfg.Settle)
 	unread, err := r.unread(ctx)
 	if err != nil {
 		return nil, err

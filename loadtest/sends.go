@@ -86,53 +86,88 @@ func RunSends(ctx context.Context, cfg SendsConfig) (*SendsReport, error) {
 	if cfg.LoginPrefix == "" {
 		cfg.LoginPrefix = "bench"
 	}
-	logf := func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "bench: "+format+"\n", args...)
-		}
+	servers, stop, err := sendsServers(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	servers := cfg.Servers
+	defer stop()
+	a := newAPI(baseURL(servers[0]))
+	s, err := createSenders(ctx, a, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.dial(ctx, servers); err != nil {
+		return nil, err
+	}
+	cfg.logf("%d senders connected; warm-up %s, then %s", cfg.Senders, cfg.Warmup, cfg.Duration)
+	return measureSends(ctx, a, cfg, s)
+}
+
+func (cfg SendsConfig) logf(format string, args ...any) {
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, "bench: "+format+"\n", args...)
+	}
+}
+
+// sendsServers returns the servers of the run: cfg.Servers, or the one
+// gateway it spawns (Spawn > 0), which stop stops.
+func sendsServers(ctx context.Context, cfg SendsConfig) (servers []string, stop func(), err error) {
+	servers, stop = cfg.Servers, func() {}
 	if cfg.Spawn > 0 {
-		dir := cfg.WorkDir
+		dir, removeDir := cfg.WorkDir, func() {}
 		if dir == "" {
 			d, err := os.MkdirTemp("", "parley-sends-")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			defer os.RemoveAll(d)
-			dir = d
+			dir, removeDir = d, func() { os.RemoveAll(d) }
 		}
 		gws, err := spawn(ctx, Config{Spawn: 1, DB: cfg.DB, Exe: cfg.Exe, ServeArgs: cfg.ServeArgs, ServeEnv: cfg.ServeEnv,
 			Admin: cfg.Admin, AdminPassword: cfg.AdminPassword}, dir)
 		if err != nil {
-			return nil, err
+			removeDir()
+			return nil, nil, err
 		}
-		defer gws[0].stop(5 * time.Second)
+		stop = func() {
+			gws[0].stop(5 * time.Second)
+			removeDir()
+		}
 		servers = []string{gws[0].url()}
-		logf("started a gateway: %s", servers[0])
+		cfg.logf("started a gateway: %s", servers[0])
 	}
 	if len(servers) == 0 {
-		return nil, errors.New("no server")
+		stop()
+		return nil, nil, errors.New("no server")
 	}
-	a := newAPI(baseURL(servers[0]))
+	return servers, stop, nil
+}
+
+// senders are the run's senders: sender i is users[i], logged in with
+// tokens[i], sending to convs[i] on socks[i].
+type senders struct {
+	users, tokens, convs []string
+	socks                []*websocket.Conn
+}
+
+// createSenders logs the admin in and creates the senders' users, their
+// tokens and their conversations.
+func createSenders(ctx context.Context, a *api, cfg SendsConfig) (*senders, error) {
 	admin, err := a.login(ctx, cfg.Admin, cfg.AdminPassword, "sends-admin", rand.Text())
 	if err != nil {
 		return nil, fmt.Errorf("admin login as %s: %w", cfg.Admin, err)
 	}
-
-	// Users, their tokens and conversations.
 	run := strings.ToLower(rand.Text()[:6])
-	users := make([]string, cfg.Senders)
-	tokens := make([]string, cfg.Senders)
-	convs := make([]string, cfg.Senders)
+	n := cfg.Senders
+	s := &senders{users: make([]string, n), tokens: make([]string, n), convs: make([]string, n), socks: make([]*websocket.Conn, n)}
 	const pw = "bench-password-1"
-	err = parallel(ctx, cfg.Senders, 8, func(i int) error {
-		users[i] = fmt.Sprintf("%s-%s-%d", cfg.LoginPrefix, run, i)
-		if err := a.createUser(ctx, admin, users[i], pw); err != nil {
+	err = parallel(ctx, n, 8, func(i int) error {
+		s.users[i] = fmt.Sprintf("%s-%s-%d", cfg.LoginPrefix, run, i)
+		if err := a.createUser(ctx, admin, s.users[i], pw); err != nil {
 			return err
 		}
-		t, err := a.login(ctx, users[i], pw, "d1", "i1")
-		tokens[i] = t
+		t, err := a.login(ctx, s.users[i], pw, "d1", "i1")
+		s.tokens[i] = t
 		return err
 	})
 	if err != nil {
@@ -140,42 +175,50 @@ func RunSends(ctx context.Context, cfg SendsConfig) (*SendsReport, error) {
 	}
 	if cfg.Hot {
 		hot := fmt.Sprintf("%s-%s-hot", cfg.LoginPrefix, run)
-		if _, err := a.createConv(ctx, tokens[0], hot, parley.KindGroup, users[1:]); err != nil {
+		if _, err := a.createConv(ctx, s.tokens[0], hot, parley.KindGroup, s.users[1:]); err != nil {
 			return nil, fmt.Errorf("conversation: %w", err)
 		}
-		for i := range convs {
-			convs[i] = hot
+		for i := range s.convs {
+			s.convs[i] = hot
 		}
-	} else {
-		err = parallel(ctx, cfg.Senders, 8, func(i int) error {
-			convs[i] = fmt.Sprintf("%s-%s-own-%d", cfg.LoginPrefix, run, i)
-			_, err := a.createConv(ctx, tokens[i], convs[i], parley.KindGroup, nil)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("conversations: %w", err)
-		}
+		return s, nil
 	}
+	err = parallel(ctx, n, 8, func(i int) error {
+		s.convs[i] = fmt.Sprintf("%s-%s-own-%d", cfg.LoginPrefix, run, i)
+		_, err := a.createConv(ctx, s.tokens[i], s.convs[i], parley.KindGroup, nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("conversations: %w", err)
+	}
+	return s, nil
+}
 
-	socks := make([]*websocket.Conn, cfg.Senders)
-	defer func() {
-		for _, c := range socks {
-			if c != nil {
-				c.CloseNow()
-			}
-		}
-	}()
-	for i := range socks {
+// dial opens every sender's socket, sender i on servers[i%len(servers)].
+func (s *senders) dial(ctx context.Context, servers []string) error {
+	for i := range s.socks {
 		h := http.Header{}
-		h.Set("Authorization", "Bearer "+tokens[i])
+		h.Set("Authorization", "Bearer "+s.tokens[i])
 		c, _, err := websocket.Dial(ctx, wsURL(baseURL(servers[i%len(servers)])), &websocket.DialOptions{HTTPHeader: h})
 		if err != nil {
-			return nil, fmt.Errorf("socket of %s: %w", users[i], err)
+			return fmt.Errorf("socket of %s: %w", s.users[i], err)
 		}
-		socks[i] = c
+		s.socks[i] = c
 	}
-	logf("%d senders connected; warm-up %s, then %s", cfg.Senders, cfg.Warmup, cfg.Duration)
+	return nil
+}
 
+func (s *senders) close() {
+	for _, c := range s.socks {
+		if c != nil {
+			c.CloseNow()
+		}
+	}
+}
+
+// measureSends runs every sender's loop through the warm-up and the
+// measured window, and reports the window.
+func measureSends(ctx context.Context, a *api, cfg SendsConfig, s *senders) (*SendsReport, error) {
 	var measuring atomic.Bool
 	var sends, errs atomic.Int64
 	lats := make([][]float64, cfg.Senders)
@@ -183,9 +226,9 @@ func RunSends(ctx context.Context, cfg SendsConfig) (*SendsReport, error) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
-	for i := range socks {
+	for i := range s.socks {
 		wg.Go(func() {
-			err := sendLoop(loadCtx, socks[i], convs[i], cfg.Body, func(d time.Duration, failed bool) {
+			err := sendLoop(loadCtx, s.socks[i], s.convs[i], cfg.Body, func(d time.Duration, failed bool) {
 				if !measuring.Load() {
 					return
 				}

@@ -338,9 +338,32 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-
+	nc, err := b.connect(ctx)
+	if err != nil {
+		return err
+	}
 	msgs := make(chan *natsgo.Msg, b.opts.MaxBuffered)
-	var everConnected atomic.Bool
+	b.attach(nc, msgs)
+	var wg sync.WaitGroup
+	wg.Go(func() { b.publishLoop(ctx, nc) })
+	wg.Go(func() { b.receiveLoop(ctx, msgs) })
+	b.in.Deliver(ctx, h)
+	wg.Wait()
+	b.detach()
+	if nc.IsConnected() {
+		if err := nc.FlushTimeout(b.opts.Timeout); err != nil {
+			b.log.Warn("nats: bus: last flush before shutdown failed", "err", err)
+		}
+	}
+	nc.Close()
+	return ctx.Err()
+}
+
+// connect makes Run's connection. It does not wait for a server: the
+// client retries the first connection as it retries after a loss. A first
+// connection that needed retries, every reconnection and a slow consumer
+// are reported to the handler as a loss (notices were missed).
+func (b *Bus) connect(ctx context.Context) (*natsgo.Conn, error) {
 	var retried atomic.Bool
 	opts := []natsgo.Option{
 		natsgo.Name(b.opts.Name),
@@ -354,7 +377,6 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 		natsgo.ConnectHandler(func(*natsgo.Conn) {
 			// A first connection that needed retries: notices published
 			// meanwhile by other gateways were missed.
-			everConnected.Store(true)
 			if retried.Load() {
 				b.in.Push(true, nil)
 			}
@@ -385,16 +407,20 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 	nc, err := natsgo.Connect(b.url, opts...)
 	if err != nil {
 		// With RetryOnFailedConnect only a bad option fails here.
-		return fmt.Errorf("nats: bus: connect: %w", err)
+		return nil, fmt.Errorf("nats: bus: connect: %w", err)
 	}
-	if nc.IsConnected() {
-		everConnected.Store(true)
-	} else {
+	if !nc.IsConnected() {
 		retried.Store(true)
 		b.log.Warn("nats: bus: cannot connect yet; retrying", "url", b.url)
 	}
+	return nc, nil
+}
 
+// attach makes nc the running connection, its messages going to msgs, and
+// subscribes the loss subject and every subject of the interest so far.
+func (b *Bus) attach(nc *natsgo.Conn, msgs chan *natsgo.Msg) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.nc, b.msgs = nc, msgs
 	b.lostSb = b.subscribeLocked(b.lostSubject())
 	for k, s := range b.shards {
@@ -403,15 +429,13 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 	for u := range b.users {
 		b.users[u] = b.subscribeLocked(b.userSubject(u))
 	}
-	b.mu.Unlock()
+}
 
-	var wg sync.WaitGroup
-	wg.Go(func() { b.publishLoop(ctx, nc) })
-	wg.Go(func() { b.receiveLoop(ctx, msgs) })
-	b.in.Deliver(ctx, h)
-	wg.Wait()
-
+// detach forgets the running connection and its subscriptions (the
+// interest stays, for the next Run).
+func (b *Bus) detach() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.nc, b.msgs = nil, nil
 	b.lostSb = nil
 	for _, s := range b.shards {
@@ -421,14 +445,6 @@ func (b *Bus) Run(ctx context.Context, h parley.BusHandler) error {
 		b.users[u] = nil
 	}
 	b.subjects.Store(0)
-	b.mu.Unlock()
-	if nc.IsConnected() {
-		if err := nc.FlushTimeout(b.opts.Timeout); err != nil {
-			b.log.Warn("nats: bus: last flush before shutdown failed", "err", err)
-		}
-	}
-	nc.Close()
-	return ctx.Err()
 }
 
 // publishLoop sends what Publish buffers.

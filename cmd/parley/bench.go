@@ -27,19 +27,46 @@ func (e errCheckFailed) Error() string {
 	return fmt.Sprintf("bench: the acceptance check failed with %d violation(s)", e.n)
 }
 
+// benchFlags are bench's flags: the run's loadtest.Config and what is
+// parsed into it.
+type benchFlags struct {
+	cfg                   loadtest.Config
+	servers, admin, grps  string
+	report, plot, workDir string
+	serveArgs, serveEnv   listFlag
+	quiet, hot            bool
+	senders               int
+	warmup                time.Duration
+	seed                  uint64
+}
+
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var (
-		cfg                   loadtest.Config
-		servers, admin, grps  string
-		report, plot, workDir string
-		serveArgs, serveEnv   listFlag
-		quiet, hot            bool
-		senders               int
-		warmup                time.Duration
-	)
+	f := &benchFlags{}
+	fs := f.flagSet()
+	if err := parseFlagsPrefix(fs, args, getenv, "PARLEY_BENCH_"); err != nil {
+		return err
+	}
+	if err := f.check(fs); err != nil {
+		return err
+	}
+	cfg := f.cfg
+	if !f.quiet {
+		cfg.Log = stderr
+	}
+	if f.senders < 0 || (f.hot && f.senders == 0) {
+		return usagef("bench: --senders must be at least 1 with --hot")
+	}
+	if f.senders > 0 {
+		return benchSends(ctx, cfg, loadtest.SendsConfig{Senders: f.senders, Hot: f.hot, Duration: cfg.Duration, Warmup: f.warmup}, f.report, stdout)
+	}
+	return benchLoad(ctx, cfg, f.report, f.plot, stdout)
+}
+
+func (f *benchFlags) flagSet() *flag.FlagSet {
+	cfg := &f.cfg
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&servers, "server", "", "comma-separated gateway URLs (http://HOST:PORT)")
-	fs.StringVar(&admin, "admin", "", "admin login as LOGIN:PASSWORD (creates the run's users)")
+	fs.StringVar(&f.servers, "server", "", "comma-separated gateway URLs (http://HOST:PORT)")
+	fs.StringVar(&f.admin, "admin", "", "admin login as LOGIN:PASSWORD (creates the run's users)")
 	fs.StringVar(&cfg.LoginPrefix, "login-prefix", "bench", "prefix of the user ids the run creates")
 	fs.IntVar(&cfg.Users, "users", 100, "simulated users")
 	fs.IntVar(&cfg.DevicesPerUser, "devices-per-user", 1, "devices per user (each a client with its own outbox and socket)")
@@ -48,7 +75,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&cfg.DisconnectEvery, "disconnect-every", 0, "how often a random device disconnects and comes back (0: never)")
 	fs.DurationVar(&cfg.ChurnEvery, "churn-every", time.Second, "how often a group member is removed or re-added (0: never)")
 	fs.DurationVar(&cfg.KillEvery, "kill-every", 0, "how often a spawned gateway is killed (SIGKILL) and restarted (0: never)")
-	fs.StringVar(&grps, "groups", "10,100,1000", "group sizes (each size --users can fill)")
+	fs.StringVar(&f.grps, "groups", "10,100,1000", "group sizes (each size --users can fill)")
 	fs.BoolVar(&cfg.Directs, "directs", true, "a direct chat between each user and the next")
 	fs.Float64Var(&cfg.RecallRatio, "recall-ratio", 0.02, "share of sent messages that are recalled")
 	fs.Float64Var(&cfg.ReadRatio, "read-ratio", 0.1, "share of sends followed by a read-cursor move")
@@ -56,28 +83,32 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N \"parley serve\" processes on --db instead of --server")
 	fs.StringVar(&cfg.DB, "db", "", "store of the spawned gateways (sqlite:FILE or postgres://...)")
 	fs.StringVar(&cfg.Faults, "faults", "", "PARLEY_FAULTS of the spawned gateways (lab: a deliberately broken server)")
-	fs.Var(&serveArgs, "serve-arg", "extra argument of the spawned gateways (repeatable)")
-	fs.Var(&serveEnv, "serve-env", "extra K=V environment of the spawned gateways (repeatable)")
-	fs.StringVar(&report, "report", "", "write the JSON report to FILE")
-	fs.StringVar(&plot, "plot", "", "write the SVG latency plot to FILE")
-	fs.StringVar(&workDir, "work-dir", "", "directory for outboxes and gateway logs (empty: a temporary one, removed at the end)")
-	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
-	fs.IntVar(&senders, "senders", 0, "instead of the simulated users: N raw WebSocket senders in a closed loop, each to its own group (no outbox, no acceptance check); reports sends/s, send→sent latency and server CPU per send")
-	fs.BoolVar(&hot, "hot", false, "with --senders: every sender sends to one shared group")
-	fs.DurationVar(&warmup, "warmup", 2*time.Second, "with --senders: sending before the measured --duration")
-	seed := fs.Uint64("seed", 0, "random seed (0: random)")
-	if err := parseFlagsPrefix(fs, args, getenv, "PARLEY_BENCH_"); err != nil {
-		return err
-	}
+	fs.Var(&f.serveArgs, "serve-arg", "extra argument of the spawned gateways (repeatable)")
+	fs.Var(&f.serveEnv, "serve-env", "extra K=V environment of the spawned gateways (repeatable)")
+	fs.StringVar(&f.report, "report", "", "write the JSON report to FILE")
+	fs.StringVar(&f.plot, "plot", "", "write the SVG latency plot to FILE")
+	fs.StringVar(&f.workDir, "work-dir", "", "directory for outboxes and gateway logs (empty: a temporary one, removed at the end)")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines on stderr")
+	fs.IntVar(&f.senders, "senders", 0, "instead of the simulated users: N raw WebSocket senders in a closed loop, each to its own group (no outbox, no acceptance check); reports sends/s, send→sent latency and server CPU per send")
+	fs.BoolVar(&f.hot, "hot", false, "with --senders: every sender sends to one shared group")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "with --senders: sending before the measured --duration")
+	fs.Uint64Var(&f.seed, "seed", 0, "random seed (0: random)")
+	return fs
+}
+
+// check refuses what bench cannot run with and completes f.cfg from the
+// other flags.
+func (f *benchFlags) check(fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
 		return usagef("bench: unexpected argument %q", fs.Arg(0))
 	}
-	login, password, ok := strings.Cut(admin, ":")
+	cfg := &f.cfg
+	login, password, ok := strings.Cut(f.admin, ":")
 	if !ok || login == "" {
 		return usagef("bench: --admin LOGIN:PASSWORD (or PARLEY_BENCH_ADMIN) is required")
 	}
 	cfg.Admin, cfg.AdminPassword = login, password
-	for s := range strings.SplitSeq(servers, ",") {
+	for s := range strings.SplitSeq(f.servers, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Servers = append(cfg.Servers, s)
 		}
@@ -96,27 +127,23 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	case cfg.Duration <= 0 || cfg.Rate < 0:
 		return usagef("bench: --duration must be positive and --rate not negative")
 	}
-	for g := range strings.SplitSeq(grps, ",") {
+	for g := range strings.SplitSeq(f.grps, ",") {
 		if g = strings.TrimSpace(g); g == "" {
 			continue
 		}
 		n, err := strconv.Atoi(g)
 		if err != nil || n < 2 {
-			return usagef("bench: --groups %q: want sizes of at least 2", grps)
+			return usagef("bench: --groups %q: want sizes of at least 2", f.grps)
 		}
 		cfg.Groups = append(cfg.Groups, n)
 	}
-	cfg.ServeArgs, cfg.ServeEnv, cfg.WorkDir, cfg.Seed = serveArgs, serveEnv, workDir, *seed
-	if !quiet {
-		cfg.Log = stderr
-	}
-	if senders < 0 || (hot && senders == 0) {
-		return usagef("bench: --senders must be at least 1 with --hot")
-	}
-	if senders > 0 {
-		return benchSends(ctx, cfg, loadtest.SendsConfig{Senders: senders, Hot: hot, Duration: cfg.Duration, Warmup: warmup}, report, stdout)
-	}
+	cfg.ServeArgs, cfg.ServeEnv, cfg.WorkDir, cfg.Seed = f.serveArgs, f.serveEnv, f.workDir, f.seed
+	return nil
+}
 
+// benchLoad is `parley bench` with simulated users: the load run and its
+// acceptance check (a failed check is errCheckFailed).
+func benchLoad(ctx context.Context, cfg loadtest.Config, report, plot string, stdout io.Writer) error {
 	rep, err := loadtest.Run(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

@@ -64,8 +64,48 @@ type serveFlags struct {
 	heapFloorMiB int       // --heap-floor (heapfloor.go)
 }
 
+// runServe is `parley serve`: parse, build, run, drain. Everything it
+// builds that needs closing is closed in reverse order of construction
+// (server.close); the drain, bounded by --drain-timeout, comes first.
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := serveFlags{stdout: stdout}
+	f, err := parseServe(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	s := &server{f: f, stdout: stdout}
+	defer s.close()
+	api, err := s.build(ctx, getenv, stderr)
+	if err == nil {
+		err = s.run(ctx, api)
+	}
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	return err
+}
+
+// errStopped ends serve without an error before it served: the signal
+// came while the store was being opened.
+var errStopped = errors.New("stopped before the store opened")
+
+// parseServe reads serve's flags (and their PARLEY_* variables) and checks
+// them.
+func parseServe(args []string, getenv func(string) string, stdout io.Writer) (*serveFlags, error) {
+	f := &serveFlags{stdout: stdout}
+	fs := f.flagSet()
+	if err := parseFlags(fs, args, getenv); err != nil {
+		return nil, err
+	}
+	if err := f.check(fs); err != nil {
+		return nil, err
+	}
+	if f.exportDir == "" {
+		f.exportDir = filepath.Join(f.dataDir, "exports")
+	}
+	return f, nil
+}
+
+func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f.storeFlags.register(fs)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
@@ -93,9 +133,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	fs.IntVar(&f.heapFloorMiB, "heap-floor", DefaultHeapFloorMiB, "MiB: while the live heap is smaller, the garbage collector waits for the heap to reach this size (fewer collections under load for at most this much memory; 0: the runtime's GOGC pacing alone)")
-	if err := parseFlags(fs, args, getenv); err != nil {
-		return err
-	}
+	return fs
+}
+
+// check refuses flag values serve cannot run with, before anything opens.
+func (f *serveFlags) check(fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
 		return usagef("serve: unexpected argument %q", fs.Arg(0))
 	}
@@ -129,15 +171,91 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if f.userSockets < 1 {
 		return usagef("--user-sockets %d: want at least 1", f.userSockets)
 	}
-	if f.exportDir == "" {
-		f.exportDir = filepath.Join(f.dataDir, "exports")
-	}
+	return nil
+}
+
+// server is what serve builds, in the order of its fields.
+type server struct {
+	f       *serveFlags
+	stdout  io.Writer
+	closers []func() // of what is built so far, run last first by close
+
+	log   *slog.Logger
+	m     *metrics.Metrics
+	cfg   *config.Watcher
+	kind  string // of the store: sqlite or postgres
+	store parley.Store
+
+	ln       net.Listener
+	front    *swapHandler // the starting answers, then the API
+	srv      *http.Server
+	serveErr chan error // srv.Serve's result, once serving
+	serving  bool
+
+	origins  []string
+	limiters *limiters
+	ident    *middleware.Identifier
+	hub      *gateway.Hub
+	keys     *keys
+	worker   *export.Worker
+
+	stopBackground func() // ends the goroutines of background, waits for them
+	background     sync.WaitGroup
+}
+
+// build makes the server, each step from what the steps before it made,
+// up to the API it is to serve. A store that PostgreSQL cannot open yet is
+// waited for while the server already listens (awaitStore).
+func (s *server) build(ctx context.Context, getenv func(string) string, stderr io.Writer) (http.Handler, error) {
 	// The browser app is part of the binary: a broken one (an import
 	// cycle, a missing module) stops the start here, not a user's page.
 	site, err := web.New()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	if s.log, err = newServeLog(s.f, getenv, stderr); err != nil {
+		return nil, err
+	}
+	s.onClose(processHeapFloor.start(uint64(s.f.heapFloorMiB) << 20))
+	s.m = metrics.New(metrics.Options{Log: s.log})
+	if s.cfg, err = newConfigWatcher(s.f.configPath, s.log, s.m); err != nil {
+		return nil, err
+	}
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	if s.store == nil {
+		if err := s.awaitStore(ctx); err != nil {
+			return nil, err
+		}
+	}
+	registerSendMetrics(s.m, s.store)
+	s.store = instrument(s.m, s.store)
+	if err := s.newHub(); err != nil {
+		return nil, err
+	}
+	if err := s.newExports(); err != nil {
+		return nil, err
+	}
+	return s.newAPI(site), nil
+}
+
+// onClose has close call fn, before what was built earlier is closed.
+func (s *server) onClose(fn func()) { s.closers = append(s.closers, fn) }
+
+// close closes what build made, in reverse order of construction.
+func (s *server) close() {
+	for _, fn := range slices.Backward(s.closers) {
+		fn()
+	}
+}
+
+// newServeLog makes serve's log (--log-format) and arms the fault points
+// PARLEY_FAULTS names.
+func newServeLog(f *serveFlags, getenv func(string) string, stderr io.Writer) (*slog.Logger, error) {
 	var handler slog.Handler
 	switch f.logFormat {
 	case "text":
@@ -145,7 +263,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	case "json":
 		handler = slog.NewJSONHandler(stderr, nil)
 	default:
-		return usagef("--log-format %q: want text or json", f.logFormat)
+		return nil, usagef("--log-format %q: want text or json", f.logFormat)
 	}
 	log := slog.New(handler)
 	if f.queue != 0 {
@@ -153,233 +271,292 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if spec := getenv("PARLEY_FAULTS"); spec != "" {
 		if err := fault.Arm(spec); err != nil {
-			return usagef("PARLEY_FAULTS: %v", err)
+			return nil, usagef("PARLEY_FAULTS: %v", err)
 		}
 		log.Warn("fault points armed (lab setting)", "faults", spec)
 	}
+	return log, nil
+}
 
-	defer processHeapFloor.start(uint64(f.heapFloorMiB) << 20)()
-	m := metrics.New(metrics.Options{Log: log})
+// newConfigWatcher loads the policy file (--config); its reloads are
+// counted in m and its unused rate-limit buckets warned of.
+func newConfigWatcher(path string, log *slog.Logger, m *metrics.Metrics) (*config.Watcher, error) {
 	var cfg *config.Watcher
-	cfg, err = config.NewWatcher(f.configPath, config.WatcherOptions{Log: log, OnReload: func(ok bool) {
+	cfg, err := config.NewWatcher(path, config.WatcherOptions{Log: log, OnReload: func(ok bool) {
 		m.ConfigReload(ok)
 		if ok {
 			warnUnusedBuckets(log, cfg.Current())
 		}
 	}})
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	warnUnusedBuckets(log, cfg.Current())
+	return cfg, nil
+}
 
-	kind, err := storeKind(f.dsn())
+// openStore opens the store --db names. SQLite is a file of this host: a
+// store that does not open is a fault to report at once. PostgreSQL may be
+// down while the gateway starts: then s.store stays nil, and the server
+// listens at once and waits for it (awaitStore).
+func (s *server) openStore(ctx context.Context) error {
+	kind, err := storeKind(s.f.dsn())
 	if err != nil {
 		return err
 	}
-	if err := checkBus(f.bus, kind); err != nil {
+	if err := checkBus(s.f.bus, kind); err != nil {
 		return err
 	}
-	// SQLite is a file of this host: a store that does not open is a
-	// fault to report at once. PostgreSQL may be down while the gateway
-	// starts: then the server listens at once and waits for it below.
+	s.kind = kind
 	var store parley.Store
 	if kind == "sqlite" {
-		store, err = f.openSeeded(ctx)
+		store, err = s.f.openSeeded(ctx)
 	} else {
-		store, err = f.firstAttempt(ctx)
+		store, err = s.f.firstAttempt(ctx)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil: // SIGTERM before it listened
-			return nil
+			return errStopped
 		case postgres.Unreachable(err):
-			log.Warn("store unreachable; listening while it is retried", "err", err)
-			store, err = nil, nil
+			s.log.Warn("store unreachable; listening while it is retried", "err", err)
+			return nil
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if store != nil {
-		defer store.Close()
-	}
+	s.store = store
+	s.onClose(func() { store.Close() })
+	return nil
+}
 
-	// Bind before serving, so a taken port fails here, synchronously.
-	ln, err := net.Listen("tcp", f.addr)
+// listen binds the listeners before serving, so a taken port fails here,
+// synchronously, and makes the server that will serve the main one.
+func (s *server) listen() error {
+	ln, err := net.Listen("tcp", s.f.addr)
 	if err != nil {
 		return err
 	}
-	admin, err := startAdmin(f.adminAddr, m, stdout, log)
+	admin, err := startAdmin(s.f.adminAddr, s.m, s.stdout, s.log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	defer admin.Close()
-	front := &swapHandler{}
+	s.onClose(admin.Close)
+	s.ln, s.front, s.serveErr = ln, &swapHandler{}, make(chan error, 1)
 	// Headers must arrive within ReadHeaderTimeout, bodies within
 	// --body-timeout (a per-request deadline: http.Server.ReadTimeout would
 	// also cut hijacked WebSockets). No WriteTimeout: a large export
 	// download takes as long as the client needs; sockets have their own
 	// write deadlines.
-	srv := &http.Server{
-		Handler:           middleware.BodyDeadline(func() time.Duration { return f.bodyTimeout })(front),
+	s.srv = &http.Server{
+		Handler:           middleware.BodyDeadline(func() time.Duration { return s.f.bodyTimeout })(s.front),
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	defer srv.Close() // on the error paths below; after a drain it is a no-op
-	serveErr := make(chan error, 1)
-	serving := false
-	startServing := func() {
-		serving = true
-		go func() { serveErr <- srv.Serve(ln) }()
-		fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
-	}
-	if store == nil {
-		// Until the store opens: /healthz 200, everything else 503
-		// UNAVAILABLE (readiness included).
-		front.set(httpapi.NewStarting())
-		startServing()
-		log.Info("parley listening; waiting for the store", "addr", ln.Addr().String(), "store", kind)
-		store, err = openWhenReachable(ctx, log, f.openSeeded)
-		if err != nil {
-			if ctx.Err() != nil { // SIGTERM while the database was down
-				sctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
-				defer cancel()
-				srv.Shutdown(sctx)
-				log.Info("stopped before the store opened")
-				return nil
-			}
-			return err
-		}
-		defer store.Close()
-	}
+	s.onClose(func() { s.srv.Close() }) // on the error paths; after a drain it is a no-op
+	return nil
+}
 
-	registerSendMetrics(m, store)
-	store = instrument(m, store)
-	bus, err := newBus(f.bus, kind, f.dsn(), log)
+// startServing serves the listener with whatever handler s.front holds.
+func (s *server) startServing() {
+	s.serving = true
+	go func() { s.serveErr <- s.srv.Serve(s.ln) }()
+	fmt.Fprintf(s.stdout, "listening on http://%s\n", s.ln.Addr())
+}
+
+// awaitStore serves the starting answers (/healthz 200, everything else,
+// readiness included, 503 UNAVAILABLE) while the store is retried, until
+// it opens or a signal stops the server (errStopped).
+func (s *server) awaitStore(ctx context.Context) error {
+	s.front.set(httpapi.NewStarting())
+	s.startServing()
+	s.log.Info("parley listening; waiting for the store", "addr", s.ln.Addr().String(), "store", s.kind)
+	store, err := openWhenReachable(ctx, s.log, s.f.openSeeded)
+	if err != nil {
+		if ctx.Err() != nil { // SIGTERM while the database was down
+			sctx, cancel := context.WithTimeout(context.Background(), s.f.drainTimeout)
+			defer cancel()
+			s.srv.Shutdown(sctx)
+			s.log.Info("stopped before the store opened")
+			return errStopped
+		}
+		return err
+	}
+	s.store = store
+	s.onClose(func() { store.Close() })
+	return nil
+}
+
+// newHub makes the bus, the rate limiters, the identifier and the gateway
+// on them.
+func (s *server) newHub() error {
+	bus, err := newBus(s.f.bus, s.kind, s.f.dsn(), s.log)
 	if err != nil {
 		return err
 	}
-	var origins []string
-	for _, o := range strings.Split(f.origins, ",") {
+	for _, o := range strings.Split(s.f.origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
+			s.origins = append(s.origins, o)
 		}
 	}
-	limiters := newLimiters(log)
-	defer limiters.Close()
-	limiter := func() ratelimit.Store { return limiters.For(cfg.Current()) }
-	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
-	hub := gateway.New(gateway.Options{
-		Store: store, Bus: bus, Log: log,
+	s.limiters = newLimiters(s.log)
+	s.onClose(s.limiters.Close)
+	s.ident = middleware.NewIdentifier(s.store.Authenticate, middleware.IdentifierOptions{})
+	f := s.f
+	s.hub = gateway.New(gateway.Options{
+		Store: s.store, Bus: bus, Log: s.log,
 		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop, Linger: lingerOption(f.pushLinger),
-		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: origins, SecureCookie: f.secureCookie,
-		Limit: func(ctx context.Context, bucket, user string) (bool, time.Duration) {
-			d, err := middleware.Limit(ctx, limiter(), cfg.Current(), bucket, user)
-			if err != nil {
-				log.Warn("rate limit store failed; allowing", "bucket", bucket, "err", err)
-			}
-			return d.Allowed, d.RetryAfter
-		},
-		OnAccount: ident.ForgetUser,
-		Metrics:   m,
-		Timeout:   func() time.Duration { return cfg.Current().StoreTimeout() },
+		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: s.origins, SecureCookie: f.secureCookie,
+		Limit:     s.limitFrame,
+		OnAccount: s.ident.ForgetUser,
+		Metrics:   s.m,
+		Timeout:   s.storeTimeout,
 	})
-	registerHubMetrics(m, hub)
-	keys, err := newKeys(f.dataDir, store, func() time.Duration { return cfg.Current().StoreTimeout() }, log)
+	registerHubMetrics(s.m, s.hub)
+	return nil
+}
+
+// limiter is the rate-limit store the configuration in force selects.
+func (s *server) limiter() ratelimit.Store { return s.limiters.For(s.cfg.Current()) }
+
+// limitFrame is the gateway's rate limit of a socket's frames; a failing
+// limiter store allows.
+func (s *server) limitFrame(ctx context.Context, bucket, user string) (bool, time.Duration) {
+	d, err := middleware.Limit(ctx, s.limiter(), s.cfg.Current(), bucket, user)
+	if err != nil {
+		s.log.Warn("rate limit store failed; allowing", "bucket", bucket, "err", err)
+	}
+	return d.Allowed, d.RetryAfter
+}
+
+// storeTimeout bounds a store call (timeouts.store).
+func (s *server) storeTimeout() time.Duration { return s.cfg.Current().StoreTimeout() }
+
+// newExports makes the export link keys and the export worker.
+func (s *server) newExports() error {
+	keys, err := newKeys(s.f.dataDir, s.store, s.storeTimeout, s.log)
 	if err != nil {
 		return err
 	}
-	worker := export.NewWorker(export.Options{
-		Store: store, Dir: f.exportDir, Log: log, Config: cfg.Current, Workers: f.exportJobs, Lease: f.exportLease,
-		Attempt: m.ExportAttempt,
+	s.keys = keys
+	s.worker = export.NewWorker(export.Options{
+		Store: s.store, Dir: s.f.exportDir, Log: s.log, Config: s.cfg.Current, Workers: s.f.exportJobs, Lease: s.f.exportLease,
+		Attempt: s.m.ExportAttempt,
 	})
-	registerExportMetrics(m, worker, store)
+	registerExportMetrics(s.m, s.worker, s.store)
+	return nil
+}
+
+// newAPI makes the use cases (app) and the HTTP API on everything built
+// before them.
+func (s *server) newAPI(site *web.Site) http.Handler {
 	download := &export.Download{
-		Store: store, Dir: f.exportDir, Log: log, Metrics: m,
-		Keys:    func() *export.Keyring { return keys.For(cfg.Current()) },
-		Timeout: func() time.Duration { return cfg.Current().StoreTimeout() },
+		Store: s.store, Dir: s.f.exportDir, Log: s.log, Metrics: s.m,
+		Keys:    func() *export.Keyring { return s.keys.For(s.cfg.Current()) },
+		Timeout: s.storeTimeout,
 	}
+	hub := s.hub
 	uc := app.New(app.Options{
-		Store: store, Publish: hub.Publish, Revoke: hub, KickExports: worker.Kick, Metrics: m, Log: log,
+		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
 	})
-	api := httpapi.NewHandler(httpapi.Deps{
-		App: uc,
-		ExportLink: func(job, user string, exp time.Time) string {
-			if ring := keys.For(cfg.Current()); ring != nil {
-				return ring.Link(job, user, exp)
-			}
-			return "" // the store's key could not be read: no link this time
-		},
-		Download: download,
-		Store:    store, Gateway: hub, Log: log, Config: cfg.Current, Identifier: ident, Limiter: limiter,
-		Metrics: m, Draining: hub.Draining, SecureCookie: f.secureCookie, Origins: origins,
-		MetricsElsewhere: f.adminAddr != "",
+	return httpapi.NewHandler(httpapi.Deps{
+		App:        uc,
+		ExportLink: s.exportLink,
+		Download:   download,
+		Store:      s.store, Gateway: hub, Log: s.log, Config: s.cfg.Current, Identifier: s.ident, Limiter: s.limiter,
+		Metrics: s.m, Draining: hub.Draining, SecureCookie: s.f.secureCookie, Origins: s.origins,
+		MetricsElsewhere: s.f.adminAddr != "",
 		Web:              site,
 	})
+}
 
-	hubCtx, stopHub := context.WithCancel(context.Background())
-	defer stopHub()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := hub.Run(hubCtx); err != nil {
-			log.Error("gateway stopped", "err", err)
+// exportLink signs a download link of job for user, valid until exp; ""
+// while the store's key cannot be read.
+func (s *server) exportLink(job, user string, exp time.Time) string {
+	if ring := s.keys.For(s.cfg.Current()); ring != nil {
+		return ring.Link(job, user, exp)
+	}
+	return "" // the store's key could not be read: no link this time
+}
+
+// startBackground starts the goroutines the server owns: the gateway, the
+// configuration watcher, the token sweeper, the retention worker and the
+// export workers. stopBackground (or close) ends them and waits for them.
+func (s *server) startBackground() {
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopBackground = func() {
+		stop()
+		s.background.Wait()
+	}
+	s.onClose(s.stopBackground)
+	s.background.Go(func() {
+		if err := s.hub.Run(ctx); err != nil {
+			s.log.Error("gateway stopped", "err", err)
 		}
 	})
-	wg.Go(func() {
-		if err := cfg.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("configuration watcher stopped", "err", err)
+	s.background.Go(func() {
+		if err := s.cfg.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("configuration watcher stopped", "err", err)
 		}
 	})
-	wg.Go(func() { sweepTokens(hubCtx, store, f.tokens.sweep, sweepBatch, sweepBatches, log) })
-	wg.Go(func() { f.retention.run(hubCtx, store, cfg.Current().StoreTimeout, log, m) })
-	if f.exportJobs > 0 {
-		wg.Go(func() {
-			if err := worker.Run(hubCtx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("export worker stopped", "err", err)
+	s.background.Go(func() { sweepTokens(ctx, s.store, s.f.tokens.sweep, sweepBatch, sweepBatches, s.log) })
+	s.background.Go(func() { s.f.retention.run(ctx, s.store, s.cfg.Current().StoreTimeout, s.log, s.m) })
+	if s.f.exportJobs > 0 {
+		s.background.Go(func() {
+			if err := s.worker.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("export worker stopped", "err", err)
 			}
 		})
 	}
-	front.set(api)
-	if !serving {
-		startServing()
-	}
-	log.Info("parley serving", "addr", ln.Addr().String(), "store", kind)
+}
 
+// run starts the background goroutines and serves api until the listener
+// fails or ctx ends (SIGINT, SIGTERM), then drains.
+func (s *server) run(ctx context.Context, api http.Handler) error {
+	s.startBackground()
+	s.front.set(api)
+	if !s.serving {
+		s.startServing()
+	}
+	s.log.Info("parley serving", "addr", s.ln.Addr().String(), "store", s.kind)
 	select {
-	case err := <-serveErr:
-		stopHub()
-		wg.Wait()
+	case err := <-s.serveErr:
+		s.stopBackground()
 		return err
 	case <-ctx.Done():
 	}
+	return s.drain()
+}
 
-	// Graceful drain, first the drain window: goaway to every socket once
-	// accepted requests are answered, while the listener stays open:
-	// /readyz and new upgrades answer 503 UNAVAILABLE with Retry-After (a
-	// load balancer sees a gateway that is not ready, never a refused
-	// connection) and other requests are still served, each on a
-	// connection closed after its response. A second signal ends the
-	// window early. Then, within --drain-timeout: stop accepting, finish
-	// in-flight HTTP requests, close the sockets after their queues are
-	// written, and stop the fan-out and the store (in reverse order of
-	// construction).
-	log.Info("draining", "window", f.drainWindow.String(), "timeout", f.drainTimeout.String())
-	hub.Drain()
-	srv.SetKeepAlivesEnabled(false)
-	waitDrainWindow(log, f.drainWindow, serveErr)
-	dctx, cancel := context.WithTimeout(context.Background(), f.drainTimeout)
+// drain stops the server gracefully, first the drain window: goaway to
+// every socket once accepted requests are answered, while the listener
+// stays open: /readyz and new upgrades answer 503 UNAVAILABLE with
+// Retry-After (a load balancer sees a gateway that is not ready, never a
+// refused connection) and other requests are still served, each on a
+// connection closed after its response. A second signal ends the window
+// early. Then, within --drain-timeout: stop accepting, finish in-flight
+// HTTP requests, close the sockets after their queues are written, and
+// stop the fan-out and the other background goroutines; close then closes
+// the rest (rate limiters, listeners, store) in reverse order of
+// construction.
+func (s *server) drain() error {
+	s.log.Info("draining", "window", s.f.drainWindow.String(), "timeout", s.f.drainTimeout.String())
+	s.hub.Drain()
+	s.srv.SetKeepAlivesEnabled(false)
+	waitDrainWindow(s.log, s.f.drainWindow, s.serveErr)
+	ctx, cancel := context.WithTimeout(context.Background(), s.f.drainTimeout)
 	defer cancel()
-	shutdownErr := srv.Shutdown(dctx)
-	if err := hub.Shutdown(dctx); err != nil {
-		log.Warn("sockets still open at the drain deadline", "err", err)
+	shutdownErr := s.srv.Shutdown(ctx)
+	if err := s.hub.Shutdown(ctx); err != nil {
+		s.log.Warn("sockets still open at the drain deadline", "err", err)
 	}
-	stopHub()
-	wg.Wait()
+	s.stopBackground()
 	if shutdownErr != nil && !errors.Is(shutdownErr, context.DeadlineExceeded) {
 		return shutdownErr
 	}
-	log.Info("stopped")
+	s.log.Info("stopped")
 	return nil
 }
 
