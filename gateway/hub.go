@@ -48,7 +48,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/parleychat/parley"
-	"github.com/parleychat/parley/middleware"
+	"github.com/parleychat/parley/ratelimit"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -158,14 +158,14 @@ const (
 // recalls, the reads with the read routes. sub has no twin: it reads the
 // store like GET /api/convs, so it counts in read too.
 var FrameBuckets = map[string]string{
-	wire.TSend:   middleware.BucketSend,
-	wire.TRecall: middleware.BucketSend,
-	wire.TSync:   middleware.BucketRead,
-	wire.TConvs:  middleware.BucketRead,
-	wire.TFetch:  middleware.BucketRead,
-	wire.TAck:    middleware.BucketRead,
-	wire.TRead:   middleware.BucketRead,
-	wire.TSub:    middleware.BucketRead,
+	wire.TSend:   ratelimit.BucketSend,
+	wire.TRecall: ratelimit.BucketSend,
+	wire.TSync:   ratelimit.BucketRead,
+	wire.TConvs:  ratelimit.BucketRead,
+	wire.TFetch:  ratelimit.BucketRead,
+	wire.TAck:    ratelimit.BucketRead,
+	wire.TRead:   ratelimit.BucketRead,
+	wire.TSub:    ratelimit.BucketRead,
 }
 
 // Metrics is what the hub reports; *metrics.Metrics implements it.
@@ -438,7 +438,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Behind the HTTP chain the token was just resolved (through its cache);
 	// a reconnect storm then costs one lookup per socket, not two.
-	caller := middleware.CallerFrom(r.Context())
+	caller := parley.CallerFromContext(r.Context())
 	p, looked := caller.Principal, caller.Looked
 	var err error
 	switch {
@@ -494,7 +494,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The socket runs on its reader's goroutine and the handler returns:
 	// net/http's goroutine, its stack and its buffers for the request are
 	// not kept for the socket's life (an idle socket is one goroutine).
-	method, rid := r.Method, middleware.RequestID(r.Context())
+	method, rid := r.Method, parley.RequestIDFromContext(r.Context())
 	h.wg.Add(1) // before this handler's Done: Shutdown still waits for the socket
 	go func() {
 		defer h.wg.Done()

@@ -112,27 +112,27 @@ func NewHandler(d Deps) http.Handler {
 	user := func(bucket string, activity ...int) middleware.Policy {
 		return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
 	}
-	admin := middleware.Policy{Bucket: middleware.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
+	admin := middleware.Policy{Bucket: ratelimit.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
 
 	// Sessions and the socket.
-	route("POST /api/login", public(middleware.BucketLogin), handleLogin(d))
+	route("POST /api/login", public(ratelimit.BucketLogin), handleLogin(d))
 	route("POST /api/logout", public(""), handleLogout(d))
-	route("GET /api/me", user(middleware.BucketRead), handleMe())
-	route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
+	route("GET /api/me", user(ratelimit.BucketRead), handleMe())
+	route("GET /ws", public(ratelimit.BucketWSConnect), d.Gateway)
 
 	// Conversations and members.
-	route("GET /api/convs", user(middleware.BucketRead), handleConvs(d))
-	route("POST /api/convs", user(middleware.BucketConvs, http.StatusCreated), handleCreateConv(d))
-	route("POST /api/convs/{id}/members", user(middleware.BucketConvs), handleAddMember(d))
-	route("DELETE /api/convs/{id}/members/{user}", user(middleware.BucketConvs), handleRemoveMember(d))
+	route("GET /api/convs", user(ratelimit.BucketRead), handleConvs(d))
+	route("POST /api/convs", user(ratelimit.BucketConvs, http.StatusCreated), handleCreateConv(d))
+	route("POST /api/convs/{id}/members", user(ratelimit.BucketConvs), handleAddMember(d))
+	route("DELETE /api/convs/{id}/members/{user}", user(ratelimit.BucketConvs), handleRemoveMember(d))
 
 	// Messages and cursors.
-	route("POST /api/convs/{id}/messages", user(middleware.BucketSend, http.StatusCreated), handleSend(d))
-	route("GET /api/convs/{id}/events", user(middleware.BucketRead), handleEvents(d))
-	route("GET /api/convs/{id}/events/{seq}", user(middleware.BucketRead), handleFetch(d))
-	route("POST /api/convs/{id}/read", user(middleware.BucketRead), handleRead(d))
-	route("POST /api/convs/{id}/ack", user(middleware.BucketRead), handleAck(d))
-	route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(d))
+	route("POST /api/convs/{id}/messages", user(ratelimit.BucketSend, http.StatusCreated), handleSend(d))
+	route("GET /api/convs/{id}/events", user(ratelimit.BucketRead), handleEvents(d))
+	route("GET /api/convs/{id}/events/{seq}", user(ratelimit.BucketRead), handleFetch(d))
+	route("POST /api/convs/{id}/read", user(ratelimit.BucketRead), handleRead(d))
+	route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(d))
+	route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(d))
 
 	// Operations (admin permission rule).
 	route("GET /api/admin/users", admin, handleAdminUsers(d))
@@ -152,16 +152,16 @@ func NewHandler(d Deps) http.Handler {
 
 	// Exports (SPEC §5): the access mode gates creating jobs; a download
 	// link is its own credential (signed, short-lived, re-checked).
-	route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(d))
-	route("GET /exports/{id}", user(middleware.BucketRead), handleExport(d))
+	route("POST /exports", middleware.Policy{Bucket: ratelimit.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(d))
+	route("GET /exports/{id}", user(ratelimit.BucketRead), handleExport(d))
 	if d.Download != nil {
-		route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
+		route("GET /download/{id}", public(ratelimit.BucketDownload), d.Download)
 	}
 	route("GET /api/admin/exports", admin, handleAdminExports(d))
 	route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(d))
 
 	// Incoming webhooks: signed, not token-authenticated.
-	route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
+	route("POST /hooks/{id}", middleware.Policy{Bucket: ratelimit.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(d))
 
 	// Operations endpoints.
 	route("GET /healthz", public(""), handleHealthz())

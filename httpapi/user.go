@@ -87,15 +87,15 @@ func handleLogin(d Deps) http.Handler {
 		if err != nil {
 			if result == ratelimit.Failed {
 				// Never the password: the name tried, where from, and why.
-				d.Log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
-					"request_id", middleware.RequestID(r.Context()))
+				d.Log.Info("login failed", "login", name, "addr", parley.CallerFromContext(r.Context()).Addr.String(),
+					"request_id", parley.RequestIDFromContext(r.Context()))
 			}
 			writeError(w, d.Log, err, "login")
 			return
 		}
 		middleware.NoteUser(r.Context(), s.User)
 		d.Log.Info("login", "user", s.User, "device", s.DeviceID, "new_install", s.Replaced,
-			"addr", middleware.CallerFrom(r.Context()).Addr.String(), "request_id", middleware.RequestID(r.Context()))
+			"addr", parley.CallerFromContext(r.Context()).Addr.String(), "request_id", parley.RequestIDFromContext(r.Context()))
 		// A login that replaced the device's install: every gateway
 		// re-checks the user's sockets now (the old install's end with
 		// STALE_INSTALL) and forgets cached lookups of the user's tokens.
@@ -160,10 +160,10 @@ func handleLogout(d Deps) http.Handler {
 		if d.Revoke != nil {
 			d.Revoke(token)
 		}
-		if c := middleware.CallerFrom(r.Context()); c.Known && d.RevokeUser != nil {
+		if c := parley.CallerFromContext(r.Context()); c.Known && d.RevokeUser != nil {
 			d.RevokeUser(c.Principal.User)
 		}
-		d.Log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
+		d.Log.Info("logout", "user", parley.CallerFromContext(r.Context()).Principal.User, "request_id", parley.RequestIDFromContext(r.Context()))
 		gone := d.sessionCookie(r, "")
 		gone.MaxAge = -1
 		http.SetCookie(w, gone)
