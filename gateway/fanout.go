@@ -631,17 +631,13 @@ func (w *worker) readHint(n parley.Notice) {
 	}
 }
 
-// watchers returns the subscribed sockets watching conv.
-func (h *Hub) watchers(conv string) []*conn {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	var cs []*conn
-	for _, set := range h.subs {
-		for c := range set {
-			if _, ok := c.watched[conv]; ok {
-				cs = append(cs, c)
-			}
-		}
+// worker returns the fan-out worker that owns conv.
+func (h *Hub) worker(conv string) *worker {
+	// FNV-1a: stable, cheap, no allocation.
+	var x uint32 = 2166136261
+	for i := 0; i < len(conv); i++ {
+		x ^= uint32(conv[i])
+		x *= 16777619
 	}
-	return cs
+	return h.workers[x%uint32(len(h.workers))]
 }
