@@ -12,7 +12,7 @@ func (b busHandler) Notify(ns []parley.Notice) {
 func (b busHandler) Lost() { b.h.Lost() }
 
 // Notify takes notices from the bus (or directly, on a single node) and
-// hands each to its conversation's worker. It never blocks.
+// hands each to its conversation's fan-out. It never blocks.
 func (h *Hub) Notify(ns []parley.Notice) {
 	for _, n := range ns {
 		if n.Account() {

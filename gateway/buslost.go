@@ -39,8 +39,8 @@ func (h *Hub) recoverLoop(ctx context.Context) {
 			return
 		case <-h.lost:
 		}
-		for _, w := range h.workers {
-			w.forgetRosters()
+		for _, fo := range h.fanouts {
+			fo.forgetRosters()
 		}
 		err := h.recoverLoss(ctx)
 		if ctx.Err() != nil {
@@ -57,7 +57,7 @@ func (h *Hub) recoverLoop(ctx context.Context) {
 
 // recoverLoss re-learns what a bus loss may have hidden, in few store
 // reads: the open periods of every subscribed user (a join whose notice
-// was lost leaves a conversation unwatched here; its worker starts at the
+// was lost leaves a conversation unwatched here; its fan-out starts at the
 // join seq, as the notice would have made it) and then the heads of every
 // watched conversation (events, leaves and rollbacks whose notices were
 // lost). Workers push what changed through the usual Feed; conversations
@@ -81,8 +81,8 @@ func (h *Hub) recoverLoss(ctx context.Context) error {
 }
 
 // relearn makes the subscribed sockets of p.User that do not watch p.Conv
-// watch it, after telling the worker to start from the join seq: were it
-// marked watched first, a backstop poll could reach the worker before and
+// watch it, after telling the fan-out to start from the join seq: were it
+// marked watched first, a backstop poll could reach the fan-out before and
 // start it at the head, skipping the join.
 func (h *Hub) relearn(p parley.OpenPeriod) {
 	if !h.unwatchedBy(p.User, p.Conv) {
@@ -126,7 +126,7 @@ func (h *Hub) spreadResync(ctx context.Context) {
 }
 
 // backstop polls the heads of watched conversations and hands the ones
-// ahead of what was pushed to their workers.
+// ahead of what was pushed to their fan-outs.
 func (h *Hub) backstop(ctx context.Context) {
 	if err := h.pollHeads(ctx); err != nil && ctx.Err() == nil {
 		h.log.Warn("backstop: reading heads failed", "err", err)
@@ -137,7 +137,7 @@ func (h *Hub) backstop(ctx context.Context) {
 const pollBatch = 1000
 
 // pollHeads reads the heads of watched conversations, pollBatch at a time,
-// and hands each to its worker, which pushes what it is behind on exactly
+// and hands each to its fan-out, which pushes what it is behind on exactly
 // as if the notices had come.
 func (h *Hub) pollHeads(ctx context.Context) error {
 	convs := h.watched()

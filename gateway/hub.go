@@ -82,7 +82,7 @@ type Hub struct {
 
 	reqs *reqPool // the goroutines that answer requests
 
-	workers []*worker
+	fanouts []*fanout     // each conversation's pushes go through one (Hub.worker)
 	lost    chan struct{} // the bus lost notices: recover (buslost.go)
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
@@ -141,9 +141,9 @@ func New(o Options) *Hub {
 		lost:    make(chan struct{}, 1),
 		reqs:    newReqPool(DefaultRequestLinger),
 	}
-	h.workers = make([]*worker, o.Workers)
-	for i := range h.workers {
-		h.workers[i] = newWorker(h)
+	h.fanouts = make([]*fanout, o.Workers)
+	for i := range h.fanouts {
+		h.fanouts[i] = newFanout(h)
 	}
 	return h
 }

@@ -14,13 +14,13 @@ import (
 // Lifecycle: Run starts the hub's loops and waits for them; Drain and
 // Shutdown end its sockets gracefully when the server stops.
 
-// Run runs the bus subscription, the fan-out workers and the backstop
+// Run runs the bus subscription, the fan-outs and the backstop
 // until ctx ends; it returns when they have all stopped.
 func (h *Hub) Run(ctx context.Context) error {
 	h.runCtx.Store(&ctx)
 	var wg sync.WaitGroup
-	for _, w := range h.workers {
-		wg.Go(func() { w.run(ctx) })
+	for _, fo := range h.fanouts {
+		wg.Go(func() { fo.run(ctx) })
 	}
 	wg.Go(func() { every(ctx, h.o.Backstop, nil, func() { h.backstop(ctx) }) })
 	wg.Go(func() { h.recoverLoop(ctx) })

@@ -67,7 +67,7 @@ type Options struct {
 	// Workers is the number of fan-out goroutines (default 8). A
 	// conversation is always handled by the same one, in seq order.
 	Workers int
-	// Linger bounds how long a fan-out worker holds a wave of pushes
+	// Linger bounds how long a fan-out holds a wave of pushes
 	// while a send to one of its conversations is being committed over
 	// this hub's sockets (default DefaultLinger; negative: never). The
 	// committing send's event then leaves in the same write to each
