@@ -17,15 +17,6 @@ import (
 // many things for a reader to hold at once, and its steps want names.
 const maxFuncLines = 80
 
-// longFuncs are the functions still longer than maxFuncLines while they
-// are being cut into named steps. The list only shrinks: a function that
-// gets short fails the test until it leaves the list, and nothing new is
-// added to it.
-var longFuncs = map[string]bool{
-	"gateway.(*Hub).ServeHTTP": true,
-	"gateway.(*worker).run":    true, // the fan-out (fanout.go)
-}
-
 // TestFuncLength holds every function of the module's non-test files to
 // maxFuncLines. The contract suites (storetest, bustest) are test code in
 // non-test files: a function that takes a *testing.T or a testing.TB is
@@ -67,18 +58,13 @@ func TestFuncLength(t *testing.T) {
 	}
 	var long []string
 	for key, n := range lengths {
-		if n > maxFuncLines && !longFuncs[key] {
+		if n > maxFuncLines {
 			long = append(long, fmt.Sprintf("%s: %d lines", key, n))
 		}
 	}
 	slices.Sort(long)
 	for _, l := range long {
 		t.Errorf("%s, want at most %d: give its steps names", l, maxFuncLines)
-	}
-	for key := range longFuncs {
-		if n, ok := lengths[key]; !ok || n <= maxFuncLines {
-			t.Errorf("%s is listed as long but is %d lines (or gone): take it off longFuncs", key, n)
-		}
 	}
 }
 

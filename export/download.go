@@ -14,7 +14,6 @@ import (
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/metrics"
-	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -81,7 +80,7 @@ func (d *Download) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	addr := r.RemoteAddr
-	if a := middleware.CallerFrom(r.Context()).Addr; a.IsValid() {
+	if a := parley.CallerFromContext(r.Context()).Addr; a.IsValid() {
 		addr = a.String()
 	}
 	attrs := []any{"job", id, "user", user, "status", status, "bytes", rec.bytes,

@@ -21,7 +21,6 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/metrics"
-	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -113,7 +112,7 @@ func serveDownloads(t *testing.T, st parley.Store, dir string, ring *Keyring) *d
 	mux := http.NewServeMux()
 	mux.Handle("GET /download/{id}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a := r.Header.Get("X-Test-Addr"); a != "" {
-			r = r.WithContext(middleware.WithCaller(r.Context(), middleware.Caller{Addr: netip.MustParseAddr(a)}))
+			r = r.WithContext(parley.NewContextWithCaller(r.Context(), parley.Caller{Addr: netip.MustParseAddr(a)}))
 		}
 		h.ServeHTTP(w, r)
 	}))

@@ -8,7 +8,7 @@ import (
 
 // Carried events. A notice may carry its committed event (Notice.Event:
 // the publisher's own sends, when the store reports the commit time). A
-// worker pushes such an event without reading the store when it is the
+// fan-out pushes such an event without reading the store when it is the
 // next seq of a conversation it has pushed, in the same epoch, and it
 // keeps that conversation's audience (convState.roster, fanout.go), which
 // it follows over the carried events as over those it reads. Anything else
@@ -16,18 +16,18 @@ import (
 // through the store as before.
 
 // keepCarriedLocked keeps n's carried event for run, which takes it with
-// the notice's seq (worker.inputs). Call it with w.mu held.
-func (w *worker) keepCarriedLocked(n parley.Notice) {
-	w.carried[n.Conv] = append(w.carried[n.Conv], n)
+// the notice's seq (fanout.inputs). Call it with fo.mu held.
+func (fo *fanout) keepCarriedLocked(n parley.Notice) {
+	fo.carried[n.Conv] = append(fo.carried[n.Conv], n)
 }
 
 // pushCarried pushes the carried events of conv that follow what was
 // pushed, as far as they run without a gap, up to target.
-func (w *worker) pushCarried(conv string, ns []parley.Notice, target int64) {
+func (fo *fanout) pushCarried(conv string, ns []parley.Notice, target int64) {
 	if len(ns) == 0 {
 		return
 	}
-	st := w.states[conv]
+	st := fo.states[conv]
 	if st == nil || !st.kept() {
 		return
 	}
@@ -48,10 +48,10 @@ func (w *worker) pushCarried(conv string, ns []parley.Notice, target int64) {
 		return
 	}
 	f := parley.Feed{Conv: conv, Events: evs, Head: max(target, next-1), Epoch: st.epoch}
-	if !w.follow(st, &f) {
+	if !fo.follow(st, &f) {
 		return // the store read that follows covers them
 	}
-	w.deliver(st, f)
+	fo.deliver(st, f)
 	st.pushed = next - 1
-	w.h.stats.Carried.Add(int64(len(evs)))
+	fo.h.stats.Carried.Add(int64(len(evs)))
 }

@@ -11,11 +11,16 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// worker pushes the events of the conversations hashed to it, one
-// conversation at a time and each in seq order. Inputs (notices, baselines,
-// backstop heads) are merged into maps under a mutex, so producers never
-// block and a burst of notices for one conversation costs one Feed.
-type worker struct {
+// fanout pushes committed events to the sockets that may see them, for
+// the conversations hashed to it (Hub.worker): one goroutine (run), one
+// conversation at a time and each in seq order. It reads the events after
+// the last seq it pushed (or takes them from the notices that carry them),
+// decides their audience from the membership periods, and queues each,
+// encoded once, to the audience's subscribed sockets, whose writers it
+// starts in waves. Inputs (notices, baselines, backstop heads) are merged
+// into maps under a mutex, so producers never block and a burst of notices
+// for one conversation costs one Feed.
+type fanout struct {
 	h      *Hub
 	signal chan struct{}
 
@@ -41,15 +46,15 @@ type worker struct {
 	lingered   bool      // the held wave has waited for sends (awaitSends)
 	linger     *time.Timer
 
-	// sending counts the sends to this worker's conversations being
+	// sending counts the sends to this fan-out's conversations being
 	// committed through this gateway (conn.handle); the one that takes
-	// it to zero wakes the worker.
+	// it to zero wakes the fan-out.
 	sending atomic.Int64
 }
 
 type readKey struct{ conv, user, device string }
 
-// inputs is what producers hand a worker between two of its wakes, merged.
+// inputs is what producers hand a fan-out between two of its wakes, merged.
 type inputs struct {
 	want  map[string]int64       // conv → highest committed seq announced
 	named map[string][]string    // conv → members named by membership notices
@@ -117,8 +122,8 @@ func (st *convState) kept() bool {
 	return st.roster != nil && st.roster.At == st.pushed && st.roster.Epoch == st.epoch && st.epoch != 0
 }
 
-func newWorker(h *Hub) *worker {
-	return &worker{
+func newFanout(h *Hub) *fanout {
+	return &fanout{
 		h: h, signal: make(chan struct{}, 1),
 		inputs: newInputs(), spare: newInputs(),
 		states: map[string]*convState{}, held: map[*conn]struct{}{},
@@ -126,218 +131,244 @@ func newWorker(h *Hub) *worker {
 	}
 }
 
-// sendStarted and sendDone bracket a send to one of w's conversations,
+// sendStarted and sendDone bracket a send to one of fo's conversations,
 // from before its commit to after its notice is published.
-func (w *worker) sendStarted() { w.sending.Add(1) }
+func (fo *fanout) sendStarted() { fo.sending.Add(1) }
 
-func (w *worker) sendDone() {
-	if w.sending.Add(-1) == 0 {
-		w.wake()
+func (fo *fanout) sendDone() {
+	if fo.sending.Add(-1) == 0 {
+		fo.wake()
 	}
 }
 
-func (w *worker) wake() {
+func (fo *fanout) wake() {
 	select {
-	case w.signal <- struct{}{}:
+	case fo.signal <- struct{}{}:
 	default:
 	}
 }
 
-func (w *worker) notice(n parley.Notice) {
-	w.mu.Lock()
+func (fo *fanout) notice(n parley.Notice) {
+	fo.mu.Lock()
 	if n.Read() {
 		k := readKey{n.Conv, n.User, n.Device}
-		if old, ok := w.reads[k]; !ok || old.Seq < n.Seq {
-			w.reads[k] = n
+		if old, ok := fo.reads[k]; !ok || old.Seq < n.Seq {
+			fo.reads[k] = n
 		}
 	} else {
-		if n.Seq > w.want[n.Conv] {
-			w.want[n.Conv] = n.Seq
+		if n.Seq > fo.want[n.Conv] {
+			fo.want[n.Conv] = n.Seq
 		}
 		if n.User != "" {
-			w.named[n.Conv] = append(w.named[n.Conv], n.User)
+			fo.named[n.Conv] = append(fo.named[n.Conv], n.User)
 		}
 		if n.Event != nil {
-			w.keepCarriedLocked(n)
+			fo.keepCarriedLocked(n)
 		}
 	}
-	w.mu.Unlock()
-	w.wake()
+	fo.mu.Unlock()
+	fo.wake()
 }
 
-func (w *worker) baseline(hd parley.Head) {
-	w.mu.Lock()
-	w.base[hd.Conv] = hd
-	w.mu.Unlock()
-	w.wake()
+func (fo *fanout) baseline(hd parley.Head) {
+	fo.mu.Lock()
+	fo.base[hd.Conv] = hd
+	fo.mu.Unlock()
+	fo.wake()
 }
 
 // join is a join re-learned after a bus loss: p.User is in p.Conv since
 // p.From. A conversation not pushed here yet starts at the join (as the
 // lost notice would have made it); one already pushed goes on from there,
 // which covers the join too.
-func (w *worker) join(p parley.OpenPeriod) {
-	w.mu.Lock()
-	if s, ok := w.start[p.Conv]; !ok || p.From-1 < s {
-		w.start[p.Conv] = p.From - 1
+func (fo *fanout) join(p parley.OpenPeriod) {
+	fo.mu.Lock()
+	if s, ok := fo.start[p.Conv]; !ok || p.From-1 < s {
+		fo.start[p.Conv] = p.From - 1
 	}
-	if p.Seq > w.want[p.Conv] {
-		w.want[p.Conv] = p.Seq
+	if p.Seq > fo.want[p.Conv] {
+		fo.want[p.Conv] = p.Seq
 	}
-	w.named[p.Conv] = append(w.named[p.Conv], p.User)
-	w.mu.Unlock()
-	w.wake()
+	fo.named[p.Conv] = append(fo.named[p.Conv], p.User)
+	fo.mu.Unlock()
+	fo.wake()
 }
 
-// forgetRosters makes the worker read the periods again (Feed) for every
+// forgetRosters makes the fan-out read the periods again (Feed) for every
 // conversation: after a bus loss it trusts nothing it kept but what it
 // pushed. The roster follows the log, not the notices, so this is caution.
-func (w *worker) forgetRosters() {
-	w.mu.Lock()
-	w.forget = true
-	w.mu.Unlock()
-	w.wake()
+func (fo *fanout) forgetRosters() {
+	fo.mu.Lock()
+	fo.forget = true
+	fo.mu.Unlock()
+	fo.wake()
 }
 
-func (w *worker) check(hd parley.Head) {
-	w.mu.Lock()
-	w.heads[hd.Conv] = hd
-	w.mu.Unlock()
-	w.wake()
+func (fo *fanout) check(hd parley.Head) {
+	fo.mu.Lock()
+	fo.heads[hd.Conv] = hd
+	fo.mu.Unlock()
+	fo.wake()
 }
 
-func (w *worker) run(ctx context.Context) {
+// run is the fan-out's goroutine: at each wake it takes what came in
+// (take), brings its conversations' states up to it (settle) and pushes
+// (push); between wakes it releases the held wave when it may, and once a
+// minute it forgets the conversations nobody here watches any more.
+func (fo *fanout) run(ctx context.Context) {
 	prune := time.NewTicker(time.Minute)
 	defer prune.Stop()
-	defer w.release() // nothing stays held when the worker ends
+	defer fo.release() // nothing stays held when the fan-out ends
 	for {
-		if len(w.held) > 0 {
-			// The wave leaves once nothing more waits for the worker, the
+		if len(fo.held) > 0 {
+			// The wave leaves once nothing more waits for the fan-out, the
 			// previous one's writers have taken their batches (its last
-			// writer wakes the worker) and no send to its conversations
+			// writer wakes the fan-out) and no send to its conversations
 			// is being committed here (awaitSends), or once it was held
 			// for holdEvents wakes (with events it holds for as many
-			// events, deliver), so a busy worker does not hold it for
+			// events, deliver), so a busy fan-out does not hold it for
 			// long.
-			w.heldWakes++
-			if w.heldWakes > holdEvents || (w.prevTaken() && w.idle() && !w.awaitSends()) {
-				w.release()
+			fo.heldWakes++
+			if fo.heldWakes > holdEvents || (fo.prevTaken() && fo.idle() && !fo.awaitSends()) {
+				fo.release()
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-prune.C:
-			for conv := range w.states { // their rosters with them
-				if !w.h.isWatched(conv) {
-					delete(w.states, conv)
+			for conv := range fo.states { // their rosters with them
+				if !fo.h.isWatched(conv) {
+					delete(fo.states, conv)
 				}
 			}
 			continue
-		case <-w.signal:
-		case <-w.linger.C:
+		case <-fo.signal:
+		case <-fo.linger.C:
 		}
-		w.mu.Lock()
-		in := w.inputs
-		w.inputs = w.spare
-		forget := w.forget
-		w.forget = false
-		w.mu.Unlock()
-		want, named, base, start, heads, reads, carried := in.want, in.named, in.base, in.start, in.heads, in.reads, in.carried
-
-		if forget {
-			for _, st := range w.states {
-				st.roster = nil
-			}
-		}
-
-		for conv, seq := range start { // before base and heads: they would start at the head
-			if w.states[conv] == nil {
-				w.states[conv] = &convState{pushed: seq}
-			}
-		}
-		for conv, hd := range base {
-			if w.states[conv] == nil {
-				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
-			}
-		}
-		for conv, hd := range heads {
-			st := w.states[conv]
-			switch {
-			case st == nil:
-				w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
-			case st.epoch != 0 && st.epoch != hd.Epoch:
-				w.epochChanged(conv, hd)
-			case hd.Seq > st.pushed:
-				w.h.stats.Backstops.Add(1)
-				if hd.Seq > want[conv] {
-					want[conv] = hd.Seq
-				}
-			}
-		}
-		for conv, seq := range want {
-			if ctx.Err() != nil {
-				return
-			}
-			if w.states[conv] == nil && !w.h.isWatched(conv) && !w.h.anySubscribed(named[conv]) {
-				continue // none of our sockets may see it: not worth a read
-			}
-			w.pushCarried(conv, carried[conv], seq)
-			w.advance(ctx, conv, seq)
-		}
-		for _, n := range reads {
-			w.readHint(n)
+		in, forget := fo.take()
+		fo.settle(in, forget)
+		if !fo.push(ctx, in) {
+			return
 		}
 		in.reset()
-		w.spare = in
+		fo.spare = in
 	}
+}
+
+// take returns what came in since the last wake, and whether the kept
+// rosters are to be forgotten (a bus loss); the spare maps take its place.
+func (fo *fanout) take() (inputs, bool) {
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	in := fo.inputs
+	fo.inputs = fo.spare
+	forget := fo.forget
+	fo.forget = false
+	return in, forget
+}
+
+// settle brings the conversations' states up to in: the kept rosters
+// forgotten after a bus loss, conversations started at a re-learned join,
+// a subscription's baseline or a backstop head, and a backstop head ahead
+// of what was pushed made a target of push (in.want).
+func (fo *fanout) settle(in inputs, forget bool) {
+	if forget {
+		for _, st := range fo.states {
+			st.roster = nil
+		}
+	}
+	for conv, seq := range in.start { // before base and heads: they would start at the head
+		if fo.states[conv] == nil {
+			fo.states[conv] = &convState{pushed: seq}
+		}
+	}
+	for conv, hd := range in.base {
+		if fo.states[conv] == nil {
+			fo.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+		}
+	}
+	for conv, hd := range in.heads {
+		st := fo.states[conv]
+		switch {
+		case st == nil:
+			fo.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+		case st.epoch != 0 && st.epoch != hd.Epoch:
+			fo.epochChanged(conv, hd)
+		case hd.Seq > st.pushed:
+			fo.h.stats.Backstops.Add(1)
+			if hd.Seq > in.want[conv] {
+				in.want[conv] = hd.Seq
+			}
+		}
+	}
+}
+
+// push pushes every conversation of in.want up to its target (the carried
+// events first, then the store's) and the read hints of in.reads; false
+// when ctx ended meanwhile.
+func (fo *fanout) push(ctx context.Context, in inputs) bool {
+	for conv, seq := range in.want {
+		if ctx.Err() != nil {
+			return false
+		}
+		if fo.states[conv] == nil && !fo.h.isWatched(conv) && !fo.h.anySubscribed(in.named[conv]) {
+			continue // none of our sockets may see it: not worth a read
+		}
+		fo.pushCarried(conv, in.carried[conv], seq)
+		fo.advance(ctx, conv, seq)
+	}
+	for _, n := range in.reads {
+		fo.readHint(n)
+	}
+	return true
 }
 
 // advance pushes conv's events up to target, reading from the last pushed
 // seq, so a gap in the notices is filled from the store.
-func (w *worker) advance(ctx context.Context, conv string, target int64) {
-	st := w.states[conv]
+func (fo *fanout) advance(ctx context.Context, conv string, target int64) {
+	st := fo.states[conv]
 	if st == nil {
 		// Nobody here watched conv, and a user of ours was just added: start
 		// at the announced seq, their join event.
 		st = &convState{pushed: target - 1}
-		w.states[conv] = st
+		fo.states[conv] = st
 	}
 	for st.pushed < target {
-		if len(w.held) > 0 && w.prevTaken() {
-			w.release() // what is queued does not wait for a store read
+		if len(fo.held) > 0 && fo.prevTaken() {
+			fo.release() // what is queued does not wait for a store read
 		}
 		kept := st.kept()
-		read := w.h.store.Feed
+		read := fo.h.store.Feed
 		if kept {
-			read = w.h.store.FeedEvents
+			read = fo.h.store.FeedEvents
 		} else {
-			w.h.stats.MemberReads.Add(1)
+			fo.h.stats.MemberReads.Add(1)
 		}
-		fctx, cancel := context.WithTimeout(ctx, w.h.timeout())
+		fctx, cancel := context.WithTimeout(ctx, fo.h.timeout())
 		f, err := read(fctx, conv, st.pushed, parley.MaxPage)
 		cancel()
 		if err != nil {
 			if parley.ErrorCode(err) == parley.CodeNotFound {
-				delete(w.states, conv)
+				delete(fo.states, conv)
 			} else if ctx.Err() == nil {
 				// The backstop will try again.
-				w.h.log.Warn("fan-out: feed failed", "conv", conv, "after", st.pushed, "err", err)
+				fo.h.log.Warn("fan-out: feed failed", "conv", conv, "after", st.pushed, "err", err)
 			}
 			return
 		}
 		if st.epoch != 0 && f.Epoch != st.epoch {
-			w.epochChanged(conv, parley.Head{Conv: conv, Seq: f.Head, Epoch: f.Epoch})
+			fo.epochChanged(conv, parley.Head{Conv: conv, Seq: f.Head, Epoch: f.Epoch})
 			return
 		}
 		st.epoch = f.Epoch
 		if len(f.Events) == 0 {
 			return // nothing committed past pushed (a stale notice)
 		}
-		if kept && !w.follow(st, &f) {
+		if kept && !fo.follow(st, &f) {
 			continue // read again, with the periods
 		}
-		w.deliver(st, f)
+		fo.deliver(st, f)
 		st.pushed = f.Events[len(f.Events)-1].Seq
 		if !kept {
 			r, _ := parley.RosterOf(f)
@@ -352,11 +383,11 @@ func (w *worker) advance(ctx context.Context, conv string, target int64) {
 // its periods. f's head is capped at its last event when it is above:
 // the events do not say who left after it, and a former member must learn
 // nothing of activity after their leaving (a later push tells the rest).
-func (w *worker) follow(st *convState, f *parley.Feed) bool {
+func (fo *fanout) follow(st *convState, f *parley.Feed) bool {
 	members, next, ok := st.roster.Follow(*f)
 	if !ok {
 		st.roster = nil
-		w.h.stats.RosterLost.Add(1)
+		fo.h.stats.RosterLost.Add(1)
 		return false
 	}
 	f.Members = members
@@ -372,22 +403,22 @@ func (w *worker) follow(st *convState, f *parley.Feed) bool {
 // (here, or a push over the high-water mark) carries the head capped for
 // its user: a former member learns nothing above their last visible seq.
 //
-// The sockets' writers are held: they are started by the worker's wave
+// The sockets' writers are held: they are started by the fan-out's wave
 // (release), so the events of one wake, and those queued while the last
 // wave was being written, leave in one batch (one write) per socket.
-func (w *worker) deliver(st *convState, f parley.Feed) {
+func (fo *fanout) deliver(st *convState, f parley.Feed) {
 	caps := formerCaps(f)
 	steady := steadyMembers(f)
 	for _, ev := range f.Events {
 		if fault.Hit(fault.GatewayPush) != nil {
 			continue // lab fault: this push is lost (the client must notice the gap)
 		}
-		w.audienceOf(&st.aud, f, ev.Seq, steady)
+		fo.audienceOf(&st.aud, f, ev.Seq, steady)
 		audience := st.aud.users
 		if len(audience) == 0 {
 			continue
 		}
-		large := len(audience) > w.h.o.HintMembers
+		large := len(audience) > fo.h.o.HintMembers
 		var fr *frame
 		if !large {
 			fr = &frame{b: wire.MarshalFrame(wire.EventPush(ev))}
@@ -401,99 +432,99 @@ func (w *worker) deliver(st *convState, f parley.Feed) {
 				c.hint(f.Conv, head)
 			} else {
 				c.pushHeld(fr, f.Conv, head)
-				w.held[c] = struct{}{}
+				fo.held[c] = struct{}{}
 			}
 		}
 		if !large {
-			if w.heldEvents == 0 {
-				w.heldSince = time.Now()
+			if fo.heldEvents == 0 {
+				fo.heldSince = time.Now()
 			}
-			w.heldEvents++
-			if w.heldEvents >= holdEvents {
-				w.release()
+			fo.heldEvents++
+			if fo.heldEvents >= holdEvents {
+				fo.release()
 			}
 		}
 	}
 }
 
 // holdEvents bounds a wave: a socket's writer is held for at most this
-// many events queued by the worker (to any socket), or this many wakes of
-// the worker, before it is started.
+// many events queued by the fan-out (to any socket), or this many wakes of
+// the fan-out, before it is started.
 const holdEvents = 16
 
-// A wave is one release of held writers. The worker releases the next one
+// A wave is one release of held writers. The fan-out releases the next one
 // only once every writer this one started has taken its first batch
 // (prevTaken): while they run, the events that come in are queued behind
 // them and leave together in the next wave, instead of each starting a
 // writer of its own and leaving in a write of one or two frames.
 type wave struct {
-	w *worker
-	n atomic.Int64 // writers started and yet to take their batch, +1 while releasing
+	fo *fanout
+	n  atomic.Int64 // writers started and yet to take their batch, +1 while releasing
 }
 
 // taken is called by a writer of wv once it took its first batch; the last
-// one wakes the worker, which may be waiting to release the next wave.
+// one wakes the fan-out, which may be waiting to release the next wave.
 func (wv *wave) taken() {
 	if wv != nil && wv.n.Add(-1) == 0 {
-		wv.w.wake()
+		wv.fo.wake()
 	}
 }
 
 // release starts the writers of the held sockets, as one wave.
-func (w *worker) release() {
-	w.heldEvents, w.heldWakes, w.lingered = 0, 0, false
-	if len(w.held) == 0 {
+func (fo *fanout) release() {
+	fo.heldEvents, fo.heldWakes, fo.lingered = 0, 0, false
+	if len(fo.held) == 0 {
 		return
 	}
-	w.h.stats.Waves.Add(1)
-	wv := &wave{w: w}
+	fo.h.stats.Waves.Add(1)
+	wv := &wave{fo: fo}
 	wv.n.Store(1) // the count cannot reach 0, and wake, before all are started
-	for c := range w.held {
+	for c := range fo.held {
 		c.startWriterWave(wv)
 	}
-	clear(w.held)
-	w.prev = wv
-	wv.n.Add(-1) // no wake needed: the worker is here
+	clear(fo.held)
+	fo.prev = wv
+	wv.n.Add(-1) // no wake needed: the fan-out is here
 }
 
 // awaitSends reports whether the held wave waits for the sends being
 // committed here to its conversations, whose events would join it: while
-// there are some and the wave was held for less than Linger. The worker
+// there are some and the wave was held for less than Linger. The fan-out
 // is woken by the last of them (sendDone) or by the linger timer.
-func (w *worker) awaitSends() bool {
-	if w.h.o.Linger < 0 || w.sending.Load() == 0 {
+func (fo *fanout) awaitSends() bool {
+	if fo.h.o.Linger < 0 || fo.sending.Load() == 0 {
 		return false
 	}
-	left := w.h.o.Linger - time.Since(w.heldSince)
+	left := fo.h.o.Linger - time.Since(fo.heldSince)
 	if left <= 0 {
 		return false
 	}
-	if !w.lingered {
-		w.lingered = true
-		w.h.stats.Lingered.Add(1)
+	if !fo.lingered {
+		fo.lingered = true
+		fo.h.stats.Lingered.Add(1)
 	}
-	w.linger.Reset(left)
+	fo.linger.Reset(left)
 	return true
 }
 
 // prevTaken reports whether every writer of the last wave has taken its
 // batch.
-func (w *worker) prevTaken() bool {
-	return w.prev == nil || w.prev.n.Load() == 0
+func (fo *fanout) prevTaken() bool {
+	return fo.prev == nil || fo.prev.n.Load() == 0
 }
 
-// idle reports whether nothing waits for the worker: no notice, baseline,
+// idle reports whether nothing waits for the fan-out: no notice, baseline,
 // head or carried event came in since it took its inputs.
-func (w *worker) idle() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.inputs.empty() && !w.forget
+func (fo *fanout) idle() bool {
+	fo.mu.Lock()
+	defer fo.mu.Unlock()
+	return fo.inputs.empty() && !fo.forget
 }
 
 // audience is who a conversation's last pushed event went to: the users
 // who may see it and their subscribed sockets. Consecutive events of a
 // conversation nearly always have the same audience (it changes only at a
-// membership event), so the worker keeps it between events and batches and
+// membership event), so the fan-out keeps it between events and batches and
 // asks the hub for the sockets again only when the users changed or the
 // hub's subscriptions did.
 type audience struct {
@@ -529,11 +560,11 @@ func steadyMembers(f parley.Feed) bool {
 // see seq are the same as a's (the same steady periods, or compared in
 // f.Members' order, which the stores and Roster.Follow keep stable) and no
 // socket subscribed or left since.
-func (w *worker) audienceOf(a *audience, f parley.Feed, seq int64, steady bool) {
-	gen := w.h.subGen.Load()
+func (fo *fanout) audienceOf(a *audience, f parley.Feed, seq int64, steady bool) {
+	gen := fo.h.subGen.Load()
 	if steady && a.valid && a.from == &f.Members[0] && a.n == len(f.Members) {
 		if a.gen != gen {
-			a.conns = w.h.subscribers(f.Conv, a.users...)
+			a.conns = fo.h.subscribers(f.Conv, a.users...)
 			a.gen = gen
 		}
 		return
@@ -555,13 +586,13 @@ func (w *worker) audienceOf(a *audience, f parley.Feed, seq int64, steady bool) 
 	}
 	if same && i == len(a.users) {
 		if a.gen != gen {
-			a.conns = w.h.subscribers(f.Conv, a.users...)
+			a.conns = fo.h.subscribers(f.Conv, a.users...)
 			a.gen = gen
 		}
 		return
 	}
 	a.users = f.Audience(seq)
-	a.conns = w.h.subscribers(f.Conv, a.users...)
+	a.conns = fo.h.subscribers(f.Conv, a.users...)
 	a.gen = gen
 	a.valid = true
 }
@@ -601,10 +632,10 @@ func formerCaps(f parley.Feed) map[string]int64 {
 // a client follows only when the head is past its cursor) is not enough;
 // every socket watching conv gets resync, its next sync of conv answers
 // EPOCH_CHANGED and it rebuilds. Pushing goes on from the new head.
-func (w *worker) epochChanged(conv string, hd parley.Head) {
-	w.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
+func (fo *fanout) epochChanged(conv string, hd parley.Head) {
+	fo.states[conv] = &convState{pushed: hd.Seq, epoch: hd.Epoch}
 	f := &frame{b: wire.MarshalFrame(wire.Resync())}
-	for _, c := range w.h.watchers(conv) {
+	for _, c := range fo.h.watchers(conv) {
 		c.control(f)
 	}
 }
@@ -615,11 +646,11 @@ func (w *worker) epochChanged(conv string, hd parley.Head) {
 // of activity after they left. A read seq is never above the reader's
 // capped head (the store refuses CURSOR_AHEAD), and events after it reach
 // the devices as pushes of their own.
-func (w *worker) readHint(n parley.Notice) {
+func (fo *fanout) readHint(n parley.Notice) {
 	head := n.Seq
 	read := n.Seq
 	var fr *frame
-	for _, c := range w.h.subscribers(n.Conv, n.User) {
+	for _, c := range fo.h.subscribers(n.Conv, n.User) {
 		if c.p.DeviceID == n.Device {
 			continue
 		}
@@ -627,21 +658,18 @@ func (w *worker) readHint(n parley.Notice) {
 			fr = &frame{b: wire.MarshalFrame(wire.Hint(n.Conv, head, &read))}
 		}
 		c.control(fr)
-		w.h.stats.Hinted.Add(1)
+		fo.h.stats.Hinted.Add(1)
 	}
 }
 
-// watchers returns the subscribed sockets watching conv.
-func (h *Hub) watchers(conv string) []*conn {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	var cs []*conn
-	for _, set := range h.subs {
-		for c := range set {
-			if _, ok := c.watched[conv]; ok {
-				cs = append(cs, c)
-			}
-		}
+// worker returns the fan-out (the worker goroutine) that owns conv:
+// always the same one, so conv's pushes stay in seq order.
+func (h *Hub) worker(conv string) *fanout {
+	// FNV-1a: stable, cheap, no allocation.
+	var x uint32 = 2166136261
+	for i := 0; i < len(conv); i++ {
+		x ^= uint32(conv[i])
+		x *= 16777619
 	}
-	return cs
+	return h.fanouts[x%uint32(len(h.fanouts))]
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/inmem"
-	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/postgres/pgtest"
 	"github.com/parleychat/parley/sqlite"
@@ -1112,8 +1111,8 @@ func TestUpgradeRacingRevocation(t *testing.T) {
 			if err != nil {
 				p, err = parley.Principal{User: "ana"}, nil // the stale principal a cache could hold
 			}
-			c := middleware.Caller{Principal: p, Known: true, Token: tok, Looked: looked.Load().(time.Time)}
-			hub.ServeHTTP(w, r.WithContext(middleware.WithCaller(r.Context(), c)))
+			c := parley.Caller{Principal: p, Known: true, Token: tok, Looked: looked.Load().(time.Time)}
+			hub.ServeHTTP(w, r.WithContext(parley.NewContextWithCaller(r.Context(), c)))
 		}))
 		t.Cleanup(func() {
 			srv.CloseClientConnections()

@@ -44,7 +44,7 @@ func (c calls) config(r *http.Request) *config.Config {
 // caller is the principal the chain identified (routes that need one are
 // only reached with one).
 func caller(r *http.Request) parley.Principal {
-	return middleware.CallerFrom(r.Context()).Principal
+	return parley.CallerFromContext(r.Context()).Principal
 }
 
 // decode reads a JSON body of at most maxBody bytes into v. Errors are

@@ -110,24 +110,24 @@ func NewHandler(d Deps) http.Handler {
 	x := exportLinks{link: d.ExportLink, now: d.Now}
 
 	// Sessions and the socket.
-	rt.route("POST /api/login", public(middleware.BucketLogin), handleLogin(s))
+	rt.route("POST /api/login", public(ratelimit.BucketLogin), handleLogin(s))
 	rt.route("POST /api/logout", public(""), handleLogout(s))
-	rt.route("GET /api/me", user(middleware.BucketRead), handleMe())
-	rt.route("GET /ws", public(middleware.BucketWSConnect), d.Gateway)
+	rt.route("GET /api/me", user(ratelimit.BucketRead), handleMe())
+	rt.route("GET /ws", public(ratelimit.BucketWSConnect), d.Gateway)
 
 	// Conversations and members.
-	rt.route("GET /api/convs", user(middleware.BucketRead), handleConvs(c))
-	rt.route("POST /api/convs", user(middleware.BucketConvs, http.StatusCreated), handleCreateConv(c))
-	rt.route("POST /api/convs/{id}/members", user(middleware.BucketConvs), handleAddMember(c))
-	rt.route("DELETE /api/convs/{id}/members/{user}", user(middleware.BucketConvs), handleRemoveMember(c))
+	rt.route("GET /api/convs", user(ratelimit.BucketRead), handleConvs(c))
+	rt.route("POST /api/convs", user(ratelimit.BucketConvs, http.StatusCreated), handleCreateConv(c))
+	rt.route("POST /api/convs/{id}/members", user(ratelimit.BucketConvs), handleAddMember(c))
+	rt.route("DELETE /api/convs/{id}/members/{user}", user(ratelimit.BucketConvs), handleRemoveMember(c))
 
 	// Messages and cursors.
-	rt.route("POST /api/convs/{id}/messages", user(middleware.BucketSend, http.StatusCreated), handleSend(c))
-	rt.route("GET /api/convs/{id}/events", user(middleware.BucketRead), handleEvents(c))
-	rt.route("GET /api/convs/{id}/events/{seq}", user(middleware.BucketRead), handleFetch(c))
-	rt.route("POST /api/convs/{id}/read", user(middleware.BucketRead), handleRead(c))
-	rt.route("POST /api/convs/{id}/ack", user(middleware.BucketRead), handleAck(c))
-	rt.route("POST /api/convs/{id}/recall", user(middleware.BucketSend, http.StatusCreated), handleRecall(c))
+	rt.route("POST /api/convs/{id}/messages", user(ratelimit.BucketSend, http.StatusCreated), handleSend(c))
+	rt.route("GET /api/convs/{id}/events", user(ratelimit.BucketRead), handleEvents(c))
+	rt.route("GET /api/convs/{id}/events/{seq}", user(ratelimit.BucketRead), handleFetch(c))
+	rt.route("POST /api/convs/{id}/read", user(ratelimit.BucketRead), handleRead(c))
+	rt.route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(c))
+	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
 
 	// Operations (admin permission rule).
 	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
@@ -147,16 +147,16 @@ func NewHandler(d Deps) http.Handler {
 
 	// Exports: the access mode gates creating jobs; a download link is its
 	// own credential (signed, short-lived, re-checked).
-	rt.route("POST /exports", middleware.Policy{Bucket: middleware.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(c, x))
-	rt.route("GET /exports/{id}", user(middleware.BucketRead), handleExport(c, x))
+	rt.route("POST /exports", middleware.Policy{Bucket: ratelimit.BucketExports, Access: middleware.Identified, Feature: "exports", Activity: []int{http.StatusAccepted}}, handleCreateExport(c, x))
+	rt.route("GET /exports/{id}", user(ratelimit.BucketRead), handleExport(c, x))
 	if d.Download != nil {
-		rt.route("GET /download/{id}", public(middleware.BucketDownload), d.Download)
+		rt.route("GET /download/{id}", public(ratelimit.BucketDownload), d.Download)
 	}
 	rt.route("GET /api/admin/exports", admin, handleAdminExports(o))
 	rt.route("POST /api/admin/exports/{id}/revoke", admin, handleAdminRevokeExport(o))
 
 	// Incoming webhooks: signed, not token-authenticated.
-	rt.route("POST /hooks/{id}", middleware.Policy{Bucket: middleware.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(c, d.Now))
+	rt.route("POST /hooks/{id}", middleware.Policy{Bucket: ratelimit.BucketHooks, Access: middleware.Public, Feature: "webhooks", Activity: []int{http.StatusCreated}}, handleHook(c, d.Now))
 
 	// Operations endpoints.
 	rt.route("GET /healthz", public(""), handleHealthz())
@@ -202,7 +202,7 @@ func user(bucket string, activity ...int) middleware.Policy {
 	return middleware.Policy{Bucket: bucket, Access: middleware.Identified, Activity: activity}
 }
 
-var admin = middleware.Policy{Bucket: middleware.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
+var admin = middleware.Policy{Bucket: ratelimit.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
 
 // routeApp mounts the browser app (web nil: none): hashed assets, and the
 // shell for a navigation to any path no route owns. Everything else nobody

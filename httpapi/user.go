@@ -101,15 +101,15 @@ func handleLogin(s sessions) http.Handler {
 		if err != nil {
 			if result == ratelimit.Failed {
 				// Never the password: the name tried, where from, and why.
-				s.log.Info("login failed", "login", name, "addr", middleware.CallerFrom(r.Context()).Addr.String(),
-					"request_id", middleware.RequestID(r.Context()))
+				s.log.Info("login failed", "login", name, "addr", parley.CallerFromContext(r.Context()).Addr.String(),
+					"request_id", parley.RequestIDFromContext(r.Context()))
 			}
 			s.writeError(w, err, "login")
 			return
 		}
 		middleware.NoteUser(r.Context(), sess.User)
 		s.log.Info("login", "user", sess.User, "device", sess.DeviceID, "new_install", sess.Replaced,
-			"addr", middleware.CallerFrom(r.Context()).Addr.String(), "request_id", middleware.RequestID(r.Context()))
+			"addr", parley.CallerFromContext(r.Context()).Addr.String(), "request_id", parley.RequestIDFromContext(r.Context()))
 		// A login that replaced the device's install revoked the user's
 		// other tokens (app.Login): this chain forgets its cached lookups.
 		if sess.Replaced {
@@ -158,7 +158,7 @@ func handleLogout(s sessions) http.Handler {
 		ctx, cancel := s.ctx(r)
 		defer cancel()
 		var user string // the token's user, when the chain knew the token
-		if c := middleware.CallerFrom(r.Context()); c.Known {
+		if c := parley.CallerFromContext(r.Context()); c.Known {
 			user = c.Principal.User
 		}
 		if err := s.app.Logout(ctx, token, user); err != nil {
@@ -166,7 +166,7 @@ func handleLogout(s sessions) http.Handler {
 			return
 		}
 		s.ident.ForgetToken(token)
-		s.log.Info("logout", "user", middleware.CallerFrom(r.Context()).Principal.User, "request_id", middleware.RequestID(r.Context()))
+		s.log.Info("logout", "user", parley.CallerFromContext(r.Context()).Principal.User, "request_id", parley.RequestIDFromContext(r.Context()))
 		gone := s.sessionCookie(r, "")
 		gone.MaxAge = -1
 		http.SetCookie(w, gone)

@@ -24,22 +24,12 @@ const StatusClientClosed = 499
 // requestInfo is what the access line learns while the request runs: the
 // chain and the handlers write it, the line reads it after the handler.
 type requestInfo struct {
-	id string
 	mu sync.Mutex
 	// user is the identified caller, or the account a login opened.
 	user string
 }
 
 type requestInfoKey struct{}
-
-// RequestID returns the id the access step gave the request ("" outside
-// the chain).
-func RequestID(ctx context.Context) string {
-	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		return ri.id
-	}
-	return ""
-}
 
 // NoteUser names the user a request acted for, for its access line, when
 // the chain could not identify one (a login names the account it opened).
@@ -61,10 +51,13 @@ func NoteUser(ctx context.Context, user string) {
 func (c *Chain) access(p Policy, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := c.Now()
-		ri := &requestInfo{id: parley.NewID()}
-		w.Header().Set(RequestIDHeader, ri.id)
+		id, ri := parley.NewID(), &requestInfo{}
+		w.Header().Set(RequestIDHeader, id)
 		sw := statusOf(w)
-		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
+		// The id goes in the context on its own (parley.RequestIDFromContext)
+		// for the handlers and the gateway; ri only for this line.
+		ctx := parley.NewContextWithRequestID(r.Context(), id)
+		r = r.WithContext(context.WithValue(ctx, requestInfoKey{}, ri))
 		next.ServeHTTP(sw, r)
 		status := sw.status()
 		if status == http.StatusSwitchingProtocols {
@@ -83,7 +76,7 @@ func (c *Chain) access(p Policy, next http.Handler) http.Handler {
 			slog.Float64("duration_ms", float64(c.Now().Sub(start))/float64(time.Millisecond)),
 			slog.Int64("bytes", sw.bytes),
 			slog.String("user", user),
-			slog.String("request_id", ri.id),
+			slog.String("request_id", id),
 		)
 	})
 }

@@ -24,7 +24,7 @@ const unavailableMsg = "the server cannot check your credentials right now; retr
 // the identity or the check could not be established for an outage.
 func (c *Chain) authorize(p Policy, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller := CallerFrom(r.Context())
+		caller := parley.CallerFromContext(r.Context())
 		if p.Access != Public && !caller.Known {
 			code := caller.Code
 			switch code {
@@ -70,7 +70,7 @@ const (
 // decide runs the permission, access-mode and route checks. A panic in them
 // denies (deny on doubt: a broken rule is a decision); a check that could
 // not reach what it asks is an outage, which neither grants nor denies.
-func (c *Chain) decide(ctx context.Context, p Policy, caller Caller, cfg *config.Config) (v verdict) {
+func (c *Chain) decide(ctx context.Context, p Policy, caller parley.Caller, cfg *config.Config) (v verdict) {
 	defer func() {
 		if x := recover(); x != nil {
 			c.Log.Error("permission check failed; denying", "route", p.Pattern, "panic", x)

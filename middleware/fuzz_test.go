@@ -109,11 +109,11 @@ func FuzzIdentify(f *testing.F) {
 		if xff != "" {
 			req.Header["X-Forwarded-For"] = strings.Split(xff, "\n")
 		}
-		var caller middleware.Caller
+		var caller parley.Caller
 		ran := false
 		h := chain.Wrap(middleware.Policy{Pattern: "GET /x", Access: middleware.Public}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran = true
-			caller = middleware.CallerFrom(r.Context())
+			caller = parley.CallerFromContext(r.Context())
 		}))
 		h.ServeHTTP(httptest.NewRecorder(), req)
 		if !ran {
@@ -131,8 +131,8 @@ func FuzzIdentify(f *testing.F) {
 			t.Fatalf("Known = %v for token %q", caller.Known, token)
 		}
 		if caller.Known {
-			if caller.Principal.User != "ana" || caller.Code != "" || caller.Subject() != "ana" {
-				t.Errorf("known caller: %+v, subject %q", caller, caller.Subject())
+			if caller.Principal.User != "ana" || caller.Code != "" || middleware.Subject(caller) != "ana" {
+				t.Errorf("known caller: %+v, subject %q", caller, middleware.Subject(caller))
 			}
 			return
 		}
@@ -143,7 +143,7 @@ func FuzzIdentify(f *testing.F) {
 		if caller.Code != wantCode || caller.Principal != (parley.Principal{}) {
 			t.Errorf("anonymous caller: %+v, want code %s and no principal", caller, wantCode)
 		}
-		if s := caller.Subject(); s != "ip:"+middleware.AddrSubject(caller.Addr) {
+		if s := middleware.Subject(caller); s != "ip:"+middleware.AddrSubject(caller.Addr) {
 			t.Errorf("subject %q, want ip:%v", s, middleware.AddrSubject(caller.Addr))
 		}
 	})

@@ -245,7 +245,7 @@ func (i *Identifier) indexConsistent() bool {
 // not establish).
 func (c *Chain) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller := Caller{Token: wire.SessionToken(r, c.SecureCookie)}
+		caller := parley.Caller{Token: wire.SessionToken(r, c.SecureCookie)}
 		cfg := c.Config()
 		caller.Addr = ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), cfg.TrustedProxies())
 		if c.Identifier != nil {
@@ -262,7 +262,7 @@ func (c *Chain) identify(next http.Handler) http.Handler {
 		if caller.Known {
 			NoteUser(r.Context(), caller.Principal.User)
 		}
-		ctx := context.WithValue(WithCaller(r.Context(), caller), configKey{}, cfg)
+		ctx := context.WithValue(parley.NewContextWithCaller(r.Context(), caller), configKey{}, cfg)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -14,24 +14,6 @@ import (
 	"github.com/parleychat/parley/wire"
 )
 
-// The rate-limit buckets of Parley's routes (httpapi/routes.go) and
-// frames: the keys of the configuration's rate_limits. WebSocket send and
-// recall frames count in BucketSend, with HTTP sends and recalls.
-const (
-	BucketLogin     = "login"
-	BucketRead      = "read"
-	BucketConvs     = "convs"
-	BucketSend      = "send"
-	BucketAdmin     = "admin"
-	BucketHooks     = "hooks"
-	BucketWSConnect = "ws_connect"
-	BucketExports   = "exports"  // POST /exports
-	BucketDownload  = "download" // GET /download/{id}
-)
-
-// Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload}
-
 // Limit checks one request against bucket's configured limit for subject.
 // A limit that is off (missing, ≤ 0) allows without touching the store; a
 // store that fails allows too (fail open: the limiter protects capacity,
@@ -60,12 +42,12 @@ func (c *Chain) rateLimit(p Policy, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := c.config(r)
-		caller := CallerFrom(r.Context())
+		caller := parley.CallerFromContext(r.Context())
 		var store ratelimit.Store
 		if c.Limiter != nil {
 			store = c.Limiter()
 		}
-		d, err := Limit(r.Context(), store, cfg, p.Bucket, caller.Subject())
+		d, err := Limit(r.Context(), store, cfg, p.Bucket, Subject(caller))
 		if err != nil {
 			c.Log.Warn("rate limit store failed; allowing", "bucket", p.Bucket, "err", err)
 		}

@@ -70,7 +70,7 @@ type Policy struct {
 	// decision: 403 "Access denied". Any other error — no code, UNAVAILABLE,
 	// a timeout — is an outage (what it asked could not answer): 503
 	// UNAVAILABLE with Retry-After, never a grant.
-	Check func(ctx context.Context, c Caller) error
+	Check func(ctx context.Context, c parley.Caller) error
 }
 
 // Recorder is the metrics the chain emits; *metrics.Metrics implements it.
@@ -115,29 +115,11 @@ func (c *Chain) Wrap(p Policy, h http.Handler) http.Handler {
 	return c.access(p, h)
 }
 
-// Caller is who is asking, as the identify step resolved it.
-type Caller struct {
-	Principal parley.Principal
-	// Known is true when the token resolved to a principal.
-	Known bool
-	// Code says why the caller is not Known: UNAUTHENTICATED (no token or a
-	// refused one), STALE_INSTALL, or UNAVAILABLE (the store or cache could
-	// not answer: who the caller is, is unknown).
-	Code  parley.Code
-	Token string
-	// Looked is when the principal was read from the store (a cached
-	// answer's original lookup): a revocation after it may be unseen.
-	Looked time.Time
-	// Addr is the client address: the peer, or the hop the trusted proxy
-	// appended to X-Forwarded-For.
-	Addr netip.Addr
-}
-
-// Subject is the rate-limit subject: the user id, else "ip:" and the
-// address — for IPv6 its /64 ("ip:2001:db8:1:2::/64"): one host commonly
-// holds a whole /64 and could otherwise take a fresh budget per address.
-// IPv4 addresses (IPv4-mapped IPv6 included) stay whole.
-func (c Caller) Subject() string {
+// Subject is the rate-limit subject of c: the user id, else "ip:" and
+// the address — for IPv6 its /64 ("ip:2001:db8:1:2::/64"): one host
+// commonly holds a whole /64 and could otherwise take a fresh budget per
+// address. IPv4 addresses (IPv4-mapped IPv6 included) stay whole.
+func Subject(c parley.Caller) string {
 	if c.Known {
 		return c.Principal.User
 	}
@@ -153,22 +135,6 @@ func AddrSubject(a netip.Addr) string {
 		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
 	}
 	return a.String()
-}
-
-type callerKey struct{}
-
-// CallerFrom returns the caller the chain identified (the zero Caller, with
-// Code UNAUTHENTICATED, outside the chain).
-func CallerFrom(ctx context.Context) Caller {
-	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
-		return c
-	}
-	return Caller{Code: parley.CodeUnauthenticated}
-}
-
-// WithCaller returns ctx carrying c (tests and the gateway use it).
-func WithCaller(ctx context.Context, c Caller) context.Context {
-	return context.WithValue(ctx, callerKey{}, c)
 }
 
 type configKey struct{}

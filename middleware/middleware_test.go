@@ -150,7 +150,7 @@ func (s *server) probe(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("status"); v != "" {
 		status, _ = strconv.Atoi(v)
 	}
-	w.Header().Set("X-Subject", middleware.CallerFrom(r.Context()).Subject())
+	w.Header().Set("X-Subject", middleware.Subject(parley.CallerFromContext(r.Context())))
 	w.WriteHeader(status)
 	fmt.Fprintln(w, "handled")
 }
@@ -730,7 +730,7 @@ func TestWebSocketThroughChain(t *testing.T) {
 	subjects := make(chan string, 1)
 	mux := http.NewServeMux()
 	mux.Handle(p.Pattern, f.chain(cfg, m).Wrap(p, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		subjects <- middleware.CallerFrom(r.Context()).Subject()
+		subjects <- middleware.Subject(parley.CallerFromContext(r.Context()))
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return

@@ -120,23 +120,23 @@ func TestPermissionCheckOutage(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		check  func(ctx context.Context, c middleware.Caller) error
+		check  func(ctx context.Context, c parley.Caller) error
 		status int
 		code   parley.Code
 	}{
-		{"allowed", func(context.Context, middleware.Caller) error { return nil }, 200, ""},
-		{"denied", func(context.Context, middleware.Caller) error { return parley.ErrAccessDenied }, 403, parley.CodePermissionDenied},
-		{"another terminal verdict is a denial", func(context.Context, middleware.Caller) error { return parley.ErrNotMember }, 403, parley.CodePermissionDenied},
-		{"a panic denies", func(context.Context, middleware.Caller) error { panic("broken rule") }, 403, parley.CodePermissionDenied},
-		{"the store failing is an outage", func(ctx context.Context, c middleware.Caller) error {
+		{"allowed", func(context.Context, parley.Caller) error { return nil }, 200, ""},
+		{"denied", func(context.Context, parley.Caller) error { return parley.ErrAccessDenied }, 403, parley.CodePermissionDenied},
+		{"another terminal verdict is a denial", func(context.Context, parley.Caller) error { return parley.ErrNotMember }, 403, parley.CodePermissionDenied},
+		{"a panic denies", func(context.Context, parley.Caller) error { panic("broken rule") }, 403, parley.CodePermissionDenied},
+		{"the store failing is an outage", func(ctx context.Context, c parley.Caller) error {
 			_, err := gone.Joined(ctx, c.Principal.User)
 			return err
 		}, 503, parley.CodeUnavailable},
-		{"a timeout is an outage", func(ctx context.Context, c middleware.Caller) error {
+		{"a timeout is an outage", func(ctx context.Context, c parley.Caller) error {
 			<-ctx.Done() // bounded by timeouts.store
 			return ctx.Err()
 		}, 503, parley.CodeUnavailable},
-		{"an UNAVAILABLE verdict is an outage", func(context.Context, middleware.Caller) error {
+		{"an UNAVAILABLE verdict is an outage", func(context.Context, parley.Caller) error {
 			return parley.Errorf(parley.CodeUnavailable, "permission service down")
 		}, 503, parley.CodeUnavailable},
 	}
@@ -144,7 +144,7 @@ func TestPermissionCheckOutage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ran atomic.Bool
-			check := func(ctx context.Context, c middleware.Caller) error {
+			check := func(ctx context.Context, c parley.Caller) error {
 				ran.Store(true)
 				if c.Principal.User != "ana" {
 					return errors.New("check called without the caller")

@@ -878,8 +878,8 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 // would otherwise leave a limit silently off.
 func warnUnusedBuckets(log *slog.Logger, c *config.Config) {
 	for _, b := range c.RateLimitBuckets() {
-		if !slices.Contains(middleware.Buckets, b) {
-			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(middleware.Buckets, ","))
+		if !slices.Contains(ratelimit.Buckets, b) {
+			log.Warn("config: rate_limits."+b+" is used by no route: ignored", "buckets", strings.Join(ratelimit.Buckets, ","))
 		}
 	}
 }

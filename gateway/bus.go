@@ -1,0 +1,24 @@
+package gateway
+
+import "github.com/parleychat/parley"
+
+// busHandler adapts the hub to parley.BusHandler.
+type busHandler struct{ h *Hub }
+
+func (b busHandler) Notify(ns []parley.Notice) {
+	b.h.stats.NoticesReceived.Add(int64(len(ns)))
+	b.h.Notify(ns)
+}
+func (b busHandler) Lost() { b.h.Lost() }
+
+// Notify takes notices from the bus (or directly, on a single node) and
+// hands each to its conversation's fan-out. It never blocks.
+func (h *Hub) Notify(ns []parley.Notice) {
+	for _, n := range ns {
+		if n.Account() {
+			h.account(n.User)
+			continue
+		}
+		h.worker(n.Conv).notice(n)
+	}
+}
