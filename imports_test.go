@@ -4,27 +4,30 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// The root package says what the system is and imports only the standard
-// library: adapters import it, never the other way round. Every non-test
-// file counts, whatever its build constraints. A standard-library path has
-// no dot in its first element.
-func TestImportsOnlyStandardLibrary(t *testing.T) {
-	entries, err := os.ReadDir(".")
+const module = "github.com/parleychat/parley"
+
+// importsOf returns the imports of the non-test Go files in dir, whatever
+// their build constraints, each with the file that imports it.
+func importsOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	imports := map[string]string{}
 	files := 0
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.ImportsOnly)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,12 +37,45 @@ func TestImportsOnlyStandardLibrary(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: import %s: %v", name, imp.Path.Value, err)
 			}
-			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
-				t.Errorf("%s imports %s, outside the standard library", name, path)
-			}
+			imports[path] = filepath.Join(dir, name)
 		}
 	}
 	if files == 0 {
-		t.Fatal("no non-test Go files in the root package")
+		t.Fatalf("no non-test Go files in %s", dir)
+	}
+	return imports
+}
+
+// The root package says what the system is and imports only the standard
+// library: adapters import it, never the other way round. A
+// standard-library path has no dot in its first element.
+func TestImportsOnlyStandardLibrary(t *testing.T) {
+	for path, file := range importsOf(t, ".") {
+		if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+			t.Errorf("%s imports %s, outside the standard library", file, path)
+		}
+	}
+}
+
+// TestLayers keeps imports pointing down (docs/architecture.md#layers):
+// the application layer knows no transport and no database, a transport
+// knows no database and not the other transport's chain, and no adapter
+// imports the command.
+func TestLayers(t *testing.T) {
+	forbidden := map[string][]string{
+		"app":      {"gateway", "httpapi", "middleware", "web", "sqlite", "postgres", "nats", "inmem", "cmd/parley"},
+		"gateway":  {"middleware", "httpapi", "sqlite", "postgres", "cmd/parley"},
+		"httpapi":  {"sqlite", "postgres", "nats", "cmd/parley"},
+		"export":   {"middleware", "httpapi", "gateway", "sqlite", "postgres"},
+		"sqlite":   {"postgres", "app", "gateway", "httpapi", "middleware"},
+		"postgres": {"sqlite", "app", "gateway", "httpapi", "middleware"},
+	}
+	for dir, banned := range forbidden {
+		imports := importsOf(t, dir)
+		for _, b := range banned {
+			if file, ok := imports[module+"/"+b]; ok {
+				t.Errorf("%s imports %s: imports point down only", file, b)
+			}
+		}
 	}
 }
