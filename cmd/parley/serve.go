@@ -698,13 +698,21 @@ const (
 	demoGroup    = "c-team"
 )
 
+// demoStore is what seedDemo needs of the store.
+type demoStore interface {
+	User(ctx context.Context, login string) (parley.User, error)
+	CreateUser(ctx context.Context, u parley.NewUser) (parley.User, error)
+	Conversation(ctx context.Context, id string) (parley.Conversation, error)
+	CreateConversation(ctx context.Context, p parley.Principal, c parley.NewConversation) (parley.Conversation, error)
+}
+
 // seedDemo creates the demo users and group when they are missing and
 // returns one line per item saying whether it was created now. It looks
 // before it writes: an insert that fails on a duplicate key is an ERROR in
 // PostgreSQL's log, and a restart with --demo must log none. (Two gateways
 // starting at once may both find an item missing; the loser's
 // ALREADY_EXISTS is taken as "already there".)
-func seedDemo(ctx context.Context, store parley.Store) ([]string, error) {
+func seedDemo(ctx context.Context, store demoStore) ([]string, error) {
 	users := []parley.NewUser{
 		{ID: "ana", Password: demoPassword, Role: parley.RoleAdmin},
 		{ID: "ben", Password: demoPassword},
@@ -773,7 +781,7 @@ func (f *serveFlags) demoWhere() string {
 
 // registerSendMetrics exposes the store's group commit on /metrics: both
 // stores batch concurrent sends (sendqueue.Queue).
-func registerSendMetrics(m *metrics.Metrics, store parley.Store) {
+func registerSendMetrics(m *metrics.Metrics, store any) {
 	s, ok := store.(interface{ SendStats() (batches, sends int64) })
 	if !ok {
 		return
