@@ -191,6 +191,9 @@ func Hit(point string) error {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught; wait for it to land
 	case Delay:
+		// Said before the sleep, so a lab run (or a test) knows the call
+		// is being held now.
+		fmt.Fprintf(os.Stderr, "fault: %s: delay %v\n", point, r.delay)
 		time.Sleep(r.delay)
 		return nil
 	case Drop:

@@ -235,6 +235,16 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+// waitLog waits until the process has written want to its stderr.
+func (p *proc) waitLog(want string, d time.Duration) {
+	p.t.Helper()
+	for deadline := time.Now().Add(d); !strings.Contains(p.stderr(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the server did not log %q within %v\n%s", want, d, p.stderr())
+		}
+	}
+}
+
 // waitExit waits for the process to end by itself.
 func (p *proc) waitExit(d time.Duration) error {
 	p.t.Helper()
@@ -563,7 +573,8 @@ func crashInBatch(t *testing.T, faults string) {
 			t.Fatal(err)
 		}
 		cmids[0] = it.CMID
-		time.Sleep(200 * time.Millisecond) // m0 is held for 800ms
+		held, _, _ := strings.Cut(faults, "=") // the point m0's batch waits at
+		p.waitLog("fault: "+held+": delay", 10*time.Second)
 		for i := 1; i < len(devs); i++ {
 			it, err := clients[i].Enqueue(ctx, "g1", fmt.Sprintf("batch m%d", i))
 			if err != nil {
