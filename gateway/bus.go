@@ -19,6 +19,6 @@ func (h *Hub) Notify(ns []parley.Notice) {
 			h.account(n.User)
 			continue
 		}
-		h.worker(n.Conv).notice(n)
+		h.fanoutOf(n.Conv).notice(n)
 	}
 }

@@ -88,7 +88,7 @@ func (h *Hub) relearn(p parley.OpenPeriod) {
 	if !h.unwatchedBy(p.User, p.Conv) {
 		return
 	}
-	h.worker(p.Conv).join(p)
+	h.fanoutOf(p.Conv).join(p)
 	h.watchFor(p.Conv, p.User)
 }
 
@@ -151,7 +151,7 @@ func (h *Hub) pollHeads(ctx context.Context) error {
 			return err
 		}
 		for _, hd := range heads {
-			h.worker(hd.Conv).check(hd)
+			h.fanoutOf(hd.Conv).check(hd)
 		}
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 )
 
 // fanout pushes committed events to the sockets that may see them, for
-// the conversations hashed to it (Hub.worker): one goroutine (run), one
+// the conversations hashed to it (Hub.fanoutOf): one goroutine (run), one
 // conversation at a time and each in seq order. It reads the events after
 // the last seq it pushed (or takes them from the notices that carry them),
 // decides their audience from the membership periods, and queues each,
@@ -662,9 +662,9 @@ func (fo *fanout) readHint(n parley.Notice) {
 	}
 }
 
-// worker returns the fan-out (the worker goroutine) that owns conv:
+// fanoutOf returns the fan-out (its goroutine) that owns conv:
 // always the same one, so conv's pushes stay in seq order.
-func (h *Hub) worker(conv string) *fanout {
+func (h *Hub) fanoutOf(conv string) *fanout {
 	// FNV-1a: stable, cheap, no allocation.
 	var x uint32 = 2166136261
 	for i := 0; i < len(conv); i++ {

@@ -84,7 +84,7 @@ type Hub struct {
 
 	reqs *reqPool // the goroutines that answer requests
 
-	fanouts []*fanout     // each conversation's pushes go through one (Hub.worker)
+	fanouts []*fanout     // each conversation's pushes go through one (Hub.fanoutOf)
 	lost    chan struct{} // the bus lost notices: recover (buslost.go)
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
@@ -228,22 +228,14 @@ func (h *Hub) remove(c *conn) {
 func (h *Hub) snapshot() []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	cs := make([]*conn, 0, len(h.conns))
-	for c := range h.conns {
-		cs = append(cs, c)
-	}
-	return cs
+	return keysOf(h.conns)
 }
 
 // socketsOf returns user's open sockets here.
 func (h *Hub) socketsOf(user string) []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	cs := make([]*conn, 0, len(h.byUser[user]))
-	for c := range h.byUser[user] {
-		cs = append(cs, c)
-	}
-	return cs
+	return keysOf(h.byUser[user])
 }
 
 // subscribe registers c for pushes of the conversations its user is in now
@@ -257,7 +249,7 @@ func (h *Hub) subscribe(ctx context.Context, c *conn) error {
 		return err
 	}
 	for _, hd := range heads {
-		h.worker(hd.Conv).baseline(hd)
+		h.fanoutOf(hd.Conv).baseline(hd)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -347,11 +339,17 @@ func (h *Hub) subscribed() []*conn {
 func (h *Hub) subscribedUsers() []string {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	users := make([]string, 0, len(h.subs))
-	for u := range h.subs {
-		users = append(users, u)
+	return keysOf(h.subs)
+}
+
+// keysOf returns m's keys, in no order: a copy the caller may use after
+// the registry's lock is released.
+func keysOf[K comparable, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
 	}
-	return users
+	return ks
 }
 
 // watchers returns the subscribed sockets watching conv.

@@ -101,7 +101,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 // conversation's fan-out may wait for it (awaitSends), so its event leaves
 // with the others of the wave; its reply is encoded without reflection.
 func (c *conn) send(ctx context.Context, req wire.Request) {
-	fo := c.h.worker(req.Conv)
+	fo := c.h.fanoutOf(req.Conv)
 	fo.sendStarted()
 	sent, err := c.h.app.Send(ctx, app.WebSocket, c.p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
 	fo.sendDone()
