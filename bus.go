@@ -2,6 +2,7 @@ package parley
 
 import (
 	"context"
+	"reflect"
 	"time"
 )
 
@@ -85,7 +86,7 @@ func (n Notice) Same(m Notice) bool {
 		return false
 	}
 	a.At, b.At = time.Time{}, time.Time{} // one instant, whatever its location
-	return a == b
+	return reflect.DeepEqual(a, b)
 }
 
 // Read reports whether n is a read-cursor notice.

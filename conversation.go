@@ -59,9 +59,12 @@ type ConvSummary struct {
 	Read         int64 // the user's read cursor
 	Unread       int64 // visible messages by others after Read, not recalled; at most UnreadCap
 	UnreadCapped bool  // Unread stopped counting at UnreadCap
-	Epoch        int64
-	Member       bool   // the caller has an open membership period
-	Last         *Event // the latest visible message event
+	// MentionsUnread counts the visible messages and edits after Read that
+	// mention the caller and are not recalled, at most UnreadCap.
+	MentionsUnread int64
+	Epoch          int64
+	Member         bool   // the caller has an open membership period
+	Last           *Event // the latest visible message event
 }
 
 // Period is one membership period: the member may see seq iff
@@ -161,6 +164,9 @@ func ValidateNewConversation(creator string, c NewConversation) (NewConversation
 	}
 	if err := CheckConvID(c.ID); err != nil {
 		return c, err
+	}
+	if ReservedConvID(c.ID) {
+		return c, Errorf(CodeInvalidArgument, "conversation ids starting with dm: or dmh: are reserved for direct messages (POST /api/dms)")
 	}
 	if c.Kind == "" {
 		c.Kind = KindGroup

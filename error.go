@@ -21,6 +21,7 @@ const (
 	CodeNotSender           Code = "NOT_SENDER"
 	CodeAlreadyRecalled     Code = "ALREADY_RECALLED"
 	CodeRecallWindowExpired Code = "RECALL_WINDOW_EXPIRED"
+	CodeEditWindowExpired   Code = "EDIT_WINDOW_EXPIRED"
 	CodeNotFound            Code = "NOT_FOUND"
 	CodeCursorAhead         Code = "CURSOR_AHEAD"
 	CodeEpochChanged        Code = "EPOCH_CHANGED"
@@ -49,9 +50,10 @@ var Codes = []CodeInfo{
 	{CodeNotMember, false, "remove the conversation locally or tell the user"},
 	{CodeIdempotencyMismatch, false, "client bug: the key was reused for other content; confirm with the user before sending under a new key"},
 	{CodeOriginalExpired, false, "mark as sent and expired; never resend under a new key"},
-	{CodeNotSender, false, "tell the user only the sender can recall"},
+	{CodeNotSender, false, "tell the user only the sender can recall or edit"},
 	{CodeAlreadyRecalled, false, "mark the message recalled locally"},
 	{CodeRecallWindowExpired, false, "tell the user the recall window has passed"},
+	{CodeEditWindowExpired, false, "tell the user the edit window has passed"},
 	{CodeNotFound, false, "refresh local state"},
 	{CodeCursorAhead, false, "drop the local cursor and rebuild from a trusted position"},
 	{CodeEpochChanged, false, "rebuild the conversation's local state"},

@@ -17,6 +17,8 @@ const (
 	EventRecall       EventKind = "recall"
 	EventMemberJoined EventKind = "member_joined"
 	EventMemberLeft   EventKind = "member_left"
+	EventEdit         EventKind = "edit"     // a new version of a message's text
+	EventReaction     EventKind = "reaction" // a reaction set or removed
 )
 
 // Event is one entry of a conversation's log, immutable once committed
@@ -29,11 +31,21 @@ type Event struct {
 	Kind     EventKind
 	Sender   string    // user who did it; empty for the system (rollback)
 	Device   string    // sender's device; empty for membership and system events
-	Body     string    // message text; empty when recalled and for other kinds
-	Target   int64     // recall: the recalled seq
+	Body     string    // message and edit text; empty when recalled and for other kinds
+	Target   int64     // recall, edit, reaction: the seq of the message it concerns
 	User     string    // membership events: whom it concerns
-	Recalled bool      // message: a recall of it has been committed
+	Recalled bool      // message: a recall of it has been committed; edit: of its target
 	At       time.Time // database clock, UTC, millisecond precision
+
+	ReplyTo  int64    // message: the thread root it replies to (0: none)
+	Mentions []string // message: the members it mentions; edit: those it newly mentions
+	Emoji    string   // reaction: the emoji
+	On       bool     // reaction: set (true) or removed (false)
+
+	// Derived is a message's state as read (Sync, Fetch, Convs' Last,
+	// exports): nil for other kinds and for events read without it (the
+	// gateways' Feed: a client folds the events that follow).
+	Derived *Derived
 }
 
 // SendRequest is the input of Store.Send.
@@ -41,6 +53,17 @@ type SendRequest struct {
 	Conv string
 	CMID string // the client's request key, 1–64 characters
 	Body string // 1–4000 code points of valid UTF-8
+
+	// ReplyTo names the message this one replies to (0: none): a message
+	// of the conversation the sender may see (else NOT_FOUND). A reply to
+	// a reply joins its thread: the event's ReplyTo is the thread's root.
+	ReplyTo int64
+
+	// AllMax is the policy for @all (the policy file's mention_all_max):
+	// it mentions every other member only in a conversation of at most
+	// AllMax members with open periods; 0 leaves @all as plain text. It
+	// is policy, not content: it is not part of the fingerprint.
+	AllMax int
 }
 
 // Sent is the reply to a send: the event's seq and mid, whether this was a
@@ -65,6 +88,11 @@ type SyncRequest struct {
 	After int64
 	Limit int
 	Epoch int64
+
+	// Thread, when not 0, reads one thread: the root message of that seq
+	// and the replies to it, nothing else (a root the caller cannot see,
+	// or that is no message: NOT_FOUND).
+	Thread int64
 }
 
 // Page is one page of a sync (docs/design.md#syncing).
@@ -91,6 +119,32 @@ type Recalled struct {
 	Conv string
 	Seq  int64
 	Dup  bool
+}
+
+// SendFingerprint is a send's request hash: Fingerprint for a message
+// that replies to nothing, else sha256(conv || 0x00 || "reply:" || reply_to
+// || 0x00 || body) (a body holds no NUL, so the two never meet).
+func SendFingerprint(r SendRequest) []byte {
+	if r.ReplyTo == 0 {
+		return Fingerprint(r.Conv, r.Body)
+	}
+	return Fingerprint(r.Conv, "reply:"+strconv.FormatInt(r.ReplyTo, 10)+"\x00"+r.Body)
+}
+
+// EditFingerprint is an edit's request hash:
+// sha256(conv || 0x00 || "edit:" || target || 0x00 || body).
+func EditFingerprint(conv string, target int64, body string) []byte {
+	return Fingerprint(conv, "edit:"+strconv.FormatInt(target, 10)+"\x00"+body)
+}
+
+// ReactFingerprint is a reaction's request hash:
+// sha256(conv || 0x00 || "react:" || target || 0x00 || emoji || 0x00 || "1"|"0").
+func ReactFingerprint(conv string, target int64, emoji string, on bool) []byte {
+	state := "0"
+	if on {
+		state = "1"
+	}
+	return Fingerprint(conv, "react:"+strconv.FormatInt(target, 10)+"\x00"+emoji+"\x00"+state)
 }
 
 // Fingerprint is a send's request hash: sha256(conv || 0x00 || body).
@@ -136,7 +190,20 @@ func ValidateSend(r SendRequest) error {
 	if err := CheckCMID(r.CMID); err != nil {
 		return err
 	}
-	if n := charCount(r.Body); n < 1 || n > MaxBodyChars {
+	if err := checkBody(r.Body); err != nil {
+		return err
+	}
+	if r.ReplyTo < 0 {
+		return Errorf(CodeInvalidArgument, "reply_to must be a seq of at least 1")
+	}
+	if r.AllMax < 0 {
+		return Errorf(CodeInvalidArgument, "the @all limit must not be negative")
+	}
+	return nil
+}
+
+func checkBody(body string) error {
+	if n := charCount(body); n < 1 || n > MaxBodyChars {
 		return Errorf(CodeInvalidArgument, "body must be 1–%d characters of valid UTF-8 without NUL", MaxBodyChars)
 	}
 	return nil
@@ -158,6 +225,9 @@ func ValidateSync(r SyncRequest) (SyncRequest, error) {
 	}
 	if r.Epoch < 0 {
 		return r, Errorf(CodeInvalidArgument, "epoch must not be negative")
+	}
+	if r.Thread < 0 {
+		return r, Errorf(CodeInvalidArgument, "thread must be a seq of at least 1")
 	}
 	return r, nil
 }

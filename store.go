@@ -135,11 +135,22 @@ type Store interface {
 	// require an open membership period (NOT_MEMBER) → insert and advance
 	// the head → commit. Concurrent identical requests queue on the lock:
 	// exactly one gets Dup false. A resend after the sender's removal is
-	// still a replay (Dup true). Errors: INVALID_ARGUMENT, NOT_MEMBER,
-	// IDEMPOTENCY_MISMATCH, ORIGINAL_EXPIRED.
+	// still a replay (Dup true). A reply (r.ReplyTo) checks its target
+	// after the open period: a message of this conversation inside the
+	// caller's periods (NOT_FOUND), not recalled (ALREADY_RECALLED); a
+	// reply to a reply is stored as a reply to that one's root. The event
+	// carries the members it mentions (Mentioned, against the members with
+	// an open period), with a mentions row each, in the same transaction.
+	// Errors: INVALID_ARGUMENT, NOT_MEMBER, IDEMPOTENCY_MISMATCH,
+	// ORIGINAL_EXPIRED, NOT_FOUND, ALREADY_RECALLED.
 	Send(ctx context.Context, p Principal, r SendRequest) (Sent, error)
 
 	// Sync returns the events after r.After the caller may see, ascending,
+	// each message with its Derived state as the caller reads it (AsOf the
+	// capped head: Decorate over the edits, reactions and replies inside
+	// the caller's periods up to it); with r.Thread only the thread's root
+	// and its replies (a root that is no message the caller may see:
+	// NOT_FOUND).
 	// at most r.Limit (capped at MaxPage), read over indexes so a page costs
 	// O(page) however long the invisible ranges are. Recalled messages come
 	// with an empty body and Recalled set. Head is capped at the caller's
@@ -172,8 +183,53 @@ type Store interface {
 	// (ORIGINAL_EXPIRED) → open period (NOT_MEMBER) → target is a stored
 	// message of this conversation (NOT_FOUND) → sender (NOT_SENDER) → not
 	// yet recalled (ALREADY_RECALLED) → database clock within the recall
-	// window of the target's time (RECALL_WINDOW_EXPIRED).
+	// window of the target's time (RECALL_WINDOW_EXPIRED). The target's
+	// edit events are recalled with it: served with an empty body and
+	// Recalled set, so no version of the text is read again.
 	Recall(ctx context.Context, p Principal, r RecallRequest) (Recalled, error)
+
+	// Edit appends an edit event: a new version of the caller's message
+	// r.Target, with the mentions it newly makes (Mentioned, against the
+	// members with an open period, minus everyone an earlier version of
+	// the message mentioned), and a mentions row per mentioned user in the
+	// same transaction. Check order: lock (NOT_MEMBER) → request key
+	// (replay: Dup; other fingerprint or kind: IDEMPOTENCY_MISMATCH) →
+	// tombstone (ORIGINAL_EXPIRED) → open period (NOT_MEMBER) → the target
+	// is a message of this conversation inside the caller's periods
+	// (NOT_FOUND) → sender (NOT_SENDER) → not recalled (ALREADY_RECALLED)
+	// → database clock within r.Window of the target's time, when r.Window
+	// is set (EDIT_WINDOW_EXPIRED).
+	Edit(ctx context.Context, p Principal, r EditRequest) (Edited, error)
+
+	// React sets or removes the caller's reaction r.Emoji on message
+	// r.Target: a reaction event, and in the same transaction the one
+	// reactions row of (target, user, emoji), unique by index, updated to
+	// the new state and the event's seq. A request for the state that
+	// already holds writes nothing and answers the seq of the event that
+	// set it (0 if none ever did) with Dup. Check order: lock (NOT_MEMBER)
+	// → request key → tombstone → open period (NOT_MEMBER) → the target is
+	// a message inside the caller's periods (NOT_FOUND) → not recalled
+	// (ALREADY_RECALLED) → the state.
+	React(ctx context.Context, p Principal, r ReactRequest) (Reacted, error)
+
+	// Versions returns the versions of message seq the caller may see,
+	// oldest first: the original, then every edit whose seq is inside the
+	// caller's periods; none for a recalled message (recalled true). Check
+	// order as Fetch, and NOT_FOUND for an event that is no message.
+	Versions(ctx context.Context, p Principal, conv string, seq int64) (versions []Version, recalled bool, err error)
+
+	// OpenDirect returns the one direct conversation of the caller and
+	// user (id DirectID), creating it, with both as members from seq 1,
+	// when it does not exist (created true). Two concurrent opens of one
+	// pair make one conversation. Errors: INVALID_ARGUMENT (a malformed
+	// id, the caller themself), NOT_FOUND (no such user, or disabled).
+	OpenDirect(ctx context.Context, p Principal, user string) (c Conversation, created bool, err error)
+
+	// Directory lists active (not disabled) users whose id or email starts
+	// with q.Prefix, by id in byte order, paged as the Admin listings; with
+	// q.Shared only users who share a conversation with the caller (both
+	// with an open period), the caller included. Errors: INVALID_ARGUMENT.
+	Directory(ctx context.Context, p Principal, q DirectoryQuery) (AdminPage[DirectoryEntry], error)
 
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the
@@ -194,7 +250,7 @@ type Store interface {
 	Convs(ctx context.Context, p Principal, r ConvsRequest) (ConvsPage, error)
 
 	// Fetch returns one event (a recalled message with an empty body and
-	// Recalled set). Check order: INVALID_ARGUMENT (seq < 1) → NOT_MEMBER
+	// Recalled set; a message with its Derived state as in Sync). Check order: INVALID_ARGUMENT (seq < 1) → NOT_MEMBER
 	// (no conversation, or no period) → NOT_FOUND (above the caller's
 	// capped head) → NOT_MEMBER (seq outside the caller's periods) →
 	// NOT_FOUND (purged).
@@ -211,15 +267,18 @@ type Store interface {
 	// Purge applies the retention policy: it deletes the longest prefix of
 	// the log that the policy no longer keeps (events older than MaxAge by
 	// the database clock, and all but the last KeepLast seqs), raises
-	// MinSeq, and writes a tombstone for every deleted request key, in one
-	// transaction, so a late resend gets ORIGINAL_EXPIRED. It also drops
+	// MinSeq, and writes a tombstone for every deleted request key, and
+	// deletes the derived rows (reactions, mentions) of the deleted events
+	// and of their targets, in one transaction, so a late resend gets ORIGINAL_EXPIRED. It also drops
 	// tombstones older than the tombstone TTL. Errors: INVALID_ARGUMENT,
 	// NOT_FOUND.
 	Purge(ctx context.Context, conv string) (PurgeResult, error)
 
 	// Rollback returns a conversation to a restore point (docs/design.md):
 	// events after toSeq are removed without tombstones (recalls among them
-	// are undone), periods are cut back to what they were at toSeq, then
+	// are undone, derived rows are rebuilt from the events that remain:
+	// a reaction row returns to the state of the latest reaction event at
+	// or below toSeq), periods are cut back to what they were at toSeq, then
 	// system membership events (empty sender) are appended that restore the
 	// current membership — member_left for users who are out now, then
 	// member_joined for users who are in now, each in user id order —

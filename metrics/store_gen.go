@@ -33,6 +33,8 @@ var StoreOps = []string{
 	"CreateHook",
 	"CreateUser",
 	"DeleteHook",
+	"Directory",
+	"Edit",
 	"ExpireExports",
 	"ExportCounts",
 	"ExportEvents",
@@ -53,9 +55,11 @@ var StoreOps = []string{
 	"Joined",
 	"Login",
 	"Logout",
+	"OpenDirect",
 	"OpenPeriods",
 	"Ping",
 	"Purge",
+	"React",
 	"Read",
 	"Recall",
 	"RecordShard",
@@ -69,6 +73,7 @@ var StoreOps = []string{
 	"SweepTokens",
 	"Sync",
 	"User",
+	"Versions",
 }
 
 func (s *store) Ack(ctx context.Context, a1 parley.Principal, a2 string, a3 int64) (_ int64, err error) {
@@ -164,6 +169,16 @@ func (s *store) CreateUser(ctx context.Context, a1 parley.NewUser) (_ parley.Use
 func (s *store) DeleteHook(ctx context.Context, a1 string) (err error) {
 	defer s.observe("DeleteHook", time.Now(), &err)
 	return s.Store.DeleteHook(ctx, a1)
+}
+
+func (s *store) Directory(ctx context.Context, a1 parley.Principal, a2 parley.DirectoryQuery) (_ parley.AdminPage[parley.DirectoryEntry], err error) {
+	defer s.observe("Directory", time.Now(), &err)
+	return s.Store.Directory(ctx, a1, a2)
+}
+
+func (s *store) Edit(ctx context.Context, a1 parley.Principal, a2 parley.EditRequest) (_ parley.Edited, err error) {
+	defer s.observe("Edit", time.Now(), &err)
+	return s.Store.Edit(ctx, a1, a2)
 }
 
 func (s *store) ExpireExports(ctx context.Context) (_ []string, err error) {
@@ -266,6 +281,11 @@ func (s *store) Logout(ctx context.Context, a1 string) (err error) {
 	return s.Store.Logout(ctx, a1)
 }
 
+func (s *store) OpenDirect(ctx context.Context, a1 parley.Principal, a2 string) (_ parley.Conversation, _ bool, err error) {
+	defer s.observe("OpenDirect", time.Now(), &err)
+	return s.Store.OpenDirect(ctx, a1, a2)
+}
+
 func (s *store) OpenPeriods(ctx context.Context, a1 []string) (_ []parley.OpenPeriod, err error) {
 	defer s.observe("OpenPeriods", time.Now(), &err)
 	return s.Store.OpenPeriods(ctx, a1)
@@ -279,6 +299,11 @@ func (s *store) Ping(ctx context.Context) (err error) {
 func (s *store) Purge(ctx context.Context, a1 string) (_ parley.PurgeResult, err error) {
 	defer s.observe("Purge", time.Now(), &err)
 	return s.Store.Purge(ctx, a1)
+}
+
+func (s *store) React(ctx context.Context, a1 parley.Principal, a2 parley.ReactRequest) (_ parley.Reacted, err error) {
+	defer s.observe("React", time.Now(), &err)
+	return s.Store.React(ctx, a1, a2)
 }
 
 func (s *store) Read(ctx context.Context, a1 parley.Principal, a2 string, a3 int64) (_ int64, err error) {
@@ -344,4 +369,9 @@ func (s *store) Sync(ctx context.Context, a1 parley.Principal, a2 parley.SyncReq
 func (s *store) User(ctx context.Context, a1 string) (_ parley.User, err error) {
 	defer s.observe("User", time.Now(), &err)
 	return s.Store.User(ctx, a1)
+}
+
+func (s *store) Versions(ctx context.Context, a1 parley.Principal, a2 string, a3 int64) (_ []parley.Version, _ bool, err error) {
+	defer s.observe("Versions", time.Now(), &err)
+	return s.Store.Versions(ctx, a1, a2, a3)
 }

@@ -53,6 +53,7 @@ var httpStatus = map[parley.Code]int{
 	parley.CodeNotSender:           http.StatusForbidden,
 	parley.CodeAlreadyRecalled:     http.StatusConflict,
 	parley.CodeRecallWindowExpired: http.StatusConflict,
+	parley.CodeEditWindowExpired:   http.StatusConflict,
 	parley.CodeNotFound:            http.StatusNotFound,
 	parley.CodeCursorAhead:         http.StatusConflict,
 	parley.CodeEpochChanged:        http.StatusConflict,
