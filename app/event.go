@@ -8,9 +8,8 @@ import (
 )
 
 // Send stores p's message and announces it: after the commit the notice
-// carrying the event is published (parley.SentNotice; ids only for a reply
-// or a text that may mention someone, whose stored thread root and
-// mentions only the store knows, so a gateway reads that event), then the
+// carrying the event is published (parley.SentNotice: ids only for a reply
+// or a text that may mention someone), then the
 // api.after_send_commit fault point may fail the request (the message is
 // stored: the client's retry under the same key is a replay), and the
 // outcome is counted under transport. A replay publishes again: a
@@ -22,11 +21,7 @@ func (s *Service) Send(ctx context.Context, transport string, p parley.Principal
 		s.double(ctx, p, req)
 	}
 	if err == nil {
-		n := parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent)
-		if req.ReplyTo != 0 || parley.HasMentionToken(req.Body) {
-			n = parley.Notice{Conv: sent.Conv, Seq: sent.Seq}
-		}
-		s.publish(n)
+		s.publish(parley.SentNotice(p, req, sent))
 		err = fault.Hit(fault.APIAfterSendCommit)
 	}
 	s.countSend(transport, sent, err)
