@@ -1138,9 +1138,22 @@ func testDerivedPurge(t *testing.T, e *env) {
 		t.Errorf("replay of a kept reaction: %+v, want Dup of 7", r)
 	}
 	e.fullUnchanged(t, c, before)
+	_, err = e.st.Edit(ctx(t), ana, parley.EditRequest{Conv: c, Target: 3, CMID: "e-new", Body: "m3"})
+	wantCode(t, err, parley.CodeNotFound)
+	e.fullUnchanged(t, c, before)
 	pg := e.sync(t, ben, c, 6, 50)
 	wantEvents(t, "after the purge", pg.Events, "7 reaction ben/d1 -> 3 🎉 on", `8 message ana/d1 "@ben tail"`)
 	wantDerived(t, "kept message", eventAt(pg.Events, 8), "@ben tail", "as_of 8")
+
+	// A rollback rebuilds reaction rows from the events it keeps, but not
+	// for a target the purge deleted: the kept event 7 names purged seq 3.
+	t.Run("rollback_after_purge", func(t *testing.T) {
+		_, err := e.st.Rollback(ctx(t), c, 7)
+		ok(t, err, "rollback")
+		if n := e.db.Int(t, "SELECT count(*) FROM reactions WHERE conv_id = ? AND target < ?", c, 7); n != 0 {
+			t.Errorf("%d reactions rows of purged targets after the rollback", n)
+		}
+	})
 }
 
 // testDerivedRollback: a rollback to before an edit and reactions: the
@@ -1246,5 +1259,77 @@ func testFeedDerivedFields(t *testing.T, e *env) {
 		if ev := eventAt(f.Events, 3); !slices.Equal(ev.Mentions, []string{"ben"}) {
 			t.Errorf("%s: mentions %q, want [ben]", name, ev.Mentions)
 		}
+	}
+}
+
+// testBatchRepliesMentions: the group commit path (SendBatch) checks a
+// reply's target and resolves mentions as Send does, item by item: a bad
+// target fails its item only, a reply to a reply stores the root, and a
+// replay answers Dup. (Seqs are not compared across items: a store may
+// commit replies and mentions on a path of their own.)
+func testBatchRepliesMentions(t *testing.T, e *env) {
+	ps := e.users(t, "ana", "ben")
+	ana, ben := ps[0], ps[1]
+	const c = "c-ab"
+	e.group(t, ana, c, "ben")           // 1, 2
+	e.send(t, ana, c, "k3", "root")     // 3
+	e.send(t, ana, c, "k4", "recalled") // 4
+	e.recall(t, ana, c, 4, "r5")        // 5
+	e.reply(t, ben, c, "k6", "re", 3)   // 6
+	items := []struct {
+		p        parley.Principal
+		req      parley.SendRequest
+		code     parley.Code
+		replyTo  int64
+		mentions []string
+	}{
+		{ana, parley.SendRequest{Conv: c, CMID: "b1", Body: "plain"}, "", 0, nil},
+		{ben, parley.SendRequest{Conv: c, CMID: "b2", Body: "re 2", ReplyTo: 3}, "", 3, nil},
+		{ana, parley.SendRequest{Conv: c, CMID: "b3", Body: "re missing", ReplyTo: 99}, parley.CodeNotFound, 0, nil},
+		{ana, parley.SendRequest{Conv: c, CMID: "b4", Body: "re recalled", ReplyTo: 4}, parley.CodeAlreadyRecalled, 0, nil},
+		{ana, parley.SendRequest{Conv: c, CMID: "b5", Body: "@ben hi"}, "", 0, []string{"ben"}},
+		{ana, parley.SendRequest{Conv: c, CMID: "b6", Body: "@ben re", ReplyTo: 6}, "", 3, []string{"ben"}},
+		{ana, parley.SendRequest{Conv: c, CMID: "b7", Body: "@all", AllMax: 2}, "", 0, []string{"ben"}},
+		{ben, parley.SendRequest{Conv: c, CMID: "k6", Body: "re", ReplyTo: 3}, "", 3, nil},
+		{ben, parley.SendRequest{Conv: c, CMID: "k6", Body: "re", ReplyTo: 6}, parley.CodeIdempotencyMismatch, 0, nil},
+	}
+	in := make([]parley.BatchSend, len(items))
+	for i, it := range items {
+		in[i] = parley.BatchSend{P: it.p, Req: it.req}
+	}
+	res := e.batcher(t).SendBatch(ctx(t), in)
+	if len(res) != len(items) {
+		t.Fatalf("%d results for %d items", len(res), len(items))
+	}
+	seen := map[int64]bool{}
+	for i, it := range items {
+		r := res[i]
+		if !wantCode(t, r.Err, it.code) || it.code != "" {
+			continue
+		}
+		if it.req.CMID == "k6" {
+			if !r.Sent.Dup || r.Sent.Seq != 6 {
+				t.Errorf("item %d: %+v, want Dup of 6", i, r.Sent)
+			}
+			continue
+		}
+		if r.Sent.Dup || r.Sent.Seq < 7 || seen[r.Sent.Seq] {
+			t.Errorf("item %d: %+v, want a new seq of its own", i, r.Sent)
+			continue
+		}
+		seen[r.Sent.Seq] = true
+		ev := e.fetch(t, ana, c, r.Sent.Seq)
+		if ev.Body != it.req.Body || ev.ReplyTo != it.replyTo || !slices.Equal(ev.Mentions, it.mentions) {
+			t.Errorf("item %d: %s mentions %q; want body %q, reply_to %d, mentions %q", i, describe(ev), ev.Mentions, it.req.Body, it.replyTo, it.mentions)
+		}
+	}
+	if h := e.conv(t, c).Head; h != 11 {
+		t.Errorf("head %d, want 11 (five new messages)", h)
+	}
+	if ev := e.fetch(t, ben, c, 3); ev.Derived == nil || ev.Derived.Replies != 3 {
+		t.Errorf("root: %s, want 3 replies", describeDerived(ev.Derived))
+	}
+	if s := e.summary(t, ben, c); s.MentionsUnread != 3 {
+		t.Errorf("ben's mentions_unread %d, want 3", s.MentionsUnread)
 	}
 }

@@ -71,6 +71,7 @@ var behaviours = []behaviour{
 	{name: "react_concurrent_one_event", run: testReactConcurrentOneEvent},
 	{name: "reply_rules", run: testReplyRules},
 	{name: "thread_sync", run: testThreadSync},
+	{name: "batch_replies_mentions", run: testBatchRepliesMentions},
 	{name: "mentions_open_members", run: testMentionsOpenMembers},
 	{name: "mentions_unread", run: testMentionsUnread},
 	{name: "derived_purge", run: testDerivedPurge},
