@@ -1333,3 +1333,47 @@ func testBatchRepliesMentions(t *testing.T, e *env) {
 		t.Errorf("ben's mentions_unread %d, want 3", s.MentionsUnread)
 	}
 }
+
+// testDerivedPeriodGap (rule 2): a member who left and came back reads
+// derived state only from the events inside their periods: an edit, a
+// reaction set or removed and a reply made while they were out are not
+// folded into what they read (a reaction removed in the gap still counts
+// for them, as their client would have folded it), though they are back.
+func testDerivedPeriodGap(t *testing.T, e *env) {
+	ps := e.users(t, "ana", "ben", "cy")
+	ana, ben, cy := ps[0], ps[1], ps[2]
+	const c = "c-abc"
+	e.group(t, ana, c, "ben", "cy")       // 1..3
+	e.send(t, ana, c, "k4", "v1")         // 4
+	e.react(t, cy, c, 4, "👍", true, "y5") // 5
+	e.reply(t, cy, c, "k6", "r1", 4)      // 6
+	if ch, err := e.st.RemoveMember(ctx(t), ana, c, "ben"); err != nil || ch.Seq != 7 {
+		t.Fatalf("remove ben: %+v %v", ch, err)
+	}
+	e.edit(t, ana, c, 4, "e8", "v2")        // 8
+	e.react(t, cy, c, 4, "🎉", true, "y9")   // 9
+	e.reply(t, cy, c, "k10", "r2", 4)       // 10
+	e.react(t, cy, c, 4, "👍", false, "y11") // 11
+	if ch, err := e.st.AddMember(ctx(t), ana, c, "ben"); err != nil || ch.Seq != 12 {
+		t.Fatalf("add ben back: %+v %v", ch, err)
+	}
+	e.react(t, ana, c, 4, "👍", true, "x13") // 13
+	e.reply(t, cy, c, "k14", "r3", 4)       // 14
+
+	const benView = "as_of 14 👍2 replies 2 last 14"
+	wantDerived(t, "ben's fetch", e.fetch(t, ben, c, 4), "v1", benView)
+	pg := e.sync(t, ben, c, 0, 50)
+	wantPage(t, "ben's sync", pg, append(span(1, 7), 12, 13, 14), 14, false, 14)
+	wantDerived(t, "ben's sync", eventAt(pg.Events, 4), "v1", benView)
+	vs, _ := e.versions(t, ben, c, 4)
+	wantVersions(t, "ben's versions", vs, "4 v1")
+	th, err := e.st.Sync(ctx(t), ben, parley.SyncRequest{Conv: c, Limit: 50, Thread: 4})
+	if wantCode(t, err, "") {
+		wantPage(t, "ben's thread", th, []int64{4, 6, 14}, 14, false, 14)
+	}
+	th, err = e.st.Sync(ctx(t), ben, parley.SyncRequest{Conv: c, After: 4, Limit: 1, Thread: 4})
+	if wantCode(t, err, "") {
+		wantPage(t, "ben's thread page", th, []int64{6}, 6, true, 14)
+	}
+	wantDerived(t, "ana's fetch", e.fetch(t, ana, c, 4), "v2", "as_of 14 edit 8 🎉1 👍1+me replies 3 last 14")
+}

@@ -65,6 +65,7 @@ var behaviours = []behaviour{
 	{name: "edit_window", run: testEditWindow},
 	{name: "derived_bounds", run: testDerivedBounds},
 	{name: "edit_former_member", run: testEditFormerMember},
+	{name: "derived_period_gap", run: testDerivedPeriodGap},
 	{name: "versions_recall", run: testVersionsRecall},
 	{name: "react_set_remove", run: testReactSetRemove},
 	{name: "react_rejections", run: testReactRejections},
