@@ -463,7 +463,8 @@ WHERE c.id = $1
 ORDER BY e.seq`
 
 // threadSQL is pageSQL for one thread (SyncRequest.Thread): the root $5
-// over the primary key and the replies to it over events_replies.
+// over the primary key and the replies to it over events_replies (only
+// messages have a reply_to).
 var threadSQL = `SELECT c.epoch, c.min_seq, ` + eventCols("e") + `
 FROM conversations c
 CROSS JOIN LATERAL (
@@ -471,7 +472,7 @@ CROSS JOIN LATERAL (
 	CROSS JOIN LATERAL (
 		SELECT * FROM events WHERE conv_id = $1 AND seq = $5 AND seq >= r.lo AND seq <= r.hi
 		UNION ALL
-		(SELECT * FROM events WHERE conv_id = $1 AND reply_to = $5 AND kind = 'message' AND seq >= r.lo AND seq <= r.hi
+		(SELECT * FROM events WHERE conv_id = $1 AND reply_to = $5 AND seq >= r.lo AND seq <= r.hi
 			ORDER BY seq LIMIT $4)) ev
 	ORDER BY ev.seq LIMIT $4) e
 WHERE c.id = $1
