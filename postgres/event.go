@@ -29,7 +29,9 @@ func keyed[T any](op string, fn func() (T, error)) (T, error) {
 
 // Send implements parley.Store: concurrent sends, to one conversation or
 // several, are batched (sendqueue.Queue, laned by sendLane) into one call
-// of parley_send_many, one round trip and one commit for the batch.
+// of parley_send_many, one round trip and one commit for the batch; a
+// send that replies or may mention commits in its own transaction
+// (SendBatch).
 // A bad request is refused by SendBatch, item by item, without changing
 // what the other items of its batch get.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
