@@ -296,7 +296,8 @@ func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportCon
 // period (they are disjoint, ascending and end at or below the head). A
 // recall counts when its seq is at or below the head.
 const exportEventsSQL = `SELECT e.seq, e.mid, e.kind, e.sender_user, e.sender_device, e.body,
-	coalesce(e.target, 0), coalesce(e.subject_user, ''), e.recall_seq IS NOT NULL AND e.recall_seq <= x.head, e.created_at
+	coalesce(e.target, 0), coalesce(e.subject_user, ''), e.recall_seq IS NOT NULL AND e.recall_seq <= x.head, e.created_at,
+	coalesce(e.reply_to, 0), e.mentions, coalesce(e.emoji, ''), coalesce(e.react_on, false)
 FROM export_convs x
 JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id AND p.to_seq > $3
 CROSS JOIN LATERAL (
