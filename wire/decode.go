@@ -50,43 +50,10 @@ func decodeFast(b []byte, r *Request) bool {
 			bit = 1 << 5
 			r.Before, ok = d.str()
 		case "after", "limit", "epoch", "seq", "target", "reply_to", "thread":
-			var n int64
-			if n, ok = d.int(); !ok {
-				return false
-			}
 			if nums == nil {
 				nums = new([7]int64)
 			}
-			switch string(key) {
-			case "after":
-				bit = 1 << 6
-				nums[0] = n
-				r.After = &nums[0]
-			case "limit":
-				bit = 1 << 7
-				l := int(n)
-				r.Limit = &l
-			case "epoch":
-				bit = 1 << 8
-				nums[2] = n
-				r.Epoch = &nums[2]
-			case "seq":
-				bit = 1 << 9
-				nums[3] = n
-				r.Seq = &nums[3]
-			case "target":
-				bit = 1 << 10
-				nums[4] = n
-				r.Target = &nums[4]
-			case "reply_to": // a reply is a send: keep it on the fast path
-				bit = 1 << 11
-				nums[5] = n
-				r.ReplyTo = &nums[5]
-			case "thread":
-				bit = 1 << 12
-				nums[6] = n
-				r.Thread = &nums[6]
-			}
+			bit, ok = d.number(string(key), r, nums)
 		}
 		if !ok || bit == 0 || seen&bit != 0 {
 			return false
@@ -96,6 +63,46 @@ func decodeFast(b []byte, r *Request) bool {
 			return d.eat('}') && d.end()
 		}
 	}
+}
+
+// number reads the integer value of key into r, in its slot of nums, and
+// returns key's bit of the seen set.
+func (d *fastDecoder) number(key string, r *Request, nums *[7]int64) (uint16, bool) {
+	n, ok := d.int()
+	if !ok {
+		return 0, false
+	}
+	switch key {
+	case "after":
+		nums[0] = n
+		r.After = &nums[0]
+		return 1 << 6, true
+	case "limit":
+		l := int(n)
+		r.Limit = &l
+		return 1 << 7, true
+	case "epoch":
+		nums[2] = n
+		r.Epoch = &nums[2]
+		return 1 << 8, true
+	case "seq":
+		nums[3] = n
+		r.Seq = &nums[3]
+		return 1 << 9, true
+	case "target":
+		nums[4] = n
+		r.Target = &nums[4]
+		return 1 << 10, true
+	case "reply_to": // a reply is a send: keep it on the fast path
+		nums[5] = n
+		r.ReplyTo = &nums[5]
+		return 1 << 11, true
+	case "thread":
+		nums[6] = n
+		r.Thread = &nums[6]
+		return 1 << 12, true
+	}
+	return 0, false
 }
 
 type fastDecoder struct {
