@@ -585,7 +585,8 @@ func appendEscaped(b []byte, s string) []byte {
 }
 
 // carriable reports whether n's event (n encodable, n.Event set) can go in
-// a '+' line: it is the event of (Conv, Seq) on an event notice, its body
+// a '+' line: it is the event of (Conv, Seq) on an event notice, with none
+// of the fields the format lacks, its body
 // within MaxNoticeBody, its text fields within the format's bounds, its
 // time a whole millisecond after 1970 (the format's precision, which is
 // the stores').
@@ -604,6 +605,12 @@ func carriable(n parley.Notice) bool {
 		return false
 	}
 	if ev.Device != "" && !validDevice(ev.Device) {
+		return false
+	}
+	// The format has no fields for a reply, mentions, a reaction or
+	// derived state: such an event travels as ids, and each gateway reads
+	// it (Feed) with all of them.
+	if ev.ReplyTo != 0 || len(ev.Mentions) > 0 || ev.Emoji != "" || ev.On || ev.Derived != nil {
 		return false
 	}
 	return ev.At.UnixMilli() >= 0 && ev.At.Equal(time.UnixMilli(ev.At.UnixMilli()))

@@ -227,8 +227,10 @@ func TestBackoff(t *testing.T) {
 // body the worst to escape, fits in a payload: the PostgreSQL bus carries
 // every event a publisher attaches (parley.Notice.WithEvent).
 func TestNoticeCodecLargestCarried(t *testing.T) {
-	if n := reflect.TypeFor[parley.Event]().NumField(); n != 11 {
-		t.Fatalf("parley.Event has %d fields, the payload format knows 11: carry the new ones", n)
+	// 11 carried fields, and 5 (ReplyTo, Mentions, Emoji, On, Derived)
+	// whose events travel as ids (carriable).
+	if n := reflect.TypeFor[parley.Event]().NumField(); n != 16 {
+		t.Fatalf("parley.Event has %d fields, the payload format knows 16: carry the new ones", n)
 	}
 	worstDevice := strings.Repeat("🙂", parley.MaxDeviceIDChars) // 4 bytes each, not escaped
 	long := strings.Repeat("u", 32)
@@ -293,6 +295,22 @@ func TestNoticeCodecIdsOnly(t *testing.T) {
 		}()},
 		{"a body not UTF-8", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
 			e.Body = "\xff"
+			return e
+		}(base))},
+		{"a reply", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
+			e.ReplyTo = 1
+			return e
+		}(base))},
+		{"mentions", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
+			e.Mentions = []string{"ana"}
+			return e
+		}(base))},
+		{"a reaction", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
+			e.Kind, e.Body, e.Target, e.Emoji, e.On = parley.EventReaction, "", 1, "👍", true
+			return e
+		}(base))},
+		{"derived state", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
+			e.Derived = &parley.Derived{AsOf: 1}
 			return e
 		}(base))},
 	} {

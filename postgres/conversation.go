@@ -110,10 +110,6 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 	if nc.Kind == parley.KindGroup {
 		out.Owner = p.User
 	}
-	mids := make([]string, len(nc.Members))
-	for i := range mids {
-		mids[i] = parley.NewID()
-	}
 	err = db.write(ctx, "create conversation", func(tx pgx.Tx) error {
 		var missing *string
 		if err := tx.QueryRow(ctx, `SELECT m FROM unnest($1::text[]) WITH ORDINALITY AS m (m, ord)
@@ -134,24 +130,35 @@ func (db *DB) CreateConversation(ctx context.Context, p parley.Principal, nc par
 		if err != nil {
 			return err
 		}
-		// Every initial member sees every initial join: all periods start at 1.
-		_, err = tx.Exec(ctx, `WITH m AS (
-				SELECT u, mid, ord FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (u, mid, ord)),
-			ev AS (
-				INSERT INTO events (conv_id, seq, mid, kind, sender_user, subject_user)
-				SELECT $1, ord, mid, 'member_joined', $2, u FROM m
-				RETURNING created_at),
-			pe AS (
-				INSERT INTO periods (conv_id, user_id, from_seq) SELECT $1, u, 1 FROM m)
-			UPDATE conversations SET next_seq = $5 + 1, last_at = (SELECT max(created_at) FROM ev) WHERE id = $1`,
-			nc.ID, p.User, nc.Members, mids, len(nc.Members))
-		return err
+		return insertMembers(ctx, tx, nc.ID, p.User, nc.Members)
 	})
 	if err != nil {
 		return parley.Conversation{}, err
 	}
 	out.CreatedAt = ms(out.CreatedAt)
 	return out, nil
+}
+
+// insertMembers writes the initial members of a conversation just
+// inserted: a member_joined event each (seqs 1..n, sender the creator)
+// and a period from seq 1, so every initial member sees every initial
+// join.
+func insertMembers(ctx context.Context, tx pgx.Tx, id, sender string, members []string) error {
+	mids := make([]string, len(members))
+	for i := range mids {
+		mids[i] = parley.NewID()
+	}
+	_, err := tx.Exec(ctx, `WITH m AS (
+			SELECT u, mid, ord FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (u, mid, ord)),
+		ev AS (
+			INSERT INTO events (conv_id, seq, mid, kind, sender_user, subject_user)
+			SELECT $1, ord, mid, 'member_joined', $2, u FROM m
+			RETURNING created_at),
+		pe AS (
+			INSERT INTO periods (conv_id, user_id, from_seq) SELECT $1, u, 1 FROM m)
+		UPDATE conversations SET next_seq = $5 + 1, last_at = (SELECT max(created_at) FROM ev) WHERE id = $1`,
+		id, sender, members, mids, len(members))
+	return err
 }
 
 // memberChange runs the checks AddMember and RemoveMember share: lock, the
@@ -320,6 +327,15 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				return err
 			}
 			out.Deleted = tag.RowsAffected()
+			// The derived rows of the deleted events and of their targets.
+			for _, q := range []string{
+				`DELETE FROM reactions WHERE conv_id = $1 AND target <= $2`,
+				`DELETE FROM mentions WHERE conv_id = $1 AND seq <= $2`,
+			} {
+				if _, err := tx.Exec(ctx, q, id, cut); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, `UPDATE conversations SET min_seq = $2 + 1 WHERE id = $1`, id, cut); err != nil {
 				return err
 			}
@@ -365,12 +381,15 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		out.Removed = tag.RowsAffected()
-		// Recalls after the restore point are undone; periods go back to
-		// what they were at toSeq.
+		// Recalls after the restore point are undone (of messages and of
+		// their edits alike); periods go back to what they were at toSeq;
+		// derived rows are rebuilt from the events that remain.
 		for _, q := range []string{
 			`UPDATE events SET recall_seq = NULL WHERE conv_id = $1 AND recall_seq > $2`,
 			`DELETE FROM periods WHERE conv_id = $1 AND from_seq > $2`,
 			`UPDATE periods SET to_seq = NULL WHERE conv_id = $1 AND to_seq > $2`,
+			`DELETE FROM mentions WHERE conv_id = $1 AND seq > $2`,
+			qRebuildReactions,
 		} {
 			if _, err := tx.Exec(ctx, q, id, toSeq); err != nil {
 				return err
@@ -408,6 +427,19 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 	})
 	return out, err
 }
+
+// qRebuildReactions returns the reactions rows set after the restore point
+// $2 to the state of the latest reaction event that remains for their
+// (target, user, emoji), or removes them when none does. It runs after the
+// events above $2 are deleted.
+const qRebuildReactions = `WITH gone AS (
+	DELETE FROM reactions WHERE conv_id = $1 AND seq > $2 RETURNING target, user_id, emoji)
+INSERT INTO reactions (conv_id, target, user_id, emoji, react_on, seq)
+SELECT DISTINCT ON (g.target, g.user_id, g.emoji) $1, g.target, g.user_id, g.emoji, e.react_on, e.seq
+FROM gone g
+JOIN events e ON e.conv_id = $1 AND e.kind = 'reaction' AND e.target = g.target
+	AND e.sender_user = g.user_id AND e.emoji = g.emoji AND e.seq <= $2
+ORDER BY g.target, g.user_id, g.emoji, e.seq DESC`
 
 // openMembers lists the users with an open period, in id order.
 func openMembers(ctx context.Context, tx pgx.Tx, convID string) ([]string, error) {

@@ -105,16 +105,30 @@ func (k sendRow) result(conv string, hash []byte) parley.BatchResult {
 // item is refused alone, before it could fail its batch's statement.
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
-// SendBatch implements parley.SendBatcher: every valid item, of whatever
-// conversation, in one transaction (parley_send_many: one round trip).
+// SendBatch implements parley.SendBatcher: every valid plain item (no
+// ReplyTo, no '@' in its body), of whatever conversation, in one
+// transaction (parley_send_many: one round trip). An item that replies or
+// may mention someone needs reads parley_send_many does not make: it
+// commits in its own transaction (sendChat), with the same checks in the
+// same order. Items are committed in item order, a run of plain items in
+// one transaction between them.
 func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
 	out := make([]parley.BatchResult, len(items))
 	idx := make([]int, 0, len(items))
 	for i, it := range items {
 		// ValidateSend also refuses a NUL, which no text column takes.
-		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err == nil {
-			idx = append(idx, i)
+		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err != nil {
+			continue
 		}
+		if it.Req.ReplyTo == 0 && !parley.HasMentionToken(it.Req.Body) {
+			idx = append(idx, i)
+			continue
+		}
+		if len(idx) > 0 {
+			db.sendItems(ctx, items, idx, out)
+			idx = idx[:0]
+		}
+		out[i].Sent, out[i].Err = db.sendChat(ctx, it.P, it.Req)
 	}
 	if len(idx) > 0 {
 		db.sendItems(ctx, items, idx, out)
@@ -352,12 +366,37 @@ func eventCols(a string) string {
 	return fmt.Sprintf(`coalesce(%[1]s.seq, 0), coalesce(%[1]s.mid, ''), coalesce(%[1]s.kind, ''),
 		coalesce(%[1]s.sender_user, ''), coalesce(%[1]s.sender_device, ''), coalesce(%[1]s.body, ''),
 		coalesce(%[1]s.target, 0), coalesce(%[1]s.subject_user, ''), %[1]s.recall_seq IS NOT NULL,
-		coalesce(%[1]s.created_at, 'epoch')`, a)
+		coalesce(%[1]s.created_at, 'epoch'),
+		coalesce(%[1]s.reply_to, 0), %[1]s.mentions, coalesce(%[1]s.emoji, ''), coalesce(%[1]s.react_on, false)`, a)
 }
 
 // eventDest returns the scan destinations of eventCols into ev.
 func eventDest(ev *parley.Event) []any {
-	return []any{&ev.Seq, &ev.MID, &ev.Kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &ev.At}
+	return []any{&ev.Seq, &ev.MID, &ev.Kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &ev.At,
+		&ev.ReplyTo, mentionsDest{&ev.Mentions}, &ev.Emoji, &ev.On}
+}
+
+// mentionsDest scans the mentions column (user ids joined by single
+// spaces) into a list: nil for NULL.
+type mentionsDest struct{ p *[]string }
+
+var _ pgtype.TextScanner = mentionsDest{}
+
+func (d mentionsDest) ScanText(v pgtype.Text) error {
+	*d.p = nil
+	if v.Valid && v.String != "" {
+		*d.p = strings.Split(v.String, " ")
+	}
+	return nil
+}
+
+// joinMentions is the mentions column of users (sorted): NULL for none.
+func joinMentions(users []string) *string {
+	if len(users) == 0 {
+		return nil
+	}
+	s := strings.Join(users, " ")
+	return &s
 }
 
 // finish completes a scanned event: a recalled message is served without
@@ -423,17 +462,50 @@ CROSS JOIN LATERAL (
 WHERE c.id = $1
 ORDER BY e.seq`
 
-// Sync implements parley.Store: two statements, the view (header and
-// periods) and the page over the visible ranges it implies.
+// threadSQL is pageSQL for one thread (SyncRequest.Thread): the root $5
+// over the primary key and the replies to it over events_replies.
+var threadSQL = `SELECT c.epoch, c.min_seq, ` + eventCols("e") + `
+FROM conversations c
+CROSS JOIN LATERAL (
+	SELECT ev.* FROM unnest($2::bigint[], $3::bigint[]) AS r (lo, hi)
+	CROSS JOIN LATERAL (
+		SELECT * FROM events WHERE conv_id = $1 AND seq = $5 AND seq >= r.lo AND seq <= r.hi
+		UNION ALL
+		(SELECT * FROM events WHERE conv_id = $1 AND reply_to = $5 AND kind = 'message' AND seq >= r.lo AND seq <= r.hi
+			ORDER BY seq LIMIT $4)) ev
+	ORDER BY ev.seq LIMIT $4) e
+WHERE c.id = $1
+ORDER BY e.seq`
+
+// checkThread refuses a thread root that is no message the caller may see
+// (NOT_FOUND): above the capped head, outside the periods, purged, or of
+// another kind.
+func (db *DB) checkThread(ctx context.Context, conv string, root int64, ps parley.Periods, head int64) error {
+	if root > head || !ps.Visible(root) {
+		return parley.ErrNoEvent
+	}
+	var kind string
+	err := db.pool.QueryRow(ctx, `SELECT kind FROM events WHERE conv_id = $1 AND seq = $2`, conv, root).Scan(&kind)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && kind != string(parley.EventMessage)) {
+		return parley.ErrNoEvent
+	}
+	return err
+}
+
+// Sync implements parley.Store: three statements, the view (header and
+// periods), the page over the visible ranges it implies, and the derived
+// state of its messages (decorate).
 func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest) (parley.Page, error) {
 	r, err := parley.ValidateSync(r)
 	if err != nil {
 		return parley.Page{}, err
 	}
-	// The two statements see two snapshots. Between them a purge may
+	// The statements see their own snapshots. Between them a purge may
 	// delete events (the page reads min_seq in its own snapshot, so
 	// Trimmed agrees with what it holds) and a rollback may replace them:
-	// the page notices (its epoch differs from the view's) and the read is
+	// the page or the derived read notices (its epoch differs from the
+	// view's; the derived rows are capped at the view's head, so events
+	// committed since are not counted twice) and the read is
 	// repeated.
 	for range 3 {
 		page, again, err := db.syncOnce(ctx, p, r)
@@ -456,14 +528,21 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 	if r.After > head {
 		return page, false, parley.ErrCursorAhead(head)
 	}
+	if r.Thread != 0 {
+		if err := db.checkThread(ctx, r.Conv, r.Thread, v.ps, head); err != nil {
+			return page, false, err
+		}
+	}
 	page = parley.Page{Conv: r.Conv, Head: head, MinSeq: v.min, Epoch: v.epoch, NextAfter: head}
 	if ranges := v.ps.Ranges(r.After, head); len(ranges) > 0 {
-		lo, hi := make([]int64, len(ranges)), make([]int64, len(ranges))
-		for i, rg := range ranges {
-			lo[i], hi[i] = rg[0], rg[1]
-		}
+		lo, hi := splitRanges(ranges)
 		// One more than a page tells whether more remains.
-		rows, err := db.pool.Query(ctx, pageSQL, r.Conv, lo, hi, r.Limit+1)
+		var rows pgx.Rows
+		if r.Thread != 0 {
+			rows, err = db.pool.Query(ctx, threadSQL, r.Conv, lo, hi, r.Limit+1, r.Thread)
+		} else {
+			rows, err = db.pool.Query(ctx, pageSQL, r.Conv, lo, hi, r.Limit+1)
+		}
 		if err != nil {
 			return page, false, err
 		}
@@ -488,6 +567,9 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 	if n := len(page.Events); n > 0 {
 		page.NextAfter = page.Events[n-1].Seq
 	}
+	if again, err := db.decorate(ctx, r.Conv, v.ps, p.User, head, v.epoch, page.Events); err != nil || again {
+		return page, again, err
+	}
 	// A former member learns nothing above their capped head, not even
 	// that a purge went past it (a no-op for members: min_seq <= head+1).
 	page.MinSeq = min(page.MinSeq, head+1)
@@ -495,35 +577,62 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 	return page, false, nil
 }
 
-// Fetch implements parley.Store: one statement.
-func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq int64) (parley.Event, error) {
+// fetched is an event as Fetch reads it, with the view it was read in.
+type fetched struct {
+	ev          parley.Event
+	head, epoch int64
+	ps          parley.Periods
+}
+
+// fetchRaw is Fetch's one statement and its checks, without the derived
+// state.
+func (db *DB) fetchRaw(ctx context.Context, p parley.Principal, convID string, seq int64) (fetched, error) {
+	var f fetched
 	if err := parley.CheckConvID(convID); err != nil {
-		return parley.Event{}, err
+		return f, err
 	}
 	if err := parley.CheckFetchSeq(seq); err != nil {
-		return parley.Event{}, err
+		return f, err
 	}
-	var head int64
 	var from, to []int64
-	var ev parley.Event
-	err := db.pool.QueryRow(ctx, `SELECT c.next_seq - 1, `+periodCols+`, `+eventCols("e")+`
+	err := db.pool.QueryRow(ctx, `SELECT c.next_seq - 1, c.epoch, `+periodCols+`, `+eventCols("e")+`
 		FROM conversations c LEFT JOIN events e ON e.conv_id = c.id AND e.seq = $3
-		WHERE c.id = $1`, convID, p.User, seq).Scan(append([]any{&head, &from, &to}, eventDest(&ev)...)...)
-	ps := toPeriods(from, to)
+		WHERE c.id = $1`, convID, p.User, seq).Scan(append([]any{&f.head, &f.epoch, &from, &to}, eventDest(&f.ev)...)...)
+	f.ps = toPeriods(from, to)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows) || (err == nil && len(ps) == 0):
-		return parley.Event{}, parley.ErrNotMember
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && len(f.ps) == 0):
+		return f, parley.ErrNotMember
 	case err != nil:
-		return parley.Event{}, wrap("fetch", err)
-	case seq > ps.Head(head):
-		return parley.Event{}, parley.ErrNoEvent
-	case !ps.Visible(seq):
-		return parley.Event{}, parley.ErrNotMember
-	case ev.Seq == 0:
-		return parley.Event{}, parley.ErrNoEvent
+		return f, wrap("fetch", err)
+	case seq > f.ps.Head(f.head):
+		return f, parley.ErrNoEvent
+	case !f.ps.Visible(seq):
+		return f, parley.ErrNotMember
+	case f.ev.Seq == 0:
+		return f, parley.ErrNoEvent
 	}
-	finish(&ev, convID)
-	return ev, nil
+	finish(&f.ev, convID)
+	return f, nil
+}
+
+// Fetch implements parley.Store: one statement, and for a message one more
+// for its derived state (repeated should a rollback come between them).
+func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq int64) (parley.Event, error) {
+	for range 3 {
+		f, err := db.fetchRaw(ctx, p, convID, seq)
+		if err != nil {
+			return parley.Event{}, err
+		}
+		evs := []parley.Event{f.ev}
+		again, err := db.decorate(ctx, convID, f.ps, p.User, f.ps.Head(f.head), f.epoch, evs)
+		if err != nil {
+			return parley.Event{}, wrap("fetch", err)
+		}
+		if !again {
+			return evs[0], nil
+		}
+	}
+	return parley.Event{}, fmt.Errorf("postgres: fetch: conversation %s rolled back during every read", convID)
 }
 
 // A cursor move is two statements and no explicit transaction: a view
@@ -617,8 +726,9 @@ func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq i
 // ($4 empty for the first page, else the cursor's conversation id and $5
 // its activity). Only for the page's rows: device $2's delivered and the
 // user's read cursor, unread counted over the visible ranges after read and
-// stopped at $3 = UnreadCap+1 rows, and the latest visible message (one
-// backward index probe per period).
+// stopped at $3 = UnreadCap+1 rows, the unread mentions of the user
+// likewise (over the mentions primary key, the event not recalled), and
+// the latest visible message (one backward index probe per period).
 var convsSQL = `WITH mine AS (
 	SELECT conv_id, bool_or(to_seq IS NULL) AS open, max(to_seq) AS last_to
 	FROM periods WHERE user_id = $1 GROUP BY conv_id
@@ -649,6 +759,16 @@ SELECT v.id, v.title, v.kind, v.head, v.min_seq, v.epoch, v.open, v.delivered, v
 			LIMIT $3) x
 		WHERE p.conv_id = v.id AND p.user_id = $1
 		LIMIT $3) n),
+	(SELECT count(*) FROM (
+		SELECT 1 FROM periods p CROSS JOIN LATERAL (
+			SELECT 1 FROM mentions m JOIN events e ON e.conv_id = m.conv_id AND e.seq = m.seq
+			WHERE m.conv_id = v.id AND m.user_id = $1
+				AND m.seq > GREATEST(p.from_seq - 1, v.read)
+				AND m.seq <= LEAST(coalesce(p.to_seq, v.head), v.head)
+				AND e.recall_seq IS NULL
+			LIMIT $3) x
+		WHERE p.conv_id = v.id AND p.user_id = $1
+		LIMIT $3) n),
 	` + eventCols("l") + `, v.activity
 FROM pg v
 LEFT JOIN LATERAL (
@@ -661,7 +781,8 @@ LEFT JOIN LATERAL (
 	ORDER BY e.seq DESC LIMIT 1) l ON true
 ORDER BY v.activity DESC, v.id COLLATE "C"`
 
-// Convs implements parley.Store.
+// Convs implements parley.Store. Last is read without its Derived state
+// (nil): a known limitation, the list shows the text as first sent.
 func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsRequest) (parley.ConvsPage, error) {
 	r, cur, err := parley.ValidateConvs(r)
 	if err != nil {
@@ -679,7 +800,7 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsReque
 	var ev parley.Event
 	var activity int64
 	var last parley.ConvsCursor
-	dest := append([]any{&s.Conv, &s.Title, &s.Kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread},
+	dest := append([]any{&s.Conv, &s.Title, &s.Kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread, &s.MentionsUnread},
 		eventDest(&ev)...)
 	dest = append(dest, &activity)
 	_, err = pgx.ForEachRow(rows, dest, func() error {
@@ -692,6 +813,7 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsReque
 		if e.Unread > parley.UnreadCap {
 			e.Unread, e.UnreadCapped = parley.UnreadCap, true
 		}
+		e.MentionsUnread = min(e.MentionsUnread, parley.UnreadCap)
 		if ev.Seq != 0 {
 			lastEv := ev
 			finish(&lastEv, e.Conv)

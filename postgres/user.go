@@ -259,3 +259,36 @@ func (db *DB) Logout(ctx context.Context, token string) error {
 	_, err := db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1`, parley.HashToken(token))
 	return wrap("logout", err)
 }
+
+// qDirectory is one page of Directory: active users with id > $1 in byte
+// order whose id or lower-cased email starts with $2, and with $3 only
+// those with an open period in a conversation where caller $4 has one.
+const qDirectory = `SELECT u.id FROM users u
+WHERE u.id COLLATE "C" > $1 AND NOT u.disabled
+	AND ($2 = '' OR starts_with(u.id, $2) OR starts_with(lower(coalesce(u.email, '')), $2))
+	AND (NOT $3::boolean OR EXISTS (
+		SELECT 1 FROM periods mine
+		JOIN periods theirs ON theirs.conv_id = mine.conv_id AND theirs.user_id = u.id AND theirs.to_seq IS NULL
+		WHERE mine.user_id = $4 AND mine.to_seq IS NULL))
+ORDER BY u.id COLLATE "C" LIMIT $5`
+
+// Directory implements parley.Store: one statement, keyset paged over
+// users_id_bytes like the admin listings.
+func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.DirectoryQuery) (parley.AdminPage[parley.DirectoryEntry], error) {
+	prefix, after, err := parley.CheckDirectoryQuery(q)
+	if err != nil {
+		return parley.AdminPage[parley.DirectoryEntry]{}, err
+	}
+	rows, err := db.pool.Query(ctx, qDirectory, after, prefix, q.Shared, p.User, q.Limit+1)
+	if err != nil {
+		return parley.AdminPage[parley.DirectoryEntry]{}, wrap("directory", err)
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (parley.DirectoryEntry, error) {
+		var e parley.DirectoryEntry
+		return e, row.Scan(&e.ID)
+	})
+	if err != nil {
+		return parley.AdminPage[parley.DirectoryEntry]{}, wrap("directory", err)
+	}
+	return parley.NewAdminPage(items, q.Limit, func(e parley.DirectoryEntry) string { return e.ID }), nil
+}

@@ -58,6 +58,33 @@ var behaviours = []behaviour{
 	{name: "fetch_rules", run: testFetchRules},
 	{name: "sent_at_read_back", run: testSentAtReadBack},
 
+	// Edits, reactions, replies, mentions (derived.go).
+	{name: "edit_basics", run: testEditBasics},
+	{name: "edit_rejections", run: testEditRejections},
+	{name: "edit_idempotent", run: testEditIdempotent},
+	{name: "edit_window", run: testEditWindow},
+	{name: "derived_bounds", run: testDerivedBounds},
+	{name: "edit_former_member", run: testEditFormerMember},
+	{name: "derived_period_gap", run: testDerivedPeriodGap},
+	{name: "versions_recall", run: testVersionsRecall},
+	{name: "react_set_remove", run: testReactSetRemove},
+	{name: "react_rejections", run: testReactRejections},
+	{name: "react_concurrent_one_event", run: testReactConcurrentOneEvent},
+	{name: "reply_rules", run: testReplyRules},
+	{name: "thread_sync", run: testThreadSync},
+	{name: "batch_replies_mentions", run: testBatchRepliesMentions},
+	{name: "mentions_open_members", run: testMentionsOpenMembers},
+	{name: "mentions_unread", run: testMentionsUnread},
+	{name: "derived_purge", run: testDerivedPurge},
+	{name: "derived_rollback", run: testDerivedRollback},
+	{name: "feed_derived_fields", run: testFeedDerivedFields},
+
+	// Direct conversations and the directory (direct.go).
+	{name: "direct_open", run: testDirectOpen},
+	{name: "direct_open_concurrent", run: testDirectOpenConcurrent},
+	{name: "directory_listing", run: testDirectoryListing},
+	{name: "directory_shared", run: testDirectoryShared},
+
 	// Group commit (batch.go).
 	{name: "batch_outcomes_independent", run: testBatchOutcomesIndependent},
 	{name: "batch_seqs_in_arrival_order", run: testBatchSeqsInArrivalOrder},
@@ -468,14 +495,33 @@ func (e *env) unchanged(t *testing.T, conv string, before snapshot) {
 //	3 message ana/d1 "hello"
 //	4 message ana/d1 recalled
 //	5 recall ana/d1 -> 4
+//	6 edit ana/d1 -> 3 "new text"
+//	7 reaction ben/d1 -> 3 👍 on
+//	8 message ben/d1 "a reply" re 3
 //	6 member_left ana: ben
 func describe(ev parley.Event) string {
 	switch ev.Kind {
 	case parley.EventMessage:
+		s := fmt.Sprintf("%d message %s/%s %q", ev.Seq, ev.Sender, ev.Device, ev.Body)
 		if ev.Recalled {
-			return fmt.Sprintf("%d message %s/%s recalled %q", ev.Seq, ev.Sender, ev.Device, ev.Body)
+			s = fmt.Sprintf("%d message %s/%s recalled %q", ev.Seq, ev.Sender, ev.Device, ev.Body)
 		}
-		return fmt.Sprintf("%d message %s/%s %q", ev.Seq, ev.Sender, ev.Device, ev.Body)
+		if ev.ReplyTo != 0 {
+			s += fmt.Sprintf(" re %d", ev.ReplyTo)
+		}
+		return s
+	case parley.EventEdit:
+		s := fmt.Sprintf("%d edit %s/%s -> %d %q", ev.Seq, ev.Sender, ev.Device, ev.Target, ev.Body)
+		if ev.Recalled {
+			s += " recalled"
+		}
+		return s
+	case parley.EventReaction:
+		state := "off"
+		if ev.On {
+			state = "on"
+		}
+		return fmt.Sprintf("%d reaction %s/%s -> %d %s %s", ev.Seq, ev.Sender, ev.Device, ev.Target, ev.Emoji, state)
 	case parley.EventRecall:
 		return fmt.Sprintf("%d recall %s/%s -> %d", ev.Seq, ev.Sender, ev.Device, ev.Target)
 	case parley.EventMemberJoined, parley.EventMemberLeft:
