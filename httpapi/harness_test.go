@@ -124,7 +124,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	ident := middleware.NewIdentifier(store.Authenticate, middleware.IdentifierOptions{})
 	limits := ratelimit.NewMemory(ratelimit.MemoryOptions{})
 	s.hub = gateway.New(gateway.Options{
-		Store: store, Bus: inmem.NewBus(), Log: log, Metrics: s.metrics,
+		Store: store, Bus: inmem.NewBus(), Log: log, Metrics: s.metrics, Config: cfg.Current,
 		OnAccount: func(u string) {
 			ident.ForgetUser(u)
 			if o.onAccount != nil {
@@ -165,6 +165,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	}
 	uc := app.New(app.Options{
 		Store: store, Publish: publish, Revoke: s.hub, KickExports: worker.Kick, Metrics: s.metrics, Log: log,
+		Config: cfg.Current,
 	})
 	h := httpapi.NewHandler(httpapi.Deps{
 		App: uc, Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,

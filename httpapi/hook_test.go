@@ -118,3 +118,27 @@ func TestWebhook(t *testing.T) {
 		s.do("DELETE", "/api/admin/hooks/"+h.ID, ana, nil).want(404, parley.CodeNotFound)
 	})
 }
+
+// TestWebhookReply: a webhook may post a reply (reply_to), checked as any
+// send's: a seq that is no message of the hook's conversation is
+// NOT_FOUND, and the bot's text may mention members.
+func TestWebhookReply(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		s := start(t, open(t, parley.Options{}), serverOptions{})
+		ana := s.user("ana", parley.RoleAdmin)
+		s.do("POST", "/api/admin/users", ana, map[string]any{"id": "ci-bot"}).want(201)
+		s.do("POST", "/api/convs", ana, map[string]any{"id": "g", "members": []string{"ci-bot"}}).want(201)
+		root := *s.do("POST", "/api/convs/g/messages", ana, map[string]string{"body": "deploy?"}, "Idempotency-Key", "m1").want(201).frame().Seq
+		var h hookInfo
+		s.do("POST", "/api/admin/hooks", ana, map[string]string{"conv": "g", "bot": "ci-bot"}).want(201).decode(&h)
+
+		body := `{"body":"done @ana","reply_to":` + strconv.FormatInt(root, 10) + `}`
+		seq := *s.postHook(h, "b1", body, time.Now(), "").want(201).frame().Seq
+		ev := s.do("GET", "/api/convs/g/events/"+strconv.FormatInt(seq, 10), ana, nil).want(200).frame().Ev
+		if ev.ReplyTo != root || len(ev.Mentions) != 1 || ev.Mentions[0] != "ana" {
+			t.Errorf("hook reply: %+v", ev)
+		}
+		s.postHook(h, "b2", `{"body":"x","reply_to":99}`, time.Now(), "").want(404, parley.CodeNotFound)
+		s.postHook(h, "b3", `{"body":"x","reply_to":-2}`, time.Now(), "").want(400, parley.CodeInvalidArgument)
+	})
+}
