@@ -47,6 +47,11 @@
 // hands the same page over again after a restart: an application that keeps
 // its own durable state should apply events idempotently by (conv, seq).
 //
+// Edits, reactions and replies arrive as events of their own; a message
+// read by sync or fetch also carries its derived state as of the read
+// (as_of). Timeline is a Handler that folds the two by the protocol's rule,
+// so an application can keep its messages there or follow the same rule.
+//
 // # Connection
 //
 // Run dials the URLs in turn with Authorization: Bearer <token>, reconnects
