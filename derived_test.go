@@ -449,3 +449,56 @@ func deref(v any) any {
 	}
 	return v
 }
+
+func TestCheckDirectPeer(t *testing.T) {
+	for _, tt := range []struct {
+		user string
+		ok   bool
+	}{{"ben", true}, {"ana", false}, {"", false}, {"Ben", false}, {"b:en", false}, {strings.Repeat("b", 33), false}} {
+		err := parley.CheckDirectPeer("ana", tt.user)
+		if (err == nil) != tt.ok || (err != nil && parley.ErrorCode(err) != parley.CodeInvalidArgument) {
+			t.Errorf("CheckDirectPeer(ana, %q) = %v, want ok=%v", tt.user, err, tt.ok)
+		}
+	}
+}
+
+func TestMentionsColumn(t *testing.T) {
+	for _, users := range [][]string{nil, {"ben"}, {"ben", "cy", "d.an"}} {
+		s := parley.JoinMentions(users)
+		if got := parley.SplitMentions(s); !slices.Equal(got, users) || (users == nil && got != nil) {
+			t.Errorf("SplitMentions(JoinMentions(%q)) = %#v", users, got)
+		}
+	}
+	if s := parley.JoinMentions([]string{"ben", "cy"}); s != "ben cy" {
+		t.Errorf("JoinMentions = %q, want %q", s, "ben cy")
+	}
+}
+
+func TestCheckDirectoryQuery(t *testing.T) {
+	tests := []struct {
+		q             parley.DirectoryQuery
+		prefix, after string
+		ok            bool
+	}{
+		{parley.DirectoryQuery{Prefix: " AnA ", Limit: 10}, "ana", "", true},
+		{parley.DirectoryQuery{Prefix: "é", Limit: 1}, "é", "", true},
+		{parley.DirectoryQuery{Limit: 200, After: parley.AdminCursor("ben")}, "", "ben", true},
+		{parley.DirectoryQuery{Prefix: strings.Repeat("a", 64), Limit: 1}, strings.Repeat("a", 64), "", true},
+		{parley.DirectoryQuery{Prefix: strings.Repeat("a", 65), Limit: 1}, "", "", false},
+		{parley.DirectoryQuery{Prefix: "a\xff", Limit: 1}, "", "", false},
+		{parley.DirectoryQuery{Prefix: "a\x00", Limit: 1}, "", "", false},
+		{parley.DirectoryQuery{Limit: 0}, "", "", false},
+		{parley.DirectoryQuery{Limit: 201}, "", "", false},
+		{parley.DirectoryQuery{Limit: 1, After: "%%"}, "", "", false},
+	}
+	for _, tt := range tests {
+		prefix, after, err := parley.CheckDirectoryQuery(tt.q)
+		if (err == nil) != tt.ok || (err != nil && parley.ErrorCode(err) != parley.CodeInvalidArgument) {
+			t.Errorf("CheckDirectoryQuery(%+v) = %v, want ok=%v", tt.q, err, tt.ok)
+			continue
+		}
+		if tt.ok && (prefix != tt.prefix || after != tt.after) {
+			t.Errorf("CheckDirectoryQuery(%+v) = %q, %q; want %q, %q", tt.q, prefix, after, tt.prefix, tt.after)
+		}
+	}
+}

@@ -5,8 +5,8 @@
 // Guarantees, beyond those of parley.Store:
 //   - Every write is one READ COMMITTED transaction that first locks its
 //     conversation row (a batch of sends: the rows of its conversations,
-//     in id order, so batches do not deadlock). Writers that append events (Send, Recall, membership
-//     changes) take FOR NO KEY UPDATE, which queues them on each other
+//     in id order, so batches do not deadlock). Writers that append events (Send, Recall, Edit,
+//     React, membership changes) take FOR NO KEY UPDATE, which queues them on each other
 //     exactly like FOR UPDATE but lets cursor moves (Ack, Read) and export
 //     snapshots (CreateExport) — both FOR KEY SHARE — run beside them;
 //     Rollback and Purge take FOR UPDATE and so exclude both (a purge must
@@ -87,8 +87,9 @@ const DefaultMaxConns = 32
 // parameters of its startup message) unless the DSN sets them itself, e.g.
 // postgres://…?lock_timeout=2s&idle_in_transaction_session_timeout=20s.
 //
-// A write of several statements (membership changes, Rollback, Purge; Send
-// and Recall only in lab runs with store.before_commit armed) holds its
+// A write of several statements (membership changes, Rollback, Purge, Edit,
+// React, a Send that replies or may mention; a plain Send and Recall only
+// in lab runs with store.before_commit armed) holds its
 // conversation row lock across round trips to the gateway. A gateway that stops between them
 // (SIGSTOP, a partition, a full GC pause) would hold the lock forever and
 // queue every writer of the conversation behind it:

@@ -283,7 +283,8 @@ func (db *DB) React(ctx context.Context, p parley.Principal, r parley.ReactReque
 // derivedSQL reads the DerivedRows of the messages $4 of conversation $1
 // inside the ranges [$2[i], $3[i]] (the caller's periods, capped at the
 // read's AsOf: rule 2, in the query): their edits and reactions over
-// events_targets, the replies to them over events_replies. The
+// events_targets, the replies to them over events_replies (only messages
+// have a reply_to). The
 // conversation's epoch comes on every row (one row with seq 0 when there
 // are none), so a rollback since the page was read is noticed.
 const derivedSQL = `SELECT c.epoch, coalesce(d.seq, 0), coalesce(d.kind, ''), coalesce(d.sender_user, ''),
@@ -297,7 +298,7 @@ LEFT JOIN LATERAL (
 		WHERE conv_id = $1 AND target = ANY ($4::bigint[]) AND kind IN ('edit', 'reaction') AND seq >= r.lo AND seq <= r.hi
 		UNION ALL
 		SELECT * FROM events
-		WHERE conv_id = $1 AND reply_to = ANY ($4::bigint[]) AND reply_to IS NOT NULL AND kind = 'message'
+		WHERE conv_id = $1 AND reply_to = ANY ($4::bigint[]) AND reply_to IS NOT NULL
 			AND seq >= r.lo AND seq <= r.hi) e
 ) d ON true
 WHERE c.id = $1`

@@ -29,7 +29,9 @@ func keyed[T any](op string, fn func() (T, error)) (T, error) {
 
 // Send implements parley.Store: concurrent sends, to one conversation or
 // several, are batched (sendqueue.Queue, laned by sendLane) into one call
-// of parley_send_many, one round trip and one commit for the batch.
+// of parley_send_many, one round trip and one commit for the batch; a
+// send that replies or may mention commits in its own transaction
+// (SendBatch).
 // A bad request is refused by SendBatch, item by item, without changing
 // what the other items of its batch get.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
@@ -463,7 +465,8 @@ WHERE c.id = $1
 ORDER BY e.seq`
 
 // threadSQL is pageSQL for one thread (SyncRequest.Thread): the root $5
-// over the primary key and the replies to it over events_replies.
+// over the primary key and the replies to it over events_replies (only
+// messages have a reply_to).
 var threadSQL = `SELECT c.epoch, c.min_seq, ` + eventCols("e") + `
 FROM conversations c
 CROSS JOIN LATERAL (
@@ -471,7 +474,7 @@ CROSS JOIN LATERAL (
 	CROSS JOIN LATERAL (
 		SELECT * FROM events WHERE conv_id = $1 AND seq = $5 AND seq >= r.lo AND seq <= r.hi
 		UNION ALL
-		(SELECT * FROM events WHERE conv_id = $1 AND reply_to = $5 AND kind = 'message' AND seq >= r.lo AND seq <= r.hi
+		(SELECT * FROM events WHERE conv_id = $1 AND reply_to = $5 AND seq >= r.lo AND seq <= r.hi
 			ORDER BY seq LIMIT $4)) ev
 	ORDER BY ev.seq LIMIT $4) e
 WHERE c.id = $1

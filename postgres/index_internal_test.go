@@ -1,5 +1,7 @@
 package postgres
 
+import "github.com/parleychat/parley"
+
 // IndexedStatements are statements the store runs that must be served by
 // an index, by the index's name: each scanned its whole table before
 // migration 0004. Args are values for the statement's parameters.
@@ -21,4 +23,12 @@ var IndexedStatements = []struct {
 	{"admin: exports page", qAdminExports, "export_jobs_id_bytes", []any{"", 51}},
 	{"admin: hooks page", qAdminHooks, "hooks_id_bytes", []any{"", 51}},
 	{"retention: claim", qClaimRetention, "conversations_with_policy", []any{int64(600000), 50}},
+	// Migration 0009: derived state is read per message of a page, never
+	// by walking the log.
+	{"derived: edits and reactions", derivedSQL, "events_targets", []any{"c", []int64{1}, []int64{100}, []int64{3, 4}}},
+	{"derived: replies", derivedSQL, "events_replies", []any{"c", []int64{1}, []int64{100}, []int64{3, 4}}},
+	{"versions: edits", versionsSQL, "events_targets", []any{"c", []int64{1}, []int64{100}, int64(3)}},
+	{"thread: replies", threadSQL, "events_replies", []any{"c", []int64{1}, []int64{100}, 51, int64(3)}},
+	{"convs: unread mentions", convsSQL, "mentions_pkey", []any{"ana", "d1", parley.UnreadCap + 1, "", int64(0), 51}},
+	{"rollback: reactions", qRebuildReactions, "events_targets", []any{"c", int64(3)}},
 }

@@ -725,6 +725,14 @@ func testReactRejections(t *testing.T, e *env) {
 	e.recall(t, ana, c, 3, "r10")
 	wantDerived(t, "after the recall", e.fetch(t, ana, c, 3), "", "as_of 10")
 	reject("recalled_after_reactions", ana, c, 3, parley.CodeAlreadyRecalled)
+	// The target is checked before the state: removing a reaction never
+	// set from a recalled message is refused, not a Dup.
+	t.Run("remove_never_set_from_recalled", func(t *testing.T) {
+		before := e.full(t, c)
+		_, err := e.st.React(ctx(t), ana, parley.ReactRequest{Conv: c, Target: 3, Emoji: "👍", On: false, CMID: "x-off"})
+		wantCode(t, err, parley.CodeAlreadyRecalled)
+		e.fullUnchanged(t, c, before)
+	})
 }
 
 // testReactConcurrentOneEvent: 100 identical reactions race on separate

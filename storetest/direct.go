@@ -86,6 +86,13 @@ func testDirectOpen(t *testing.T, e *env) {
 		t.Errorf("refused creations made %d conversations", n-before)
 	}
 
+	// An existing pair's conversation is not opened with a disabled user.
+	_, _, err = e.st.OpenDirect(ctx(t), ana, "cy")
+	ok(t, err, "open ana-cy")
+	ok(t, e.st.SetUserDisabled(ctx(t), "cy", true), "disable cy")
+	_, _, err = e.st.OpenDirect(ctx(t), ana, "cy")
+	wantCode(t, err, parley.CodeNotFound)
+
 	long1, long2 := strings.Repeat("l", 32), strings.Repeat("m", 32)
 	e.bystander(t, long1)
 	e.bystander(t, long2)

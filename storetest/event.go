@@ -150,6 +150,31 @@ var accessOps = []accessOp{
 		_, err := st.Recall(ctx, p, parley.RecallRequest{Conv: conv, Target: 3, CMID: "r-intruder"})
 		return err
 	}},
+	{"edit", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		_, err := st.Edit(ctx, p, parley.EditRequest{Conv: conv, Target: 3, CMID: "e-intruder", Body: "mine now"})
+		return err
+	}},
+	{"react", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		_, err := st.React(ctx, p, parley.ReactRequest{Conv: conv, Target: 3, Emoji: "👍", On: true, CMID: "x-intruder"})
+		return err
+	}},
+	{"unreact", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		// The state asked for holds already (nobody reacted): still refused.
+		_, err := st.React(ctx, p, parley.ReactRequest{Conv: conv, Target: 3, Emoji: "👍", On: false, CMID: "x-intruder"})
+		return err
+	}},
+	{"reply", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		_, err := st.Send(ctx, p, parley.SendRequest{Conv: conv, CMID: "k-intruder", Body: "@ana hi", ReplyTo: 3})
+		return err
+	}},
+	{"versions", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		_, _, err := st.Versions(ctx, p, conv, 3)
+		return err
+	}},
+	{"sync_thread", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
+		_, err := st.Sync(ctx, p, parley.SyncRequest{Conv: conv, Limit: 50, Thread: 3})
+		return err
+	}},
 	{"add_member", func(ctx context.Context, st parley.Store, p parley.Principal, conv string) error {
 		_, err := st.AddMember(ctx, p, conv, p.User)
 		return err

@@ -30,7 +30,8 @@ func RunFaults(t *testing.T, b Backend) {
 	faultReplays(t, b)
 }
 
-// faultCalls fails a Send and a Recall at each store point.
+// faultCalls fails a Send and a Recall (and the derived writes:
+// faultDerived) at each store point.
 func faultCalls(t *testing.T, b Backend) {
 	points := []string{fault.StoreBeforeInsert, fault.StoreBeforeCommit}
 	for _, point := range points {
@@ -59,6 +60,52 @@ func faultCalls(t *testing.T, b Backend) {
 					t.Errorf("seq 3 is not recalled: %s", describe(ev))
 				}
 			})
+			faultDerived(t, b, point)
+		})
+	}
+}
+
+// faultDerived fails an edit, a reaction and a reply that mentions at
+// point: nothing of them is written, derived rows included, and the same
+// request once the point is disarmed lands as new.
+func faultDerived(t *testing.T, b Backend, point string) {
+	derived := func(t *testing.T, e *env) (reactions, mentions int64) {
+		t.Helper()
+		return e.db.Int(t, "SELECT count(*) FROM reactions WHERE conv_id = ?", "c-ab"),
+			e.db.Int(t, "SELECT count(*) FROM mentions WHERE conv_id = ?", "c-ab")
+	}
+	for _, tc := range []struct {
+		name      string
+		call      func(e *env, ana parley.Principal) (int64, bool, error)
+		reactions int64
+		mentions  int64
+	}{
+		{"edit", func(e *env, ana parley.Principal) (int64, bool, error) {
+			r, err := e.st.Edit(ctx(t), ana, parley.EditRequest{Conv: "c-ab", Target: 3, CMID: "e4", Body: "@ben m3'"})
+			return r.Seq, r.Dup, err
+		}, 0, 1},
+		{"react", func(e *env, ana parley.Principal) (int64, bool, error) {
+			r, err := e.st.React(ctx(t), ana, parley.ReactRequest{Conv: "c-ab", Target: 3, Emoji: "👍", On: true, CMID: "x4"})
+			return r.Seq, r.Dup, err
+		}, 1, 0},
+		{"reply_with_mention", func(e *env, ana parley.Principal) (int64, bool, error) {
+			s, err := e.st.Send(ctx(t), ana, parley.SendRequest{Conv: "c-ab", CMID: "k4", Body: "@ben re", ReplyTo: 3})
+			return s.Seq, s.Dup, err
+		}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, ana := faultEnv(t, b)
+			failing(t, e, point, func() error { _, _, err := tc.call(e, ana); return err })
+			if r, m := derived(t, e); r != 0 || m != 0 {
+				t.Errorf("after the fault: %d reactions rows, %d mentions rows; want none", r, m)
+			}
+			seq, dup, err := tc.call(e, ana)
+			if wantCode(t, err, "") && (dup || seq != 4) {
+				t.Errorf("again after the fault: seq %d dup %v, want new at 4", seq, dup)
+			}
+			if r, m := derived(t, e); r != tc.reactions || m != tc.mentions {
+				t.Errorf("after the retry: %d reactions rows, %d mentions rows; want %d, %d", r, m, tc.reactions, tc.mentions)
+			}
 		})
 	}
 }

@@ -17,6 +17,14 @@ func TestRequiredBehaviours(t *testing.T) {
 		"export_snapshot_visibility", "export_snapshot_stable", "export_claim_lease",
 		"export_shards_progress", "export_finish_fail_retry", "export_revoke_expire",
 		"export_purge_pinned", "export_rollback_fails_pinned", "export_concurrent_claims",
+		// Edits, reactions, replies, mentions (derived.go).
+		"edit_basics", "edit_rejections", "edit_idempotent", "edit_window", "derived_bounds",
+		"edit_former_member", "derived_period_gap", "versions_recall", "react_set_remove",
+		"react_rejections", "react_concurrent_one_event", "reply_rules", "thread_sync",
+		"batch_replies_mentions", "mentions_open_members", "mentions_unread", "derived_purge",
+		"derived_rollback", "feed_derived_fields",
+		// Direct conversations and the directory (direct.go).
+		"direct_open", "direct_open_concurrent", "directory_listing", "directory_shared",
 	}
 	have := map[string]bool{}
 	for _, b := range behaviours {
