@@ -1,5 +1,7 @@
 // Package httpapi serves Parley's HTTP API (docs/protocol.md): login and logout,
-// conversations and members, messages, sync, read, ack and recall, the
+// conversations and members, direct conversations and the user directory,
+// messages and replies, sync and threads, read, ack, recall, edits,
+// reactions and versions, the
 // operations API under /api/admin/, incoming webhooks, metrics, health and
 // readiness, and the WebSocket gateway at /ws. Every route runs behind the
 // middleware chain (identify → rate limit → authorize → API metrics →

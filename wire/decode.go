@@ -18,7 +18,7 @@ func decodeFast(b []byte, r *Request) bool {
 		return false
 	}
 	var seen uint16
-	var nums *[5]int64 // one allocation for the integers of a frame
+	var nums *[7]int64 // one allocation for the integers of a frame
 	if d.tok('}') {
 		return d.end()
 	}
@@ -49,13 +49,13 @@ func decodeFast(b []byte, r *Request) bool {
 		case "before":
 			bit = 1 << 5
 			r.Before, ok = d.str()
-		case "after", "limit", "epoch", "seq", "target":
+		case "after", "limit", "epoch", "seq", "target", "reply_to", "thread":
 			var n int64
 			if n, ok = d.int(); !ok {
 				return false
 			}
 			if nums == nil {
-				nums = new([5]int64)
+				nums = new([7]int64)
 			}
 			switch string(key) {
 			case "after":
@@ -78,6 +78,14 @@ func decodeFast(b []byte, r *Request) bool {
 				bit = 1 << 10
 				nums[4] = n
 				r.Target = &nums[4]
+			case "reply_to": // a reply is a send: keep it on the fast path
+				bit = 1 << 11
+				nums[5] = n
+				r.ReplyTo = &nums[5]
+			case "thread":
+				bit = 1 << 12
+				nums[6] = n
+				r.Thread = &nums[6]
 			}
 		}
 		if !ok || bit == 0 || seen&bit != 0 {

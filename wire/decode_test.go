@@ -29,6 +29,9 @@ var fastSeeds = []string{
 	`{"t":"convs","rid":"` + strings.Repeat("r", MaxRIDBytes+1) + `"}`,
 	`{"t":"convs","rid":` + strings.Repeat("7", 18) + `}`,
 	`{"t":"convs"}{"t":"convs"}`, `{"t":"convs"},`, `{"t":"convs",}`, `{"t":"convs"`, `{"t" "convs"}`,
+	`{"t":"send","conv":"g","cmid":"c","body":"re","reply_to":4}`, `{"t":"sync","conv":"g","after":0,"thread":4}`,
+	`{"t":"send","conv":"g","cmid":"c","body":"re","reply_to":0}`, `{"t":"send","reply_to":4,"reply_to":5}`,
+	`{"t":"react","conv":"g","target":3,"emoji":"👍","on":true,"cmid":"r"}`,
 	"{\"t\":\"send\",\"body\":\"a\tb\"}", `[]`, `null`, `{"t":null}`, ``, `"t"`, `{"t":"send","body":"é✓"}`,
 }
 
@@ -51,7 +54,8 @@ func TestDecodeFastSame(t *testing.T) {
 	for _, s := range fastSeeds {
 		compareDecoders(t, []byte(s))
 	}
-	for _, s := range []string{fastSeeds[0], fastSeeds[1], fastSeeds[2], fastSeeds[3], fastSeeds[6], `{}`} {
+	for _, s := range []string{fastSeeds[0], fastSeeds[1], fastSeeds[2], fastSeeds[3], fastSeeds[6], `{}`,
+		`{"t":"send","conv":"g","cmid":"c","body":"re","reply_to":4}`} {
 		var r Request
 		if !decodeFast([]byte(s), &r) {
 			t.Errorf("decodeFast left %s to encoding/json", s)

@@ -103,6 +103,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"t":"sync","conv":"g","after":0,"limit":5,"epoch":1}`,
 		`{"t":"recall","conv":"g","target":3,"cmid":"r","rid":9}`,
 		`{"t":"ack","conv":"g","seq":"1"}`,
+		`{"t":"edit","conv":"g","target":3,"cmid":"e","body":"fixed"}`,
+		`{"t":"react","conv":"g","target":3,"emoji":"👍","on":true,"cmid":"r"}`,
+		`{"t":"send","conv":"g","cmid":"c","body":"re","reply_to":3}`,
 		"{\"t\":\"convs\",\"rid\":\"\xff\"}",
 		`[]`, `null`, `{"t":null}`,
 	} {
