@@ -314,8 +314,9 @@ ORDER BY e.seq LIMIT $4`
 // of conversation $2 with $3 <= seq <= $4 for job $1: the edits and
 // reactions that target them (over events_targets) and the replies to them
 // (over events_replies), each with seq at most the snapshot head and inside
-// a recorded period, filtered here before anything is counted. Recalled
-// counts a recall at or below the head only. Rows whose target is no
+// a recorded period, filtered here before anything is counted (only
+// message events have a reply_to). Recalled counts a recall at or below
+// the head only. Rows whose target is no
 // message of the page are ignored by Decorate.
 const exportDerivedSQL = `SELECT e.seq, e.kind, e.sender_user, e.body, e.created_at, coalesce(e.target, 0), 0::bigint,
 	coalesce(e.emoji, ''), coalesce(e.react_on, false), e.recall_seq IS NOT NULL AND e.recall_seq <= x.head
@@ -329,7 +330,7 @@ SELECT e.seq, e.kind, e.sender_user, '', e.created_at, 0, e.reply_to,
 FROM export_convs x
 JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id
 JOIN events e ON e.conv_id = x.conv_id AND e.seq >= p.from_seq AND e.seq <= LEAST(p.to_seq, x.head)
-WHERE x.job_id = $1 AND x.conv_id = $2 AND e.kind = 'message' AND e.reply_to >= $3 AND e.reply_to <= $4`
+WHERE x.job_id = $1 AND x.conv_id = $2 AND e.reply_to IS NOT NULL AND e.reply_to >= $3 AND e.reply_to <= $4`
 
 // ExportEvents implements parley.Exports. The messages are decorated
 // (parley.Decorate) as the job's user saw them at the snapshot: AsOf the

@@ -366,10 +366,24 @@ func exportMessages(ctx context.Context, tx *txn, evs []parley.Event, convID str
 	return evs, rows.Err()
 }
 
+// qExportDerived reads the edits and reactions of targets in [first,
+// last] (over events_targets) and the replies to them (over
+// events_replies) with seq in [from, to], a recall counting at or below
+// head. Arguments: head, conv, first, last, from, to, twice.
+const qExportDerived = `SELECT seq, kind, sender_user, body, created_at, COALESCE(target, 0), 0,
+		COALESCE(emoji, ''), COALESCE(react_on, 0), recall_seq IS NOT NULL AND recall_seq <= ?
+	FROM events WHERE conv_id = ? AND kind IN ('edit', 'reaction') AND target >= ? AND target <= ?
+		AND seq >= ? AND seq <= ?
+	UNION ALL
+	SELECT seq, kind, sender_user, '', created_at, 0, reply_to, '', 0, recall_seq IS NOT NULL AND recall_seq <= ?
+	FROM events WHERE conv_id = ? AND reply_to IS NOT NULL AND reply_to >= ? AND reply_to <= ?
+		AND seq >= ? AND seq <= ?`
+
 // exportDerived reads the rows parley.Decorate folds into the messages
 // with first <= seq <= last: the edits and reactions that target them and
 // the replies to them, each with seq at most head and inside one of the
-// periods ps (filtered here, before Decorate counts anything). A row's
+// periods ps (filtered here, before Decorate counts anything; only
+// message events have a reply_to). A row's
 // Recalled counts a recall at or below head only. Rows whose target is no
 // message of the page are read too and ignored by Decorate.
 func exportDerived(ctx context.Context, tx *txn, convID string, ps parley.Periods, head, first, last int64) ([]parley.DerivedRow, error) {
@@ -379,14 +393,7 @@ func exportDerived(ctx context.Context, tx *txn, convID string, ps parley.Period
 		if from > to || to < first {
 			continue
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT seq, kind, sender_user, body, created_at, COALESCE(target, 0), 0,
-				COALESCE(emoji, ''), COALESCE(react_on, 0), recall_seq IS NOT NULL AND recall_seq <= ?
-			FROM events WHERE conv_id = ? AND kind IN ('edit', 'reaction') AND target >= ? AND target <= ?
-				AND seq >= ? AND seq <= ?
-			UNION ALL
-			SELECT seq, kind, sender_user, '', created_at, 0, reply_to, '', 0, recall_seq IS NOT NULL AND recall_seq <= ?
-			FROM events WHERE conv_id = ? AND kind = 'message' AND reply_to >= ? AND reply_to <= ?
-				AND seq >= ? AND seq <= ?`,
+		rows, err := tx.QueryContext(ctx, qExportDerived,
 			head, convID, first, last, from, to, head, convID, first, last, from, to)
 		if err != nil {
 			return nil, err
