@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/parleychat/parley/client"
@@ -86,4 +87,51 @@ func TestTimelineFold(t *testing.T) {
 	if ms := tl.Messages("c"); len(ms) != 0 {
 		t.Errorf("after Reset: %d messages", len(ms))
 	}
+}
+
+// FuzzTimeline: any run of events in ascending seq (as the Client hands
+// them over), each about an earlier message, folds to counts of at least
+// one, and applying the run again changes nothing.
+func FuzzTimeline(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 2, 3, 4, 0, 5})
+	f.Add([]byte{0, 2, 2, 2, 3, 3, 1, 4, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var evs []wire.Event
+		var msgs []int64
+		users := []string{"ana", "ben", "cy"}
+		for i, op := range ops {
+			seq := int64(i + 1)
+			if len(msgs) == 0 || op%6 == 0 {
+				evs = append(evs, msg(seq, "m", 0))
+				msgs = append(msgs, seq)
+				continue
+			}
+			target := msgs[int(op/6)%len(msgs)]
+			switch op % 6 {
+			case 1:
+				evs = append(evs, edit(seq, target, "e"))
+			case 2, 3:
+				evs = append(evs, react(seq, target, users[int(op/6)%3], []string{"👍", "🎉"}[int(op/18)%2], op%6 == 2))
+			case 4:
+				evs = append(evs, reply(seq, target))
+				msgs = append(msgs, seq)
+			case 5:
+				evs = append(evs, recallOf(seq, target))
+			}
+		}
+		tl := client.NewTimeline("ana")
+		tl.Apply("c", evs...)
+		once := states(tl.Messages("c"))
+		for _, m := range tl.Messages("c") {
+			for _, r := range m.Reactions {
+				if r.Count < 1 {
+					t.Fatalf("message %d: %+v", m.Seq, m.Reactions)
+				}
+			}
+		}
+		tl.Apply("c", evs...)
+		if twice := states(tl.Messages("c")); strings.Join(twice, "\n") != strings.Join(once, "\n") {
+			t.Fatalf("applied again:\n%s\nonce:\n%s", strings.Join(twice, "\n"), strings.Join(once, "\n"))
+		}
+	})
 }
