@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,8 +82,8 @@ func readKeyedState(ctx context.Context, tx pgx.Tx, user string, q keyedReq) (ke
 		Scan(&s.keySeq, &s.keyMID, &s.keyKind, &s.keyHash, &s.tomb, &s.open,
 			&s.tKind, &s.tSender, &s.tRecall, &s.tReplyTo, &s.tVisible, &s.tExpired,
 			&s.members, &already, &s.reactOn, &s.reactAt)
-	if already != nil && *already != "" {
-		s.already = strings.Split(*already, " ")
+	if already != nil {
+		s.already = parley.SplitMentions(*already)
 	}
 	return s, err
 }
@@ -394,11 +393,8 @@ func (db *DB) Versions(ctx context.Context, p parley.Principal, convID string, s
 // open of the same pair waits for the other's commit, then finds its row),
 // and only the opener that inserted it writes the members.
 func (db *DB) OpenDirect(ctx context.Context, p parley.Principal, user string) (parley.Conversation, bool, error) {
-	if !parley.ValidUserID(user) {
-		return parley.Conversation{}, false, parley.Errorf(parley.CodeInvalidArgument, "user must be a valid user id")
-	}
-	if user == p.User {
-		return parley.Conversation{}, false, parley.Errorf(parley.CodeInvalidArgument, "a direct conversation needs another user")
+	if err := parley.CheckDirectPeer(p.User, user); err != nil {
+		return parley.Conversation{}, false, err
 	}
 	id := parley.DirectID(p.User, user)
 	var created bool

@@ -385,21 +385,12 @@ type mentionsDest struct{ p *[]string }
 var _ pgtype.TextScanner = mentionsDest{}
 
 func (d mentionsDest) ScanText(v pgtype.Text) error {
-	*d.p = nil
-	if v.Valid && v.String != "" {
-		*d.p = strings.Split(v.String, " ")
-	}
+	*d.p = parley.SplitMentions(v.String) // "" when NULL: nil
 	return nil
 }
 
 // joinMentions is the mentions column of users (sorted): NULL for none.
-func joinMentions(users []string) *string {
-	if len(users) == 0 {
-		return nil
-	}
-	s := strings.Join(users, " ")
-	return &s
-}
+func joinMentions(users []string) *string { return optString(parley.JoinMentions(users)) }
 
 // finish completes a scanned event: a recalled message is served without
 // its body (the row keeps it for exports pinned before the recall).

@@ -366,13 +366,16 @@ func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error 
 // rollbackDerived returns the derived rows to what the events up to toSeq
 // say: mentions after it go, and a reaction row set after it returns to
 // the state of the latest reaction event at or below it (none: no row).
+// Every reaction event has its key's row except one whose target a purge
+// removed (below min_seq): those keys stay without one.
 func rollbackDerived(ctx context.Context, tx *txn, convID string, toSeq int64) error {
 	for _, q := range []string{
 		`DELETE FROM mentions WHERE conv_id = ?1 AND seq > ?2`,
 		`DELETE FROM reactions WHERE conv_id = ?1 AND seq > ?2`,
 		`INSERT INTO reactions (conv_id, target, user_id, emoji, react_on, seq)
 			SELECT e.conv_id, e.target, e.sender_user, e.emoji, e.react_on, max(e.seq) FROM events e
-			WHERE e.conv_id = ?1 AND e.kind = 'reaction' AND e.target IS NOT NULL AND e.seq <= ?2
+			WHERE e.conv_id = ?1 AND e.kind = 'reaction' AND e.seq <= ?2
+			AND e.target >= (SELECT min_seq FROM conversations WHERE id = ?1)
 			GROUP BY e.target, e.sender_user, e.emoji
 			ON CONFLICT (conv_id, target, user_id, emoji) DO NOTHING`,
 	} {

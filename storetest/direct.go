@@ -41,7 +41,8 @@ func testDirectOpen(t *testing.T, e *env) {
 		wantEvents(t, "direct read by "+p.User, pg.Events, "1 member_joined ana: ana", "2 member_joined ana: ben")
 	}
 	members, err := e.st.ConvMembers(ctx(t), id)
-	if ok(t, err, "members"); !slices.Equal(members, []string{"ana", "ben"}) {
+	ok(t, err, "members")
+	if !slices.Equal(members, []string{"ana", "ben"}) {
 		t.Errorf("members %v, want [ana ben]", members)
 	}
 	for _, p := range []parley.Principal{ben, ana} {
