@@ -18,13 +18,15 @@ import (
 // a ## heading in it) whose ```sh blocks TestREADME runs, in order, against
 // one fresh `parley serve --demo`: each continues from the state the
 // previous one left. The README's quick start starts the server; the tour
-// (docs/tour.md) continues from it.
+// (docs/tour.md) continues from it, and the README's HTTP API walkthrough
+// (in a direct conversation of its own) ends it.
 var walkthrough = []struct{ file, section string }{
 	{"README.md", "Quick start"},
 	{"docs/tour.md", "First steps"},
 	{"docs/tour.md", "Operations API"},
 	{"docs/tour.md", "Incoming webhooks"},
 	{"docs/tour.md", "Exports"},
+	{"README.md", "HTTP API"},
 }
 
 // TestREADME runs the walkthrough of the README and the tour as a reader
