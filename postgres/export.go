@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -354,7 +353,7 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 	var head int64
 	dest := []any{&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &ev.At, &ev.ReplyTo, &mentions, &head, &user}
 	_, err = pgx.ForEachRow(rows, dest, func() error {
-		ev.Kind, ev.Mentions = parley.EventMessage, strings.Fields(mentions)
+		ev.Kind, ev.Mentions = parley.EventMessage, parley.SplitMentions(mentions)
 		finish(&ev, convID)
 		if ev.Recalled {
 			ev.Mentions = nil

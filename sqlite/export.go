@@ -357,7 +357,7 @@ func exportMessages(ctx context.Context, tx *txn, evs []parley.Event, convID str
 			return evs, err
 		}
 		ev.At = msTime(at)
-		ev.Mentions = strings.Fields(mentions)
+		ev.Mentions = parley.SplitMentions(mentions)
 		if ev.Recalled {
 			ev.Body, ev.Mentions = "", nil
 		}
