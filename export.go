@@ -72,6 +72,11 @@ type Exports interface {
 	// at most the snapshot head and inside one of the snapshot periods.
 	// A message whose recall has a seq at or below the head comes with an
 	// empty body and Recalled set; one recalled later comes as it was.
+	// Every message carries Derived as the job's user read it at the
+	// snapshot (Decorate with AsOf the head, over the edit, reaction and
+	// reply events with seq at most the head inside the snapshot periods),
+	// with its ReplyTo, and its Mentions unless recalled: a re-read gives
+	// the same events.
 	// Errors: INVALID_ARGUMENT, NOT_FOUND (no such job or conversation in
 	// its snapshot).
 	ExportEvents(ctx context.Context, id, conv string, after int64, limit int) ([]Event, error)

@@ -6,12 +6,12 @@
 //
 //   - Every cmid is random (UUIDv4 text), never a counter: the request key is
 //     per user and conversation across devices.
-//   - Send and Recall write the item (cmid, conversation, body or target) to
-//     the outbox and commit it to disk before the first attempt goes on the
-//     wire.
+//   - Send, Reply, Recall, Edit and React write the item (cmid,
+//     conversation, and what it asks) to the outbox and commit it to disk
+//     before the first attempt goes on the wire.
 //   - After every (re)connect every pending item is sent again with its
 //     original cmid, in the order written.
-//   - An item ends on success (sent or recalled, dup or not) or on a terminal
+//   - An item ends on success (sent, recalled, edited or reacted, dup or not) or on a terminal
 //     code (IsTerminal: every code parley.Codes marks not retryable). It stays
 //     pending on UNAVAILABLE (retried after backoff), RATE_LIMITED (retried
 //     after retry_after_ms) and when no reply comes. Each item ends exactly
@@ -46,6 +46,11 @@
 // The cursor is stored after the Handler returns, so a crash between the two
 // hands the same page over again after a restart: an application that keeps
 // its own durable state should apply events idempotently by (conv, seq).
+//
+// Edits, reactions and replies arrive as events of their own; a message
+// read by sync or fetch also carries its derived state as of the read
+// (as_of). Timeline is a Handler that folds the two by the protocol's rule,
+// so an application can keep its messages there or follow the same rule.
 //
 // # Connection
 //
@@ -336,6 +341,42 @@ func (c *Client) EnqueueRecall(ctx context.Context, conv string, target int64) (
 	return c.enqueue(ctx, Item{Kind: KindRecall, Conv: conv, Target: target})
 }
 
+// EnqueueReply writes a reply to the message at replyTo to the outbox
+// and returns once it is on disk (a send with reply_to).
+func (c *Client) EnqueueReply(ctx context.Context, conv string, replyTo int64, body string) (Item, error) {
+	return c.enqueue(ctx, Item{Kind: KindSend, Conv: conv, Body: body, ReplyTo: replyTo})
+}
+
+// EnqueueEdit writes an edit of the message at target to the outbox and
+// returns once it is on disk.
+func (c *Client) EnqueueEdit(ctx context.Context, conv string, target int64, body string) (Item, error) {
+	return c.enqueue(ctx, Item{Kind: KindEdit, Conv: conv, Target: target, Body: body})
+}
+
+// EnqueueReact writes a reaction (on: set it; off: remove it) to the
+// message at target to the outbox and returns once it is on disk.
+func (c *Client) EnqueueReact(ctx context.Context, conv string, target int64, emoji string, on bool) (Item, error) {
+	return c.enqueue(ctx, Item{Kind: KindReact, Conv: conv, Target: target, Emoji: emoji, On: on})
+}
+
+// validate refuses an item the server would refuse as INVALID_ARGUMENT.
+func (it Item) validate() error {
+	switch it.Kind {
+	case KindSend:
+		if it.ReplyTo < 0 {
+			return parley.Errorf(parley.CodeInvalidArgument, "reply_to must be a seq of at least 1")
+		}
+		return parley.ValidateSend(parley.SendRequest{Conv: it.Conv, CMID: it.CMID, Body: it.Body, ReplyTo: it.ReplyTo})
+	case KindRecall:
+		return parley.ValidateRecall(parley.RecallRequest{Conv: it.Conv, Target: it.Target, CMID: it.CMID})
+	case KindEdit:
+		return parley.ValidateEdit(parley.EditRequest{Conv: it.Conv, Target: it.Target, CMID: it.CMID, Body: it.Body})
+	case KindReact:
+		return parley.ValidateReact(parley.ReactRequest{Conv: it.Conv, Target: it.Target, Emoji: it.Emoji, On: it.On, CMID: it.CMID})
+	}
+	return fmt.Errorf("client: unknown item kind %q", it.Kind)
+}
+
 func (c *Client) enqueue(ctx context.Context, it Item) (Item, error) {
 	select {
 	case <-c.closing.Done():
@@ -347,13 +388,7 @@ func (c *Client) enqueue(ctx context.Context, it Item) (Item, error) {
 		return Item{}, err
 	}
 	it.CMID = cmid
-	switch it.Kind {
-	case KindSend:
-		err = parley.ValidateSend(parley.SendRequest{Conv: it.Conv, CMID: it.CMID, Body: it.Body})
-	case KindRecall:
-		err = parley.ValidateRecall(parley.RecallRequest{Conv: it.Conv, Target: it.Target, CMID: it.CMID})
-	}
-	if err != nil {
+	if err := it.validate(); err != nil {
 		return Item{}, err
 	}
 	it.Created = c.now().UTC().Truncate(time.Millisecond)
@@ -391,6 +426,39 @@ func (c *Client) Send(ctx context.Context, conv, body string) (Item, error) {
 // cmid of its own, and waits for its outcome, like Send.
 func (c *Client) Recall(ctx context.Context, conv string, target int64) (Item, error) {
 	it, err := c.EnqueueRecall(ctx, conv, target)
+	if err != nil {
+		return it, err
+	}
+	return c.Wait(ctx, it.CMID)
+}
+
+// Reply writes a reply to the message at replyTo to the outbox and waits
+// for its outcome, like Send. The server files it in the thread of
+// replyTo's root.
+func (c *Client) Reply(ctx context.Context, conv string, replyTo int64, body string) (Item, error) {
+	it, err := c.EnqueueReply(ctx, conv, replyTo, body)
+	if err != nil {
+		return it, err
+	}
+	return c.Wait(ctx, it.CMID)
+}
+
+// Edit writes an edit of the message at target to the outbox and waits
+// for its outcome, like Send. Item.Seq is the seq of the edit event.
+func (c *Client) Edit(ctx context.Context, conv string, target int64, body string) (Item, error) {
+	it, err := c.EnqueueEdit(ctx, conv, target, body)
+	if err != nil {
+		return it, err
+	}
+	return c.Wait(ctx, it.CMID)
+}
+
+// React sets (on) or removes a reaction with emoji on the message at
+// target and waits for its outcome, like Send. A state that already held
+// ends the item with Dup and the seq of the event that set it (0 when
+// none did).
+func (c *Client) React(ctx context.Context, conv string, target int64, emoji string, on bool) (Item, error) {
+	it, err := c.EnqueueReact(ctx, conv, target, emoji, on)
 	if err != nil {
 		return it, err
 	}

@@ -240,6 +240,18 @@ func TestOutboxSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = append(want, rc)
+	for _, enqueue := range []func() (client.Item, error){
+		func() (client.Item, error) { return c.EnqueueEdit(ctx, "c1", 3, "edited") },
+		func() (client.Item, error) { return c.EnqueueReact(ctx, "c1", 3, "👍", true) },
+		func() (client.Item, error) { return c.EnqueueReact(ctx, "c1", 3, ":ok:", false) },
+		func() (client.Item, error) { return c.EnqueueReply(ctx, "c1", 3, "a reply") },
+	} {
+		it, err := enqueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, it)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +271,8 @@ func TestOutboxSurvivesReopen(t *testing.T) {
 	seen := map[string]bool{}
 	for i := range got {
 		g, w := got[i], want[i]
-		if g.CMID != w.CMID || g.Conv != w.Conv || g.Kind != w.Kind || g.Body != w.Body || g.Target != w.Target || g.ID != w.ID || g.Done || !g.Created.Equal(w.Created) {
+		if g.CMID != w.CMID || g.Conv != w.Conv || g.Kind != w.Kind || g.Body != w.Body || g.Target != w.Target || g.ID != w.ID || g.Done || !g.Created.Equal(w.Created) ||
+			g.ReplyTo != w.ReplyTo || g.Emoji != w.Emoji || g.On != w.On {
 			t.Errorf("item %d after reopen = %+v, want %+v", i, g, w)
 		}
 		if seen[g.CMID] {
@@ -269,6 +282,18 @@ func TestOutboxSurvivesReopen(t *testing.T) {
 	}
 	if got[3].Kind != client.KindRecall || got[3].Target != 7 {
 		t.Errorf("recall item = %+v", got[3])
+	}
+	if g := got[4]; g.Kind != client.KindEdit || g.Target != 3 || g.Body != "edited" {
+		t.Errorf("edit item = %+v", g)
+	}
+	if g := got[5]; g.Kind != client.KindReact || g.Target != 3 || g.Emoji != "👍" || !g.On {
+		t.Errorf("reaction item = %+v", g)
+	}
+	if g := got[6]; g.Kind != client.KindReact || g.Emoji != ":ok:" || g.On {
+		t.Errorf("removal item = %+v", g)
+	}
+	if g := got[7]; g.Kind != client.KindSend || g.ReplyTo != 3 || g.Body != "a reply" {
+		t.Errorf("reply item = %+v", g)
 	}
 	if out, err := c.Outcomes(ctx); err != nil || len(out) != 0 {
 		t.Errorf("Outcomes = %v, %v; want none", out, err)
@@ -289,6 +314,19 @@ func TestEnqueueRefusesInvalidArguments(t *testing.T) {
 	}
 	if _, err := c.EnqueueRecall(ctx, "c1", 0); parley.ErrorCode(err) != parley.CodeInvalidArgument {
 		t.Errorf("EnqueueRecall(target 0) = %v, want INVALID_ARGUMENT", err)
+	}
+	for name, enqueue := range map[string]func() (client.Item, error){
+		"edit target 0":      func() (client.Item, error) { return c.EnqueueEdit(ctx, "c1", 0, "x") },
+		"edit empty body":    func() (client.Item, error) { return c.EnqueueEdit(ctx, "c1", 3, "") },
+		"react target 0":     func() (client.Item, error) { return c.EnqueueReact(ctx, "c1", 0, "👍", true) },
+		"react empty emoji":  func() (client.Item, error) { return c.EnqueueReact(ctx, "c1", 3, "", true) },
+		"react space emoji":  func() (client.Item, error) { return c.EnqueueReact(ctx, "c1", 3, "a b", true) },
+		"reply to negative":  func() (client.Item, error) { return c.EnqueueReply(ctx, "c1", -1, "x") },
+		"reply without body": func() (client.Item, error) { return c.EnqueueReply(ctx, "c1", 3, "") },
+	} {
+		if _, err := enqueue(); parley.ErrorCode(err) != parley.CodeInvalidArgument {
+			t.Errorf("%s = %v, want INVALID_ARGUMENT", name, err)
+		}
 	}
 	if p, _ := c.Pending(ctx); len(p) != 0 {
 		t.Errorf("refused requests were written: %v", p)

@@ -17,26 +17,31 @@ import (
 type Kind string
 
 const (
-	KindSend   Kind = "send"   // post a message (wire "send")
+	KindSend   Kind = "send"   // post a message, or a reply (wire "send")
 	KindRecall Kind = "recall" // recall a message (wire "recall")
+	KindEdit   Kind = "edit"   // edit a message (wire "edit")
+	KindReact  Kind = "react"  // set or remove a reaction (wire "react")
 )
 
 // Item is one outbox entry: a request the client owes the server until it
-// ends. It ends exactly once, on success (sent or recalled, dup or not) or on
-// a terminal code; until then it is pending and resent with the same CMID
-// after every reconnect.
+// ends. It ends exactly once, on success (sent, recalled, edited or
+// reacted, dup or not) or on a terminal code; until then it is pending and
+// resent with the same CMID after every reconnect.
 type Item struct {
 	ID      int64 // position in the outbox; pending items are sent in ID order
 	CMID    string
 	Conv    string
 	Kind    Kind
-	Body    string // KindSend: the message text
-	Target  int64  // KindRecall: the seq of the recalled message
+	Body    string // KindSend: the message text; KindEdit: the new text
+	Target  int64  // KindRecall, KindEdit, KindReact: the seq of the message it concerns
+	ReplyTo int64  // KindSend: the message it replies to (0: none)
+	Emoji   string // KindReact: the emoji
+	On      bool   // KindReact: set (true) or remove (false)
 	Created time.Time
 
 	// The outcome, set once Done.
 	Done  bool
-	Seq   int64       // the seq of the message (send) or of the recall event (recall)
+	Seq   int64       // the seq of the event written: the message, recall, edit or reaction (for a reaction whose state already held, the event that set it, 0 if none did)
 	Dup   bool        // the server had already executed this cmid: an earlier attempt landed
 	Epoch int64       // the conversation's epoch at the send (sends only)
 	Code  parley.Code // the terminal code the item ended with; empty on success
@@ -60,8 +65,15 @@ func (it Item) request() wire.Request {
 	switch it.Kind {
 	case KindSend:
 		r.Body = it.Body
+		if it.ReplyTo != 0 {
+			r.ReplyTo = &it.ReplyTo
+		}
 	case KindRecall:
 		r.Target = &it.Target
+	case KindEdit:
+		r.Target, r.Body = &it.Target, it.Body
+	case KindReact:
+		r.Target, r.Emoji, r.On = &it.Target, it.Emoji, &it.On
 	}
 	return r
 }
@@ -104,6 +116,76 @@ CREATE TABLE IF NOT EXISTS cursors (
 PRAGMA user_version = 1;
 `
 
+// schemaV2 adds the items of edits, reactions and replies. The kind CHECK
+// of version 1 cannot be altered in place, so the table is rebuilt in one
+// transaction, ids and the AUTOINCREMENT counter kept: pending items keep
+// their order, and no id of a pruned item is handed out again.
+const schemaV2 = `
+CREATE TABLE outbox_v2 (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	cmid       TEXT    NOT NULL UNIQUE,
+	conv       TEXT    NOT NULL,
+	kind       TEXT    NOT NULL CHECK (kind IN ('send', 'recall', 'edit', 'react')),
+	body       TEXT    NOT NULL DEFAULT '',
+	target     INTEGER NOT NULL DEFAULT 0,
+	reply_to   INTEGER NOT NULL DEFAULT 0,
+	emoji      TEXT    NOT NULL DEFAULT '',
+	react_on   INTEGER NOT NULL DEFAULT 0,
+	created_ms INTEGER NOT NULL,
+	done       INTEGER NOT NULL DEFAULT 0,
+	seq        INTEGER NOT NULL DEFAULT 0,
+	dup        INTEGER NOT NULL DEFAULT 0,
+	epoch      INTEGER NOT NULL DEFAULT 0,
+	code       TEXT    NOT NULL DEFAULT '',
+	msg        TEXT    NOT NULL DEFAULT '',
+	ended_ms   INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO outbox_v2 (id, cmid, conv, kind, body, target, created_ms, done, seq, dup, epoch, code, msg, ended_ms)
+	SELECT id, cmid, conv, kind, body, target, created_ms, done, seq, dup, epoch, code, msg, ended_ms FROM outbox;
+DELETE FROM sqlite_sequence WHERE name = 'outbox_v2';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_v2', seq FROM sqlite_sequence WHERE name = 'outbox';
+DROP TABLE outbox;
+ALTER TABLE outbox_v2 RENAME TO outbox;
+CREATE INDEX outbox_pending ON outbox (id) WHERE done = 0;
+CREATE INDEX outbox_ended ON outbox (ended_ms) WHERE done = 1;
+PRAGMA user_version = 2;
+`
+
+// schemaVersion is the version of the local file this client writes.
+const schemaVersion = 2
+
+// migrate brings the file to schemaVersion: a new file gets version 1 and
+// then each later step, each step in a transaction of its own. A file of
+// a newer client is refused rather than misread.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var v int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("the file has schema version %d; this client knows up to %d", v, schemaVersion)
+	}
+	if v < 1 {
+		// Version 1 is idempotent (IF NOT EXISTS): a file from before
+		// user_version was set already has its tables.
+		if _, err := db.ExecContext(ctx, schema); err != nil {
+			return err
+		}
+	}
+	if v < 2 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, schemaV2); err != nil {
+			return fmt.Errorf("migrate to version 2: %w", err)
+		}
+		return tx.Commit()
+	}
+	return nil
+}
+
 // outbox is the local SQLite file: WAL with synchronous=FULL, so a committed
 // write (an item, an outcome, a cursor) survives a crash and a power cut.
 // One connection: the client's writes are few and small, and a single
@@ -127,7 +209,7 @@ func openOutbox(ctx context.Context, file string) (*outbox, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if err := migrate(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("client: open outbox %s: %w", file, err)
 	}
@@ -138,22 +220,22 @@ func (o *outbox) close() error { return o.db.Close() }
 
 // add writes a new pending item; when it returns, the item is on disk.
 func (o *outbox) add(ctx context.Context, it Item) (Item, error) {
-	err := o.db.QueryRowContext(ctx, `INSERT INTO outbox (cmid, conv, kind, body, target, created_ms)
-		VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
-		it.CMID, it.Conv, string(it.Kind), it.Body, it.Target, it.Created.UnixMilli()).Scan(&it.ID)
+	err := o.db.QueryRowContext(ctx, `INSERT INTO outbox (cmid, conv, kind, body, target, reply_to, emoji, react_on, created_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		it.CMID, it.Conv, string(it.Kind), it.Body, it.Target, it.ReplyTo, it.Emoji, it.On, it.Created.UnixMilli()).Scan(&it.ID)
 	if err != nil {
 		return it, fmt.Errorf("client: write outbox item: %w", err)
 	}
 	return it, nil
 }
 
-const itemColumns = `id, cmid, conv, kind, body, target, created_ms, done, seq, dup, epoch, code, msg, ended_ms`
+const itemColumns = `id, cmid, conv, kind, body, target, reply_to, emoji, react_on, created_ms, done, seq, dup, epoch, code, msg, ended_ms`
 
 func scanItem(row interface{ Scan(...any) error }) (Item, error) {
 	var it Item
 	var kind, code string
 	var created, ended int64
-	err := row.Scan(&it.ID, &it.CMID, &it.Conv, &kind, &it.Body, &it.Target, &created,
+	err := row.Scan(&it.ID, &it.CMID, &it.Conv, &kind, &it.Body, &it.Target, &it.ReplyTo, &it.Emoji, &it.On, &created,
 		&it.Done, &it.Seq, &it.Dup, &it.Epoch, &code, &it.Msg, &ended)
 	it.Kind, it.Code = Kind(kind), parley.Code(code)
 	it.Created = time.UnixMilli(created).UTC()

@@ -285,6 +285,7 @@ var replyType = map[string]string{
 	wire.TSend: wire.TSent, wire.TSync: wire.TPage, wire.TAck: wire.TAcked,
 	wire.TRead: wire.TReadOK, wire.TRecall: wire.TRecalled, wire.TConvs: wire.TConvsReply,
 	wire.TFetch: wire.TFetched, wire.TSub: wire.TSubscribed,
+	wire.TEdit: wire.TEdited, wire.TReact: wire.TReacted,
 }
 
 // do sends req and waits for its reply until ctx ends.

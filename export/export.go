@@ -20,7 +20,11 @@
 //
 // A shard holds ExportShardSize message events of one conversation as
 // JSONL, one line per event with sorted keys and nothing of the run (no
-// host, no wall clock): the same snapshot always gives the same bytes.
+// host, no wall clock): the same snapshot always gives the same bytes. A
+// message carries its edits, reactions and replies as the exporting user
+// could see them at the snapshot (parley.Decorate as of the snapshot head,
+// over the events inside the recorded periods), so later activity never
+// changes a shard.
 // The artifact is the shards in order, gzip-compressed at a fixed level
 // with a zero header (no name, mtime 0), so a rerun after any crash gives
 // the same sha256, which is the download's strong ETag.
@@ -82,7 +86,16 @@ func encodeShard(evs []parley.Event) ([]byte, error) {
 // recorded by earlier versions must come out the same;
 // TestAppendLineMatchesJSON holds the two together), without reflection,
 // which was a third of a shard's encoding time.
+//
+// Keys are in sorted order. The fields of derived state (edit_seq,
+// edited_at, last_reply_seq, reactions, replies) and of replies and
+// mentions (reply_to, mentions) are left out when empty, so the line of a
+// plain message keeps the bytes it had before they existed.
 func appendLine(b []byte, ev parley.Event) []byte {
+	var d parley.Derived
+	if ev.Derived != nil {
+		d = *ev.Derived
+	}
 	b = append(b, `{"at":"`...)
 	b = ev.At.UTC().AppendFormat(b, timeFormat)
 	b = append(b, `","body":`...)
@@ -91,17 +104,69 @@ func appendLine(b []byte, ev parley.Event) []byte {
 	b = appendJSONString(b, ev.Conv)
 	b = append(b, `,"device":`...)
 	b = appendJSONString(b, ev.Device)
+	if d.EditSeq != 0 {
+		b = append(b, `,"edit_seq":`...)
+		b = strconv.AppendInt(b, d.EditSeq, 10)
+		b = append(b, `,"edited_at":"`...)
+		b = d.EditedAt.UTC().AppendFormat(b, timeFormat)
+		b = append(b, '"')
+	}
 	b = append(b, `,"kind":`...)
 	b = appendJSONString(b, string(ev.Kind))
+	if d.LastReplySeq != 0 {
+		b = append(b, `,"last_reply_seq":`...)
+		b = strconv.AppendInt(b, d.LastReplySeq, 10)
+	}
+	if len(ev.Mentions) > 0 {
+		b = append(b, `,"mentions":[`...)
+		for i, m := range ev.Mentions {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, m)
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"mid":`...)
 	b = appendJSONString(b, ev.MID)
+	b = appendReactions(b, d.Reactions)
 	b = append(b, `,"recalled":`...)
 	b = strconv.AppendBool(b, ev.Recalled)
+	if d.Replies != 0 {
+		b = append(b, `,"replies":`...)
+		b = strconv.AppendInt(b, d.Replies, 10)
+	}
+	if ev.ReplyTo != 0 {
+		b = append(b, `,"reply_to":`...)
+		b = strconv.AppendInt(b, ev.ReplyTo, 10)
+	}
 	b = append(b, `,"sender":`...)
 	b = appendJSONString(b, ev.Sender)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
 	return append(b, "}\n"...)
+}
+
+// appendReactions appends the reactions member (keys sorted: count,
+// emoji, me), nothing when there are none.
+func appendReactions(b []byte, rs []parley.Reaction) []byte {
+	if len(rs) == 0 {
+		return b
+	}
+	b = append(b, `,"reactions":[`...)
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"count":`...)
+		b = strconv.AppendInt(b, r.Count, 10)
+		b = append(b, `,"emoji":`...)
+		b = appendJSONString(b, r.Emoji)
+		b = append(b, `,"me":`...)
+		b = strconv.AppendBool(b, r.Me)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // appendJSONString appends s as a JSON string the way encoding/json does

@@ -294,11 +294,13 @@ func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportCon
 // exportEventsSQL reads at most $4 message events of conversation $2 that
 // job $1 exports, with seq > $3: one primary-key range scan per recorded
 // period (they are disjoint, ascending and end at or below the head). A
-// recall counts when its seq is at or below the head.
-const exportEventsSQL = `SELECT e.seq, e.mid, e.kind, e.sender_user, e.sender_device, e.body,
-	coalesce(e.target, 0), coalesce(e.subject_user, ''), e.recall_seq IS NOT NULL AND e.recall_seq <= x.head, e.created_at,
-	coalesce(e.reply_to, 0), e.mentions, coalesce(e.emoji, ''), coalesce(e.react_on, false)
+// recall counts when its seq is at or below the head; each row carries the
+// head and the job's user, which Decorate needs.
+const exportEventsSQL = `SELECT e.seq, e.mid, e.sender_user, e.sender_device, e.body,
+	e.recall_seq IS NOT NULL AND e.recall_seq <= x.head, e.created_at, coalesce(e.reply_to, 0), coalesce(e.mentions, ''),
+	x.head, j.user_id
 FROM export_convs x
+JOIN export_jobs j ON j.id = x.job_id
 JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id AND p.to_seq > $3
 CROSS JOIN LATERAL (
 	SELECT * FROM events
@@ -307,7 +309,35 @@ CROSS JOIN LATERAL (
 WHERE x.job_id = $1 AND x.conv_id = $2
 ORDER BY e.seq LIMIT $4`
 
-// ExportEvents implements parley.Exports.
+// exportDerivedSQL reads the rows parley.Decorate folds into the messages
+// of conversation $2 with $3 <= seq <= $4 for job $1: the edits and
+// reactions that target them (over events_targets) and the replies to them
+// (over events_replies), each with seq at most the snapshot head and inside
+// a recorded period, filtered here before anything is counted (only
+// message events have a reply_to). Recalled counts a recall at or below
+// the head only. Rows whose target is no
+// message of the page are ignored by Decorate.
+const exportDerivedSQL = `SELECT e.seq, e.kind, e.sender_user, e.body, e.created_at, coalesce(e.target, 0), 0::bigint,
+	coalesce(e.emoji, ''), coalesce(e.react_on, false), e.recall_seq IS NOT NULL AND e.recall_seq <= x.head
+FROM export_convs x
+JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id
+JOIN events e ON e.conv_id = x.conv_id AND e.seq >= p.from_seq AND e.seq <= LEAST(p.to_seq, x.head)
+WHERE x.job_id = $1 AND x.conv_id = $2 AND e.kind IN ('edit', 'reaction') AND e.target >= $3 AND e.target <= $4
+UNION ALL
+SELECT e.seq, e.kind, e.sender_user, '', e.created_at, 0, e.reply_to,
+	'', false, e.recall_seq IS NOT NULL AND e.recall_seq <= x.head
+FROM export_convs x
+JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id
+JOIN events e ON e.conv_id = x.conv_id AND e.seq >= p.from_seq AND e.seq <= LEAST(p.to_seq, x.head)
+WHERE x.job_id = $1 AND x.conv_id = $2 AND e.reply_to IS NOT NULL AND e.reply_to >= $3 AND e.reply_to <= $4`
+
+// ExportEvents implements parley.Exports. The messages are decorated
+// (parley.Decorate) as the job's user saw them at the snapshot: AsOf the
+// head, over the edit, reaction and reply events with seq at most the head
+// inside the recorded periods. The two statements need no common
+// transaction: everything they read is at or below the head, which later
+// writes never change (a recall after the head is not counted, a purge
+// skips pinned ranges, a rollback fails the job).
 func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, limit int) ([]parley.Event, error) {
 	if err := parley.CheckExportEvents(id, convID, after, limit); err != nil {
 		return nil, err
@@ -319,8 +349,15 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 		return nil, wrap("export events", err)
 	}
 	var ev parley.Event
-	_, err = pgx.ForEachRow(rows, eventDest(&ev), func() error {
+	var mentions, user string
+	var head int64
+	dest := []any{&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &ev.At, &ev.ReplyTo, &mentions, &head, &user}
+	_, err = pgx.ForEachRow(rows, dest, func() error {
+		ev.Kind, ev.Mentions = parley.EventMessage, parley.SplitMentions(mentions)
 		finish(&ev, convID)
+		if ev.Recalled {
+			ev.Mentions = nil
+		}
 		evs = append(evs, ev)
 		return nil
 	})
@@ -337,8 +374,31 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 		if !known {
 			return nil, parley.ErrExportNotFound
 		}
+		return evs, nil
 	}
+	ds, err := db.exportDerived(ctx, id, convID, evs[0].Seq, evs[len(evs)-1].Seq)
+	if err != nil {
+		return nil, wrap("export events", err)
+	}
+	parley.Decorate(evs, ds, user, head)
 	return evs, nil
+}
+
+// exportDerived runs exportDerivedSQL.
+func (db *DB) exportDerived(ctx context.Context, id, convID string, first, last int64) ([]parley.DerivedRow, error) {
+	rows, err := db.pool.Query(ctx, exportDerivedSQL, id, convID, first, last)
+	if err != nil {
+		return nil, err
+	}
+	var out []parley.DerivedRow
+	var r parley.DerivedRow
+	dest := []any{&r.Seq, &r.Kind, &r.Sender, &r.Body, &r.At, &r.Target, &r.ReplyTo, &r.Emoji, &r.On, &r.Recalled}
+	_, err = pgx.ForEachRow(rows, dest, func() error {
+		r.Conv, r.At = convID, ms(r.At)
+		out = append(out, r)
+		return nil
+	})
+	return out, err
 }
 
 // leaseSQL locks job $1 and reports whether owner $2 holds a live lease on

@@ -282,7 +282,10 @@ func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportCon
 	return out, nil
 }
 
-// ExportEvents implements parley.Exports.
+// ExportEvents implements parley.Exports. The messages are decorated
+// (parley.Decorate) as the job's user saw them at the snapshot: AsOf the
+// head, over the edit, reaction and reply events with seq at most the head
+// inside the recorded periods, so a re-read gives the same events.
 func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, limit int) ([]parley.Event, error) {
 	if err := parley.CheckExportEvents(id, convID, after, limit); err != nil {
 		return nil, err
@@ -291,7 +294,9 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 	evs := []parley.Event{}
 	err := db.read(ctx, "export events", func(tx *txn) error {
 		var head int64
-		err := tx.QueryRowContext(ctx, `SELECT head FROM export_convs WHERE job_id = ? AND conv_id = ?`, id, convID).Scan(&head)
+		var user string
+		err := tx.QueryRowContext(ctx, `SELECT x.head, j.user_id FROM export_convs x JOIN export_jobs j ON j.id = x.job_id
+			WHERE x.job_id = ? AND x.conv_id = ?`, id, convID).Scan(&head, &user)
 		if errors.Is(err, sql.ErrNoRows) {
 			return parley.ErrExportNotFound
 		}
@@ -309,36 +314,107 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 			if from > to {
 				continue
 			}
-			rows, err := tx.QueryContext(ctx, `SELECT conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
-				COALESCE(subject_user, ''), recall_seq IS NOT NULL AND recall_seq <= ?, created_at,
-				COALESCE(reply_to, 0), COALESCE(mentions, ''), COALESCE(emoji, ''), COALESCE(react_on, 0)
-				FROM events WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
-				head, convID, from, to, limit-len(evs))
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				ev, err := scanEvent(rows)
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				evs = append(evs, ev)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
+			if evs, err = exportMessages(ctx, tx, evs, convID, head, from, to, limit-len(evs)); err != nil {
 				return err
 			}
 			if len(evs) >= limit {
 				break
 			}
 		}
+		if len(evs) == 0 {
+			return nil
+		}
+		rows, err := exportDerived(ctx, tx, convID, ps, head, evs[0].Seq, evs[len(evs)-1].Seq)
+		if err != nil {
+			return err
+		}
+		parley.Decorate(evs, rows, user, head)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return evs, nil
+}
+
+// exportMessages appends to evs the message events with from <= seq <= to,
+// at most limit, with their reply_to and mentions; a recall counts when its
+// seq is at or below head (a recalled message shows no body and no mentions).
+func exportMessages(ctx context.Context, tx *txn, evs []parley.Event, convID string, head, from, to int64, limit int) ([]parley.Event, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT seq, mid, sender_user, sender_device, body,
+		recall_seq IS NOT NULL AND recall_seq <= ?, created_at, COALESCE(reply_to, 0), COALESCE(mentions, '')
+		FROM events WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
+		head, convID, from, to, limit)
+	if err != nil {
+		return evs, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ev := parley.Event{Conv: convID, Kind: parley.EventMessage}
+		var at int64
+		var mentions string
+		if err := rows.Scan(&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &at, &ev.ReplyTo, &mentions); err != nil {
+			return evs, err
+		}
+		ev.At = msTime(at)
+		ev.Mentions = parley.SplitMentions(mentions)
+		if ev.Recalled {
+			ev.Body, ev.Mentions = "", nil
+		}
+		evs = append(evs, ev)
+	}
+	return evs, rows.Err()
+}
+
+// qExportDerived reads the edits and reactions of targets in [first,
+// last] (over events_targets) and the replies to them (over
+// events_replies) with seq in [from, to], a recall counting at or below
+// head. Arguments: head, conv, first, last, from, to, twice.
+const qExportDerived = `SELECT seq, kind, sender_user, body, created_at, COALESCE(target, 0), 0,
+		COALESCE(emoji, ''), COALESCE(react_on, 0), recall_seq IS NOT NULL AND recall_seq <= ?
+	FROM events WHERE conv_id = ? AND kind IN ('edit', 'reaction') AND target >= ? AND target <= ?
+		AND seq >= ? AND seq <= ?
+	UNION ALL
+	SELECT seq, kind, sender_user, '', created_at, 0, reply_to, '', 0, recall_seq IS NOT NULL AND recall_seq <= ?
+	FROM events WHERE conv_id = ? AND reply_to IS NOT NULL AND reply_to >= ? AND reply_to <= ?
+		AND seq >= ? AND seq <= ?`
+
+// exportDerived reads the rows parley.Decorate folds into the messages
+// with first <= seq <= last: the edits and reactions that target them and
+// the replies to them, each with seq at most head and inside one of the
+// periods ps (filtered here, before Decorate counts anything; only
+// message events have a reply_to). A row's
+// Recalled counts a recall at or below head only. Rows whose target is no
+// message of the page are read too and ignored by Decorate.
+func exportDerived(ctx context.Context, tx *txn, convID string, ps parley.Periods, head, first, last int64) ([]parley.DerivedRow, error) {
+	var out []parley.DerivedRow
+	for _, p := range ps {
+		from, to := p.From, min(p.To, head)
+		if from > to || to < first {
+			continue
+		}
+		rows, err := tx.QueryContext(ctx, qExportDerived,
+			head, convID, first, last, from, to, head, convID, first, last, from, to)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			r := parley.DerivedRow{Conv: convID}
+			var kind string
+			var at int64
+			if err := rows.Scan(&r.Seq, &kind, &r.Sender, &r.Body, &at, &r.Target, &r.ReplyTo, &r.Emoji, &r.On, &r.Recalled); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			r.Kind, r.At = parley.EventKind(kind), msTime(at)
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // leased checks, inside a write, that owner holds a live lease on job id.

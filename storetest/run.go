@@ -164,6 +164,7 @@ var behaviours = []behaviour{
 	{name: "export_jobs_by_ids", run: testExportJobsByIDs},
 	{name: "export_counts", run: testExportCounts},
 	{name: "export_signing_key", run: testExportSigningKey},
+	{name: "export_derived", run: testExportDerived},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on
