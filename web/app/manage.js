@@ -43,6 +43,7 @@ export function lazy(load, fn) {
 /** @type {Array<{path: string, view: Function}>} */
 export const routes = [
   { path: "/new", view: lazy(() => import("./views/newconv.js"), "renderNewConv") },
+  { path: "/dm", view: lazy(() => import("./views/extras.js"), "renderNewDM") },
   { path: "/c/:id/members", view: lazy(() => import("./views/members.js"), "renderMembers") },
   { path: "/exports", view: lazy(() => import("./views/export.js"), "renderExports") },
   { path: "/admin/users", view: lazy(() => import("./views/admin.js"), "renderAdminUsers") },
@@ -53,6 +54,7 @@ export const routes = [
 /** @type {Array<{label: string, path: string, admin?: boolean}>} */
 export const menu = [
   { label: "New conversation", path: "/new" },
+  { label: "Direct message", path: "/dm" },
   { label: "Export", path: "/exports" },
   // One entry for the three admin screens (they link each other), so the
   // top bar stays short at 360 px.
