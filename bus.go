@@ -56,7 +56,9 @@ func (n Notice) WithEvent(ev Event, epoch int64) Notice {
 // event was announced when it was committed.
 func SentNotice(p Principal, req SendRequest, sent Sent) Notice {
 	n := Notice{Conv: sent.Conv, Seq: sent.Seq}
-	if sent.Dup || sent.At.IsZero() {
+	if sent.Dup || sent.At.IsZero() || req.ReplyTo != 0 || HasMentionToken(req.Body) {
+		// A reply's root and a message's mentions are the store's to
+		// decide: the gateways read such an event back.
 		return n
 	}
 	return n.WithEvent(Event{

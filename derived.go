@@ -374,6 +374,17 @@ func DirectID(a, b string) string {
 	return string(out)
 }
 
+// CheckDirectPeer validates the other user of OpenDirect.
+func CheckDirectPeer(caller, user string) error {
+	if !ValidUserID(user) {
+		return Errorf(CodeInvalidArgument, "user %q is not a valid user id", truncate(user, 40))
+	}
+	if user == caller {
+		return Errorf(CodeInvalidArgument, "a direct conversation is with another user")
+	}
+	return nil
+}
+
 // ReservedConvID reports whether id is of the form only OpenDirect makes.
 func ReservedConvID(id string) bool {
 	return strings.HasPrefix(id, "dm:") || strings.HasPrefix(id, "dmh:")
@@ -407,4 +418,16 @@ func CheckDirectoryQuery(q DirectoryQuery) (prefix, after string, err error) {
 	}
 	after, err = CheckAdminQuery(AdminQuery{After: q.After, Limit: q.Limit})
 	return strings.ToLower(strings.TrimSpace(q.Prefix)), after, err
+}
+
+// JoinMentions is how the stores keep Event.Mentions in one text column:
+// the ids joined by single spaces ("" for none).
+func JoinMentions(users []string) string { return strings.Join(users, " ") }
+
+// SplitMentions reads what JoinMentions wrote; nil for none.
+func SplitMentions(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, " ")
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 )
 
 // Transports, as the metrics label them.
@@ -32,6 +33,9 @@ const (
 type Store interface {
 	Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error)
 	Recall(ctx context.Context, p parley.Principal, r parley.RecallRequest) (parley.Recalled, error)
+	Edit(ctx context.Context, p parley.Principal, r parley.EditRequest) (parley.Edited, error)
+	React(ctx context.Context, p parley.Principal, r parley.ReactRequest) (parley.Reacted, error)
+	Versions(ctx context.Context, p parley.Principal, conv string, seq int64) ([]parley.Version, bool, error)
 	Read(ctx context.Context, p parley.Principal, conv string, seq int64) (int64, error)
 	Ack(ctx context.Context, p parley.Principal, conv string, seq int64) (int64, error)
 	Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest) (parley.Page, error)
@@ -41,6 +45,8 @@ type Store interface {
 	CreateConversation(ctx context.Context, p parley.Principal, c parley.NewConversation) (parley.Conversation, error)
 	AddMember(ctx context.Context, p parley.Principal, conv, user string) (parley.MemberChange, error)
 	RemoveMember(ctx context.Context, p parley.Principal, conv, user string) (parley.MemberChange, error)
+	OpenDirect(ctx context.Context, p parley.Principal, user string) (parley.Conversation, bool, error)
+	Directory(ctx context.Context, p parley.Principal, q parley.DirectoryQuery) (parley.AdminPage[parley.DirectoryEntry], error)
 
 	Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error)
 	Logout(ctx context.Context, token string) error
@@ -95,8 +101,12 @@ type Options struct {
 	// KickExports wakes the export workers after a job is created (they
 	// otherwise find it on their next poll).
 	KickExports func()
-	Metrics     Metrics
-	Log         *slog.Logger
+	// Config returns the policy in force (hot-reloaded), read once per
+	// request for the edit window, the @all limit and the directory
+	// policy; nil means the documented defaults (config.Default).
+	Config  func() *config.Config
+	Metrics Metrics
+	Log     *slog.Logger
 }
 
 // Service runs Parley's use cases. It holds no state of its own: many
@@ -106,13 +116,15 @@ type Service struct {
 	publish func(parley.Notice)
 	revoke  Revoker
 	kick    func()
+	config  func() *config.Config
 	metrics Metrics
 	log     *slog.Logger
 }
 
 // New returns a Service over o.Store.
 func New(o Options) *Service {
-	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, metrics: o.Metrics, log: o.Log}
+	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, config: o.Config,
+		metrics: o.Metrics, log: o.Log}
 	if s.publish == nil {
 		s.publish = func(parley.Notice) {}
 	}
@@ -124,6 +136,10 @@ func New(o Options) *Service {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.config == nil {
+		def := config.Default()
+		s.config = func() *config.Config { return def }
 	}
 	return s
 }

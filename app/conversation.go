@@ -25,6 +25,18 @@ func (s *Service) CreateConversation(ctx context.Context, p parley.Principal, nc
 	return c, nil
 }
 
+// OpenDirect returns the direct conversation of p and user, creating it
+// when there is none (created true): then both members' gateways learn of
+// it at once, p's join at seq 1 and user's at seq 2.
+func (s *Service) OpenDirect(ctx context.Context, p parley.Principal, user string) (parley.Conversation, bool, error) {
+	c, created, err := s.store.OpenDirect(ctx, p, user)
+	if err == nil && created {
+		s.publish(parley.Notice{Conv: c.ID, Seq: 1, User: p.User})
+		s.publish(parley.Notice{Conv: c.ID, Seq: 2, User: user})
+	}
+	return c, created, err
+}
+
 // AddMember adds user to the group conv on p's behalf (a member or an
 // admin may) and announces the join to the conversation and to the user.
 // The change always names conv and user, also when it failed.

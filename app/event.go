@@ -8,18 +8,25 @@ import (
 )
 
 // Send stores p's message and announces it: after the commit the notice
-// carrying the event is published (parley.SentNotice), then the
+// carrying the event is published (parley.SentNotice; ids only for a reply
+// or a text that may mention someone, whose stored thread root and
+// mentions only the store knows, so a gateway reads that event), then the
 // api.after_send_commit fault point may fail the request (the message is
 // stored: the client's retry under the same key is a replay), and the
 // outcome is counted under transport. A replay publishes again: a
 // gateway ignores a seq it has pushed.
 func (s *Service) Send(ctx context.Context, transport string, p parley.Principal, req parley.SendRequest) (parley.Sent, error) {
+	req.AllMax = s.config().MentionAllMax()
 	sent, err := s.store.Send(ctx, p, req)
 	if err == nil && transport == WebSocket && !sent.Dup && fault.Hit(fault.GatewaySend) != nil {
 		s.double(ctx, p, req)
 	}
 	if err == nil {
-		s.publish(parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent))
+		n := parley.SentNotice(p, parley.SendRequest{Conv: req.Conv, Body: req.Body}, sent)
+		if req.ReplyTo != 0 || parley.HasMentionToken(req.Body) {
+			n = parley.Notice{Conv: sent.Conv, Seq: sent.Seq}
+		}
+		s.publish(n)
 		err = fault.Hit(fault.APIAfterSendCommit)
 	}
 	s.countSend(transport, sent, err)
@@ -59,6 +66,37 @@ func (s *Service) Recall(ctx context.Context, p parley.Principal, req parley.Rec
 		s.publish(parley.RecalledNotice(rec))
 	}
 	return rec, err
+}
+
+// Edit stores a new version of one of p's messages under the edit window
+// in force, and announces the edit event (a new event of the
+// conversation, like a recall: ids only, a gateway reads it). A replay
+// announces it again; a gateway ignores a seq it has pushed.
+func (s *Service) Edit(ctx context.Context, p parley.Principal, req parley.EditRequest) (parley.Edited, error) {
+	cfg := s.config()
+	req.Window, req.AllMax = cfg.EditWindow(), cfg.MentionAllMax()
+	ed, err := s.store.Edit(ctx, p, req)
+	if err == nil {
+		s.publish(parley.Notice{Conv: ed.Conv, Seq: ed.Seq})
+	}
+	return ed, err
+}
+
+// React sets or removes p's reaction on a message and announces the
+// reaction event. A request for the state that already held writes
+// nothing; it announces the event that set it, if any, again.
+func (s *Service) React(ctx context.Context, p parley.Principal, req parley.ReactRequest) (parley.Reacted, error) {
+	r, err := s.store.React(ctx, p, req)
+	if err == nil && r.Seq > 0 {
+		s.publish(parley.Notice{Conv: r.Conv, Seq: r.Seq})
+	}
+	return r, err
+}
+
+// Versions reads the versions of message seq of conv that p may see,
+// oldest first; none, with recalled true, for a recalled message.
+func (s *Service) Versions(ctx context.Context, p parley.Principal, conv string, seq int64) ([]parley.Version, bool, error) {
+	return s.store.Versions(ctx, p, conv, seq)
 }
 
 // Read moves p's read cursor in conv to seq and returns the cursor's new

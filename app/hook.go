@@ -78,9 +78,16 @@ type HookPost struct {
 	Signature string
 	Raw       []byte    // the body, exactly as received: the signature covers it
 	Now       time.Time // the time the timestamp is judged at
-	// Decode reads the message body out of Raw, once the signature
-	// verified.
-	Decode func(raw []byte) (body string, err error)
+	// Decode reads the message out of Raw, once the signature verified.
+	Decode func(raw []byte) (HookMessage, error)
+}
+
+// HookMessage is what a webhook request's body says: the text, and the
+// message it replies to (0: none). Mentions are the store's to find in
+// the text, as for any send.
+type HookMessage struct {
+	Body    string
+	ReplyTo int64
 }
 
 // PostHook checks a webhook request and posts its message as the hook's
@@ -103,7 +110,7 @@ func (s *Service) PostHook(ctx context.Context, hp HookPost) (parley.Sent, error
 	if err != nil {
 		return parley.Sent{}, s.RefuseSend(Webhook, err)
 	}
-	body, err := hp.Decode(hp.Raw)
+	msg, err := hp.Decode(hp.Raw)
 	if err != nil {
 		return parley.Sent{}, s.RefuseSend(Webhook, err)
 	}
@@ -114,5 +121,5 @@ func (s *Service) PostHook(ctx context.Context, hp HookPost) (parley.Sent, error
 		return parley.Sent{}, s.RefuseSend(Webhook, err)
 	}
 	bot := parley.Principal{User: h.Bot, Role: parley.RoleUser, DeviceID: "hook:" + h.ID}
-	return s.Send(ctx, Webhook, bot, parley.SendRequest{Conv: h.Conv, CMID: hp.Key, Body: body})
+	return s.Send(ctx, Webhook, bot, parley.SendRequest{Conv: h.Conv, CMID: hp.Key, Body: msg.Body, ReplyTo: msg.ReplyTo})
 }

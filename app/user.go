@@ -51,3 +51,11 @@ func (s *Service) SetUserDisabled(ctx context.Context, id string, disabled bool)
 	s.revoke.RevokeUser(id)
 	return s.store.User(ctx, id)
 }
+
+// Directory lists one page of the active users p may find, under the
+// directory policy in force (config directory: all, or only users who
+// share a conversation with p).
+func (s *Service) Directory(ctx context.Context, p parley.Principal, q parley.DirectoryQuery) (parley.AdminPage[parley.DirectoryEntry], error) {
+	q.Shared = s.config().DirectoryShared()
+	return s.store.Directory(ctx, p, q)
+}

@@ -22,6 +22,9 @@
 //	timeouts              a hang                        the default, never "no timeout"
 //	trusted proxy         a spoofable client address    a bad entry is dropped (not trusted)
 //	shared rate store     a broken limiter              local (per instance)
+//	edit window           refusing edits, or allowing   missing or malformed: none (edits allowed)
+//	@all limit            a noisy @all                  malformed: 50; negative clamps to 0 (@all off)
+//	directory             showing users to strangers    missing: all; unknown: shared
 //
 // So Parse fails only when the file is not a YAML mapping (a syntax error,
 // duplicate keys, an empty file, a list at the top): a reloading server then
@@ -73,6 +76,13 @@ const (
 	DefaultStoreTimeout    = 10 * time.Second
 	DefaultRedisTimeout    = 200 * time.Millisecond
 	DefaultIdentityTimeout = 2 * time.Second
+	DefaultMentionAllMax   = 50
+)
+
+// The directory policies: who GET /api/users lists to a caller.
+const (
+	DirectoryAll    = "all"    // every active user
+	DirectoryShared = "shared" // only users who share a conversation with the caller
 )
 
 // defaultModes are the documented modes of the known gated features when the
@@ -107,6 +117,10 @@ type Config struct {
 	signKey   string            // the id that signs new links ("" when none is usable)
 
 	storeTimeout, redisTimeout, identityTimeout time.Duration
+
+	editWindow    time.Duration // 0: messages may be edited at any time
+	mentionAllMax int           // >= 0; 0: @all mentions nobody
+	directory     string        // DirectoryAll or DirectoryShared
 }
 
 type feature struct {
@@ -135,6 +149,8 @@ func Default() *Config {
 		storeTimeout:    DefaultStoreTimeout,
 		redisTimeout:    DefaultRedisTimeout,
 		identityTimeout: DefaultIdentityTimeout,
+		mentionAllMax:   DefaultMentionAllMax,
+		directory:       DirectoryAll,
 	}
 	for name, m := range defaultModes {
 		c.features[name] = feature{mode: m}
@@ -249,6 +265,22 @@ func (c *Config) RedisTimeout() time.Duration { return c.redisTimeout }
 // (> 0): a slower identity layer leaves the caller anonymous (401).
 func (c *Config) IdentityTimeout() time.Duration { return c.identityTimeout }
 
+// EditWindow is how long after a message its sender may edit it, by the
+// database clock; 0 (the default, and what a malformed value resolves to)
+// means no limit.
+func (c *Config) EditWindow() time.Duration { return c.editWindow }
+
+// MentionAllMax is the largest conversation (members with an open period)
+// in which @all mentions every member (>= 0; 0 turns @all off).
+func (c *Config) MentionAllMax() int { return c.mentionAllMax }
+
+// Directory is the directory policy: DirectoryAll or DirectoryShared.
+func (c *Config) Directory() string { return c.directory }
+
+// DirectoryShared reports whether the directory lists only users who share
+// a conversation with the caller.
+func (c *Config) DirectoryShared() bool { return c.directory == DirectoryShared }
+
 // Effective returns the configuration in force as plain JSON-able values
 // (maps, slices, strings, numbers, booleans, nil), every key of the file
 // schema with its resolved value, for the admin API. Durations are Go
@@ -305,6 +337,9 @@ func (c *Config) Effective() map[string]any {
 			"redis":    c.redisTimeout.String(),
 			"identity": c.identityTimeout.String(),
 		},
+		"edit_window":     c.editWindow.String(),
+		"mention_all_max": c.mentionAllMax,
+		"directory":       c.directory,
 	}
 }
 

@@ -82,6 +82,9 @@ func identTimeout(c *config.Config) any   { return c.IdentityTimeout() }
 func zone(c *config.Config) any           { return c.Location().String() }
 func sendLimit(c *config.Config) any      { return c.RateLimit("send") }
 func exportsAllowed(c *config.Config) any { return c.Allowed("exports", mondayNoon) }
+func editWindow(c *config.Config) any     { return c.EditWindow() }
+func allMax(c *config.Config) any         { return c.MentionAllMax() }
+func directory(c *config.Config) any      { return c.Directory() }
 
 // failSafeRows are the resolution rules of the file schema, one per row:
 // parsing yaml gives want from get, and a warning naming the key path warn
@@ -260,6 +263,24 @@ var failSafeRows = []struct {
 
 	// unknown keys
 	{"unknown top-level key", "ratelimits: {send: {limit: 5}}", sendLimit, config.Limit{}, "ratelimits"},
+	// edits, mentions, the directory
+	{"edit window missing is none", `{}`, editWindow, time.Duration(0), ""},
+	{"edit window set", `edit_window: 15m`, editWindow, 15 * time.Minute, ""},
+	{"edit window null is none", `edit_window:`, editWindow, time.Duration(0), ""},
+	{"edit window malformed is none", `edit_window: soon`, editWindow, time.Duration(0), "edit_window"},
+	{"edit window negative is none", `edit_window: -1m`, editWindow, time.Duration(0), "edit_window"},
+	{"edit window a list is none", `edit_window: [1m]`, editWindow, time.Duration(0), "edit_window"},
+	{"mention_all_max missing is 50", `{}`, allMax, 50, ""},
+	{"mention_all_max set", `mention_all_max: 8`, allMax, 8, ""},
+	{"mention_all_max zero is off", `mention_all_max: 0`, allMax, 0, ""},
+	{"mention_all_max negative clamps to 0", `mention_all_max: -3`, allMax, 0, "mention_all_max"},
+	{"mention_all_max malformed is 50", `mention_all_max: many`, allMax, 50, "mention_all_max"},
+	{"mention_all_max quoted is 50", `mention_all_max: "10"`, allMax, 50, "mention_all_max"},
+	{"directory missing is all", `{}`, directory, "all", ""},
+	{"directory shared", `directory: shared`, directory, "shared", ""},
+	{"directory case-insensitive", `directory: ALL`, directory, "all", ""},
+	{"directory unknown is shared", `directory: everyone`, directory, "shared", "directory"},
+	{"directory not text is shared", `directory: {all: true}`, directory, "shared", "directory"},
 	{"unknown timeouts key", "timeouts: {db: 1s}", storeTimeout, 10 * time.Second, "timeouts.db"},
 	{"unknown feature key", "access: {exports: {mod: CLOSED}}", mode("exports"), config.ModeOpen, "access.exports.mod"},
 }
@@ -374,6 +395,9 @@ func TestExampleFile(t *testing.T) {
 		{"store", c.StoreTimeout(), 10 * time.Second},
 		{"redis timeout", c.RedisTimeout(), 200 * time.Millisecond},
 		{"identity", c.IdentityTimeout(), 2 * time.Second},
+		{"edit_window", c.EditWindow(), 15 * time.Minute},
+		{"mention_all_max", c.MentionAllMax(), 50},
+		{"directory", c.Directory(), "all"},
 	} {
 		if !reflect.DeepEqual(tc.got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
@@ -399,8 +423,8 @@ func TestDefault(t *testing.T) {
 	if got != want {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
-	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},` +
-		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"permissions":{"admin":["admin"]},` +
+	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -432,11 +456,14 @@ permissions: {admin: [admin, user], audit: [root]}
 switches: {a: true, b: "yes"}
 export: {retries: -1, backoff: 2s}
 timeouts: {store: 0}
+edit_window: 10m
+mention_all_max: -1
+directory: friends
 `)
 	eff := c.Effective()
 	got := jsonOf(t, eff)
-	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"permissions":{"admin":["admin","user"],"audit":[]},` +
+	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
 		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +

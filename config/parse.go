@@ -350,6 +350,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 			p.export(c, kv)
 		case "timeouts":
 			p.timeouts(c, kv)
+		case "edit_window", "mention_all_max", "directory":
+			p.chat(c, kv)
 		default:
 			p.warn(kv.path, kv.k, "unknown key: ignored")
 		}
@@ -926,6 +928,49 @@ func (p *parser) timeouts(c *Config, kv pair) {
 			p.warn(f.path, f.v, "not positive: the default %s applies", def)
 		default:
 			*dst = d
+		}
+	}
+}
+
+// chat reads the policy keys of edits, mentions and the directory. A
+// missing or malformed edit window is none (edits are never refused by a
+// typo); a malformed @all limit is the default and a negative one 0 (@all
+// off); an unknown directory policy is shared, the side that shows fewer
+// users.
+func (p *parser) chat(c *Config, kv pair) {
+	if isNull(kv.v) {
+		return // the default applies
+	}
+	switch kv.key {
+	case "edit_window":
+		d, ok := duration(kv.v)
+		switch {
+		case !ok:
+			p.warn(kv.path, kv.v, "%s is not a duration (like 15m): no edit window", show(kv.v))
+		case d < 0:
+			p.warn(kv.path, kv.v, "negative: no edit window")
+		default:
+			c.editWindow = d
+		}
+	case "mention_all_max":
+		n, ok := integer(kv.v)
+		switch {
+		case !ok:
+			p.warn(kv.path, kv.v, "%s is not an integer: the default %d applies", show(kv.v), DefaultMentionAllMax)
+		case n < 0:
+			p.warn(kv.path, kv.v, "negative: clamped to 0 (@all mentions nobody)")
+			c.mentionAllMax = 0
+		default:
+			c.mentionAllMax = n
+		}
+	case "directory":
+		v, ok := text(kv.v)
+		switch v = strings.ToLower(strings.TrimSpace(v)); {
+		case ok && (v == DirectoryAll || v == DirectoryShared):
+			c.directory = v
+		default:
+			p.warn(kv.path, kv.v, "%s is not all or shared: shared applies", show(kv.v))
+			c.directory = DirectoryShared
 		}
 	}
 }

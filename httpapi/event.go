@@ -10,7 +10,8 @@ import (
 )
 
 type sendBody struct {
-	Body string `json:"body"`
+	Body    string `json:"body"`
+	ReplyTo int64  `json:"reply_to"` // 0 or absent: a reply to nothing
 }
 
 // handleSend posts a message: 201 for the first request under an
@@ -29,7 +30,7 @@ func handleSend(c calls) http.Handler {
 		}
 		ctx, cancel := c.ctx(r)
 		defer cancel()
-		sent, err := c.app.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body})
+		sent, err := c.app.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body, ReplyTo: b.ReplyTo})
 		c.answerSent(w, sent, err)
 	})
 }

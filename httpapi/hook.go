@@ -15,7 +15,7 @@ import (
 //	Idempotency-Key: <key>                 the message's cmid (required)
 //	X-Parley-Timestamp: <unix seconds>
 //	X-Parley-Signature: sha256=<hex HMAC-SHA256(secret, timestamp "." key "." raw body)>
-//	{"body": "…"}
+//	{"body": "…", "reply_to": 12}        reply_to optional
 //
 // app.PostHook checks the signature (app.VerifyHook) and posts the message
 // as the hook's bot user.
@@ -42,10 +42,10 @@ func handleHook(c calls, now func() time.Time) http.Handler {
 		sent, err := c.app.PostHook(ctx, app.HookPost{
 			Hook: r.PathValue("id"), Key: key, Raw: raw, Now: now(),
 			Timestamp: r.Header.Get(HookTimestampHeader), Signature: r.Header.Get(HookSignatureHeader),
-			Decode: func(raw []byte) (string, error) {
+			Decode: func(raw []byte) (app.HookMessage, error) {
 				var b sendBody
 				err := decodeFrom(bytes.NewReader(raw), &b)
-				return b.Body, err
+				return app.HookMessage{Body: b.Body, ReplyTo: b.ReplyTo}, err
 			},
 		})
 		c.answerSent(w, sent, err)

@@ -2,8 +2,10 @@ package ratelimit
 
 // The rate-limit buckets of Parley's routes (httpapi/routes.go) and
 // WebSocket frames (gateway.FrameBuckets): the keys of the configuration's
-// rate_limits, and the first part of every key a caller builds. WebSocket
-// send and recall frames count in BucketSend, with HTTP sends and recalls.
+// rate_limits, and the first part of every key a caller builds. Each
+// WebSocket frame counts in its HTTP twin's bucket: send and recall frames
+// in BucketSend with HTTP sends and recalls, edit frames in BucketEdit,
+// react frames in BucketReact.
 const (
 	BucketLogin     = "login"
 	BucketRead      = "read"
@@ -14,7 +16,11 @@ const (
 	BucketWSConnect = "ws_connect"
 	BucketExports   = "exports"  // POST /exports
 	BucketDownload  = "download" // GET /download/{id}
+	BucketEdit      = "edit"     // PATCH a message, and edit frames
+	BucketReact     = "react"    // PUT/DELETE a reaction, and react frames
+	BucketDMs       = "dms"      // POST /api/dms
+	BucketUsers     = "users"    // GET /api/users
 )
 
 // Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload}
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers}

@@ -42,8 +42,9 @@ const (
 	qTombstone   = `SELECT count(*) FROM tombstones WHERE conv_id = ? AND sender_user = ? AND cmid = ?`
 	qAdvanceConv = `UPDATE conversations SET next_seq = ?, last_at = ? WHERE id = ?`
 	qInsertEvent = `INSERT INTO events
-		(conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
+		(conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user,
+		reply_to, mentions, emoji, react_on, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
 )
 
 func scanConv(row interface{ Scan(...any) error }) (conv, error) {
@@ -125,23 +126,14 @@ func isOpenMember(ctx context.Context, tx *txn, convID, user string) (bool, erro
 	return n > 0, err
 }
 
-// appendEvent writes ev at the conversation's next seq and advances it.
-// It fills ev.Seq, ev.MID and ev.At.
+// appendEvent writes ev at the conversation's next seq and advances it, with
+// a mentions row per user ev mentions. It fills ev.Seq, ev.MID and ev.At.
 func appendEvent(ctx context.Context, tx *txn, c *conv, ev *parley.Event, cmid string, hash []byte) error {
 	ev.Conv, ev.Seq, ev.MID = c.id, c.next, parley.NewID()
-	var cmidArg, targetArg, userArg any
-	if cmid != "" {
-		cmidArg = cmid
-	}
-	if ev.Target != 0 {
-		targetArg = ev.Target
-	}
-	if ev.User != "" {
-		userArg = ev.User
-	}
 	var at int64
-	err := tx.QueryRowContext(ctx, qInsertEvent,
-		c.id, ev.Seq, ev.MID, string(ev.Kind), ev.Sender, ev.Device, cmidArg, hash, ev.Body, targetArg, userArg).Scan(&at)
+	err := tx.QueryRowContext(ctx, qInsertEvent, append([]any{
+		c.id, ev.Seq, ev.MID, string(ev.Kind), ev.Sender, ev.Device, nullText(cmid), hash, ev.Body},
+		eventExtras(ev)...)...).Scan(&at)
 	if err != nil {
 		if cmid != "" && isUnique(err) {
 			return errDupKey
@@ -154,7 +146,36 @@ func appendEvent(ctx context.Context, tx *txn, c *conv, ev *parley.Event, cmid s
 	c.next++
 	c.lastAt = at
 	ev.At = msTime(at)
+	for _, u := range ev.Mentions {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO mentions (conv_id, user_id, seq) VALUES (?, ?, ?)`, c.id, u, ev.Seq); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// eventExtras are the insert's arguments after body, NULL where ev has
+// nothing: target, subject_user, reply_to, mentions, emoji, react_on.
+func eventExtras(ev *parley.Event) []any {
+	var target, replyTo, on any
+	if ev.Target != 0 {
+		target = ev.Target
+	}
+	if ev.ReplyTo != 0 {
+		replyTo = ev.ReplyTo
+	}
+	if ev.Kind == parley.EventReaction {
+		on = ev.On
+	}
+	return []any{target, nullText(ev.User), replyTo, nullText(parley.JoinMentions(ev.Mentions)), nullText(ev.Emoji), on}
+}
+
+// nullText is s, or NULL for "".
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // appendMembership appends a membership event and opens or closes user's
@@ -391,6 +412,9 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				return err
 			}
 			out.Deleted, _ = res.RowsAffected()
+			if err := purgeDerived(ctx, tx, id, cut); err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, `UPDATE conversations SET min_seq = ? WHERE id = ?`, cut+1, id); err != nil {
 				return err
 			}
@@ -441,6 +465,9 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			if _, err := tx.ExecContext(ctx, q, id, toSeq); err != nil {
 				return err
 			}
+		}
+		if err := rollbackDerived(ctx, tx, id, toSeq); err != nil {
+			return err
 		}
 		at, err := openMembers(ctx, tx, id)
 		if err != nil {

@@ -77,7 +77,8 @@ func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest
 // nothing and leaves the batch going) rather than a failure of the batch.
 func itemOutcome(err error) bool {
 	switch parley.ErrorCode(err) {
-	case parley.CodeNotMember, parley.CodeIdempotencyMismatch, parley.CodeOriginalExpired:
+	case parley.CodeNotMember, parley.CodeIdempotencyMismatch, parley.CodeOriginalExpired,
+		parley.CodeNotFound, parley.CodeAlreadyRecalled: // a reply's target
 		return true
 	}
 	return false
@@ -93,7 +94,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 	valid := 0
 	for i, it := range items {
 		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err == nil {
-			hashes[i] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
+			hashes[i] = parley.SendFingerprint(it.Req)
 			valid++
 		}
 	}
@@ -146,6 +147,19 @@ func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequ
 		return parley.Sent{Conv: r.Conv, Seq: seq, MID: mid, Dup: true, Epoch: c.epoch}, nil
 	}
 	ev := parley.Event{Kind: parley.EventMessage, Sender: p.User, Device: p.DeviceID, Body: r.Body}
+	if r.ReplyTo != 0 {
+		t, err := messageTarget(ctx, tx, r.Conv, r.ReplyTo, p.User)
+		if err != nil {
+			return parley.Sent{}, err
+		}
+		if err := t.Check(r.ReplyTo); err != nil {
+			return parley.Sent{}, err
+		}
+		ev.ReplyTo = t.Root(r.ReplyTo)
+	}
+	if ev.Mentions, err = mentioned(ctx, tx, r.Conv, r.Body, p.User, r.AllMax, nil); err != nil {
+		return parley.Sent{}, err
+	}
 	if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
 		return parley.Sent{}, err
 	}
@@ -185,7 +199,9 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE events SET recall_seq = ? WHERE conv_id = ? AND seq = ?`, ev.Seq, r.Conv, r.Target); err != nil {
+		// The target and every edit of it: no version of the text is served again.
+		if _, err := tx.ExecContext(ctx, `UPDATE events SET recall_seq = ?1
+			WHERE conv_id = ?2 AND (seq = ?3 OR (kind = 'edit' AND target = ?3))`, ev.Seq, r.Conv, r.Target); err != nil {
 			return err
 		}
 		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
@@ -198,7 +214,8 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 }
 
 const eventColumns = `conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
-	COALESCE(subject_user, ''), recall_seq IS NOT NULL, created_at`
+	COALESCE(subject_user, ''), recall_seq IS NOT NULL, created_at,
+	COALESCE(reply_to, 0), COALESCE(mentions, ''), COALESCE(emoji, ''), COALESCE(react_on, 0)`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -206,9 +223,12 @@ func scanEvent(s scanner) (parley.Event, error) {
 	var ev parley.Event
 	var kind string
 	var at int64
-	err := s.Scan(&ev.Conv, &ev.Seq, &ev.MID, &kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at)
+	var mentions string
+	err := s.Scan(&ev.Conv, &ev.Seq, &ev.MID, &kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at,
+		&ev.ReplyTo, &mentions, &ev.Emoji, &ev.On)
 	ev.Kind = parley.EventKind(kind)
 	ev.At = msTime(at)
+	ev.Mentions = parley.SplitMentions(mentions)
 	if ev.Recalled {
 		ev.Body = ""
 	}
@@ -257,10 +277,20 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 		// that a purge went past it (a no-op for members: min_seq <= head+1).
 		minSeq := min(c.min, head+1)
 		page = parley.Page{Conv: r.Conv, Head: head, MinSeq: minSeq, Trimmed: r.After < minSeq-1, Epoch: c.epoch}
+		if r.Thread != 0 {
+			if err := checkThread(ctx, tx, r.Conv, p.User, r.Thread, head); err != nil {
+				return err
+			}
+		}
 		// One more than a page tells whether more remains.
 		var evs []parley.Event
 		for _, rg := range ps.Ranges(r.After, head) {
-			if evs, err = eventsIn(ctx, tx, evs, r.Conv, rg[0], rg[1], r.Limit+1-len(evs)); err != nil {
+			if r.Thread != 0 {
+				evs, err = threadIn(ctx, tx, evs, r.Conv, r.Thread, rg[0], rg[1], r.Limit+1-len(evs))
+			} else {
+				evs, err = eventsIn(ctx, tx, evs, r.Conv, rg[0], rg[1], r.Limit+1-len(evs))
+			}
+			if err != nil {
 				return err
 			}
 			if len(evs) > r.Limit {
@@ -269,6 +299,9 @@ func (db *DB) Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest
 		}
 		if len(evs) > r.Limit {
 			evs, page.HasMore = evs[:r.Limit], true
+		}
+		if err := decorate(ctx, tx, evs, r.Conv, p.User, head); err != nil {
+			return err
 		}
 		page.Events = evs
 		page.NextAfter = head
@@ -304,6 +337,12 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 		if errors.Is(err, sql.ErrNoRows) {
 			return parley.ErrNoEvent
 		}
+		if err != nil {
+			return err
+		}
+		evs := []parley.Event{ev}
+		err = decorate(ctx, tx, evs, convID, p.User, ps.Head(c.head()))
+		ev = evs[0]
 		return err
 	})
 	return ev, err
@@ -391,13 +430,21 @@ const convsSQL = `WITH mine AS (
 				WHERE e.conv_id = p.conv_id AND e.kind = 'message'
 				AND e.seq >= p.from_seq AND e.seq <= min(coalesce(p.to_seq, v.head), v.head)
 				ORDER BY e.seq DESC LIMIT 1) AS ls
-			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq
+			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq,
+		(SELECT count(*) FROM (
+			SELECT 1 FROM periods p JOIN mentions m
+				ON m.conv_id = p.conv_id AND m.user_id = ?1
+				AND m.seq > max(p.from_seq - 1, v.read) AND m.seq <= min(coalesce(p.to_seq, v.head), v.head)
+			JOIN events e ON e.conv_id = m.conv_id AND e.seq = m.seq AND e.recall_seq IS NULL
+			WHERE p.conv_id = v.id AND p.user_id = ?1
+			LIMIT ?3)) AS mentions_unread
 	FROM pg v
 )
 SELECT w.id, w.title, w.kind, w.head, w.min_seq, w.epoch, w.open, w.delivered, w.read, w.unread,
 	l.conv_id IS NOT NULL, coalesce(l.seq, 0), coalesce(l.mid, ''), coalesce(l.kind, ''), coalesce(l.sender_user, ''),
 	coalesce(l.sender_device, ''), coalesce(l.body, ''), coalesce(l.target, 0), coalesce(l.subject_user, ''),
-	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0), w.activity
+	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0), w.activity, w.mentions_unread,
+	coalesce(l.reply_to, 0), coalesce(l.mentions, '')
 FROM w LEFT JOIN events l ON l.conv_id = w.id AND l.seq = w.last_seq
 ORDER BY w.activity DESC, w.id`
 
@@ -425,10 +472,14 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsReque
 			var hasLast bool
 			var ev parley.Event
 			var at, activity int64
+			var mentions string
 			if err := rows.Scan(&s.Conv, &s.Title, &kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread,
-				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at, &activity); err != nil {
+				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at, &activity,
+				&s.MentionsUnread, &ev.ReplyTo, &mentions); err != nil {
 				return err
 			}
+			ev.Mentions = parley.SplitMentions(mentions)
+			s.MentionsUnread = min(s.MentionsUnread, parley.UnreadCap)
 			if len(page.Convs) == r.Limit {
 				page.HasMore = true
 				break

@@ -310,7 +310,8 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 				continue
 			}
 			rows, err := tx.QueryContext(ctx, `SELECT conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
-				COALESCE(subject_user, ''), recall_seq IS NOT NULL AND recall_seq <= ?, created_at
+				COALESCE(subject_user, ''), recall_seq IS NOT NULL AND recall_seq <= ?, created_at,
+				COALESCE(reply_to, 0), COALESCE(mentions, ''), COALESCE(emoji, ''), COALESCE(react_on, 0)
 				FROM events WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
 				head, convID, from, to, limit-len(evs))
 			if err != nil {

@@ -25,6 +25,8 @@ const (
 	TConvs  = "convs"
 	TFetch  = "fetch"
 	TSub    = "sub"
+	TEdit   = "edit"
+	TReact  = "react"
 )
 
 // Reply and push types.
@@ -37,6 +39,8 @@ const (
 	TConvsReply = "convs"
 	TFetched    = "fetched"
 	TSubscribed = "subscribed"
+	TEdited     = "edited"
+	TReacted    = "reacted"
 	TError      = "error"
 	TEvent      = "event"
 	THint       = "hint"
@@ -62,6 +66,11 @@ type Request struct {
 	Seq    *int64          `json:"seq,omitempty"`
 	Target *int64          `json:"target,omitempty"`
 	Before string          `json:"before,omitempty"` // convs: the next of the previous page
+
+	ReplyTo *int64 `json:"reply_to,omitempty"` // send: the message it replies to
+	Thread  *int64 `json:"thread,omitempty"`   // sync: read one thread
+	Emoji   string `json:"emoji,omitempty"`    // react
+	On      *bool  `json:"on,omitempty"`       // react: set (true) or remove (false)
 }
 
 // DecodeRequest parses one text frame. The error is an INVALID_ARGUMENT
@@ -149,6 +158,8 @@ var required = map[string][]string{
 	TConvs:  nil,
 	TFetch:  {"conv", "seq"},
 	TSub:    nil,
+	TEdit:   {"conv", "target", "cmid", "body"},
+	TReact:  {"conv", "target", "emoji", "on", "cmid"},
 }
 
 func (r Request) check() error {
@@ -174,6 +185,10 @@ func (r Request) check() error {
 			missing = r.Seq == nil
 		case "target":
 			missing = r.Target == nil
+		case "emoji":
+			missing = r.Emoji == ""
+		case "on":
+			missing = r.On == nil
 		}
 		if missing {
 			return parley.Errorf(parley.CodeInvalidArgument, "%s needs %s", r.T, f)
@@ -182,7 +197,55 @@ func (r Request) check() error {
 	if r.Limit != nil && *r.Limit < 1 {
 		return parley.Errorf(parley.CodeInvalidArgument, "limit must be at least 1")
 	}
+	return r.checkChat()
+}
+
+// checkChat validates the fields of edits, reactions, replies and threads
+// completely, so a bad one (an emoji with whitespace, a 4001-character
+// edit, a negative reply_to) is refused before any storage work.
+func (r Request) checkChat() error {
+	switch {
+	case r.ReplyTo != nil && *r.ReplyTo < 1:
+		return parley.Errorf(parley.CodeInvalidArgument, "reply_to must be a seq of at least 1")
+	case r.Thread != nil && *r.Thread < 1:
+		return parley.Errorf(parley.CodeInvalidArgument, "thread must be a seq of at least 1")
+	case r.T == TEdit:
+		return parley.ValidateEdit(r.EditRequest())
+	case r.T == TReact:
+		return parley.ValidateReact(r.ReactRequest())
+	}
 	return nil
+}
+
+// SendRequest turns a send frame into the store's request.
+func (r Request) SendRequest() parley.SendRequest {
+	s := parley.SendRequest{Conv: r.Conv, CMID: r.CMID, Body: r.Body}
+	if r.ReplyTo != nil {
+		s.ReplyTo = *r.ReplyTo
+	}
+	return s
+}
+
+// EditRequest turns an edit frame into the store's request (the policy
+// fields are the application layer's to fill).
+func (r Request) EditRequest() parley.EditRequest {
+	e := parley.EditRequest{Conv: r.Conv, CMID: r.CMID, Body: r.Body}
+	if r.Target != nil {
+		e.Target = *r.Target
+	}
+	return e
+}
+
+// ReactRequest turns a react frame into the store's request.
+func (r Request) ReactRequest() parley.ReactRequest {
+	x := parley.ReactRequest{Conv: r.Conv, CMID: r.CMID, Emoji: r.Emoji}
+	if r.Target != nil {
+		x.Target = *r.Target
+	}
+	if r.On != nil {
+		x.On = *r.On
+	}
+	return x
 }
 
 // SyncRequest turns a sync frame into the store's request: an omitted
@@ -199,6 +262,9 @@ func (r Request) SyncRequest() parley.SyncRequest {
 	if r.Epoch != nil {
 		s.Epoch = *r.Epoch
 	}
+	if r.Thread != nil {
+		s.Thread = *r.Thread
+	}
 	return s
 }
 
@@ -214,32 +280,69 @@ func (r Request) ConvsRequest() parley.ConvsRequest {
 	return c
 }
 
-// Event is an event on the wire.
+// Event is an event on the wire. A message read with its derived state
+// (sync, fetch) carries as_of and the fields after it; a pushed message
+// has none of them, and a client treats its as_of as its own seq.
 type Event struct {
-	Conv     string `json:"conv"`
-	Seq      int64  `json:"seq"`
-	MID      string `json:"mid"`
-	Kind     string `json:"kind"`
-	Sender   string `json:"sender"`
-	Device   string `json:"device"`
-	Body     string `json:"body"`
-	At       string `json:"at"`
-	Target   int64  `json:"target,omitempty"`
-	User     string `json:"user,omitempty"`
-	Recalled bool   `json:"recalled,omitempty"`
+	Conv     string   `json:"conv"`
+	Seq      int64    `json:"seq"`
+	MID      string   `json:"mid"`
+	Kind     string   `json:"kind"`
+	Sender   string   `json:"sender"`
+	Device   string   `json:"device"`
+	Body     string   `json:"body"`
+	At       string   `json:"at"`
+	Target   int64    `json:"target,omitempty"` // recall, edit, reaction
+	User     string   `json:"user,omitempty"`
+	Recalled bool     `json:"recalled,omitempty"`
+	ReplyTo  int64    `json:"reply_to,omitempty"` // message: its thread root
+	Mentions []string `json:"mentions,omitempty"` // message, edit
+	Emoji    string   `json:"emoji,omitempty"`    // reaction
+	On       *bool    `json:"on,omitempty"`       // reaction: always present
+
+	// Derived state of a message as read (parley.Derived).
+	AsOf         *int64     `json:"as_of,omitempty"`
+	EditSeq      int64      `json:"edit_seq,omitempty"`
+	EditedAt     string     `json:"edited_at,omitempty"`
+	Reactions    []Reaction `json:"reactions,omitempty"`
+	Replies      int64      `json:"replies,omitempty"`
+	LastReplySeq int64      `json:"last_reply_seq,omitempty"`
+}
+
+// Reaction is one emoji's count on a message as read.
+type Reaction struct {
+	Emoji string `json:"emoji"`
+	Count int64  `json:"count"`
+	Me    bool   `json:"me"`
 }
 
 // TimeFormat is how times go on the wire: RFC 3339, UTC, milliseconds.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// FromEvent converts a store event.
+// FromEvent converts a store event. It is the one encoding of an event,
+// for frames and HTTP bodies alike.
 func FromEvent(e parley.Event) Event {
-	return Event{
+	w := Event{
 		Conv: e.Conv, Seq: e.Seq, MID: e.MID, Kind: string(e.Kind),
 		Sender: e.Sender, Device: e.Device, Body: e.Body,
 		At:     e.At.UTC().Format(TimeFormat),
 		Target: e.Target, User: e.User, Recalled: e.Recalled,
+		ReplyTo: e.ReplyTo, Mentions: e.Mentions, Emoji: e.Emoji,
 	}
+	if e.Kind == parley.EventReaction {
+		w.On = ptr(e.On)
+	}
+	if d := e.Derived; d != nil {
+		w.AsOf = ptr(d.AsOf)
+		w.EditSeq, w.Replies, w.LastReplySeq = d.EditSeq, d.Replies, d.LastReplySeq
+		if d.EditSeq != 0 && !d.EditedAt.IsZero() {
+			w.EditedAt = d.EditedAt.UTC().Format(TimeFormat)
+		}
+		for _, r := range d.Reactions {
+			w.Reactions = append(w.Reactions, Reaction{Emoji: r.Emoji, Count: r.Count, Me: r.Me})
+		}
+	}
+	return w
 }
 
 // Time parses At.
@@ -256,9 +359,12 @@ type Conv struct {
 	Read         int64  `json:"read"`
 	Unread       int64  `json:"unread"`
 	UnreadCapped bool   `json:"unread_capped,omitempty"`
-	Epoch        int64  `json:"epoch"`
-	Member       bool   `json:"member"`
-	Last         *Event `json:"last,omitempty"`
+	// MentionsUnread counts the unread messages and edits that mention
+	// the caller (always present).
+	MentionsUnread int64  `json:"mentions_unread"`
+	Epoch          int64  `json:"epoch"`
+	Member         bool   `json:"member"`
+	Last           *Event `json:"last,omitempty"`
 }
 
 // FromConvSummary converts a store summary.
@@ -266,7 +372,7 @@ func FromConvSummary(c parley.ConvSummary) Conv {
 	w := Conv{
 		Conv: c.Conv, Title: c.Title, Kind: string(c.Kind), Head: c.Head, MinSeq: c.MinSeq,
 		Delivered: c.Delivered, Read: c.Read, Unread: c.Unread, UnreadCapped: c.UnreadCapped,
-		Epoch: c.Epoch, Member: c.Member,
+		MentionsUnread: c.MentionsUnread, Epoch: c.Epoch, Member: c.Member,
 	}
 	if c.Last != nil {
 		last := FromEvent(*c.Last)
@@ -349,6 +455,16 @@ func Convs(p parley.ConvsPage) Frame {
 		out[i] = FromConvSummary(c)
 	}
 	return Frame{T: TConvsReply, Convs: out, HasMore: ptr(p.HasMore), Next: p.Next}
+}
+
+// Edited is the reply to edit.
+func Edited(e parley.Edited) Frame {
+	return Frame{T: TEdited, Conv: e.Conv, Seq: ptr(e.Seq), Dup: ptr(e.Dup)}
+}
+
+// Reacted is the reply to react.
+func Reacted(r parley.Reacted) Frame {
+	return Frame{T: TReacted, Conv: r.Conv, Seq: ptr(r.Seq), Dup: ptr(r.Dup)}
 }
 
 // Fetched is the reply to fetch.
