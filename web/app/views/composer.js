@@ -41,7 +41,7 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
       input: () => {
         update();
         const before = box.value.slice(0, box.selectionStart);
-        if (suggest && /(^|[^\p{L}\p{N}._@-])@[A-Za-z0-9._-]*$/u.test(before)) suggest(box, update);
+        if (suggest && (box.dataset.suggesting || /(^|[^\p{L}\p{N}._@-])@[A-Za-z0-9._-]*$/u.test(before))) suggest(box, update);
       },
       keydown: (e) => {
         if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !box.dataset.suggesting) {

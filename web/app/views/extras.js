@@ -182,6 +182,7 @@ export function openThread(view, root) {
 }
 
 const memberCache = new Map(); // conv → Promise<string[]>
+let closeSuggest = null; // closes the open suggestion list
 
 function members(ctx, conv) {
   if (!memberCache.has(conv)) {
@@ -202,18 +203,16 @@ function members(ctx, conv) {
  */
 export async function autocomplete(ctx, conv, box, changed) {
   const all = await members(ctx, conv);
+  if (closeSuggest) closeSuggest();
   const before = box.value.slice(0, box.selectionStart);
-  const m = /@([A-Za-z0-9._-]*)$/.exec(before);
-  const old = box.parentNode.querySelector(".suggest");
-  if (old) old.remove();
-  delete box.dataset.suggesting;
-  if (!m) return;
-  const prefix = m[1].toLowerCase();
+  const m = /(^|[^\p{L}\p{N}._@-])@([A-Za-z0-9._-]*)$/u.exec(before);
+  if (!m || !box.isConnected) return;
+  const prefix = m[2].toLowerCase();
   const users = all.filter((u) => u !== ctx.client.user && u.startsWith(prefix)).slice(0, 8);
   if (!users.length) return;
   let active = 0;
   const choose = (u) => {
-    const start = before.length - m[0].length;
+    const start = before.length - m[2].length - 1;
     box.value = box.value.slice(0, start) + "@" + u + " " + box.value.slice(before.length);
     box.selectionStart = box.selectionEnd = start + u.length + 2;
     finish();
@@ -237,6 +236,7 @@ export async function autocomplete(ctx, conv, box, changed) {
     } else if (e.key === "Escape") finish();
   };
   const finish = () => {
+    closeSuggest = null;
     ul.remove();
     delete box.dataset.suggesting;
     box.removeEventListener("keydown", onKey, true);
@@ -245,6 +245,7 @@ export async function autocomplete(ctx, conv, box, changed) {
   box.addEventListener("keydown", onKey, true);
   box.addEventListener("blur", finish);
   box.dataset.suggesting = "1";
+  closeSuggest = finish;
   box.parentNode.appendChild(ul);
 }
 
