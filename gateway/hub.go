@@ -153,7 +153,7 @@ func New(o Options) *Hub {
 		if !ok {
 			panic("gateway: Options.App is nil and Options.Store does not implement app.Store")
 		}
-		ao := app.Options{Store: full, Publish: h.Publish, Revoke: h, Log: o.Log}
+		ao := app.Options{Store: full, Publish: h.Publish, Revoke: h, Config: o.Config, Log: o.Log}
 		if o.Metrics != nil {
 			ao.Metrics = o.Metrics
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/app"
+	"github.com/parleychat/parley/config"
 )
 
 // Options configure a Hub. Zero values take the defaults named.
@@ -20,6 +21,9 @@ type Options struct {
 	// must then implement app.Store, as every parley.Store does) that
 	// publishes through this hub and counts sends to Metrics.
 	App *app.Service
+	// Config returns the policy in force (the edit window, the @all limit)
+	// for the Service made when App is nil; nil: the documented defaults.
+	Config func() *config.Config
 
 	// HintMembers: conversations with more members than this get a hint
 	// instead of the event (default 1000).

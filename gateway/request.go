@@ -18,11 +18,14 @@ import (
 
 // FrameBuckets maps every request frame to the rate-limit bucket of its
 // HTTP twin (httpapi/routes.go): send and recall count with HTTP sends and
-// recalls, the reads with the read routes. sub has no twin: it reads the
+// recalls, edit with PATCH of a message, react with PUT and DELETE of a
+// reaction, the reads with the read routes. sub has no twin: it reads the
 // store like GET /api/convs, so it counts in read too.
 var FrameBuckets = map[string]string{
 	wire.TSend:   ratelimit.BucketSend,
 	wire.TRecall: ratelimit.BucketSend,
+	wire.TEdit:   ratelimit.BucketEdit,
+	wire.TReact:  ratelimit.BucketReact,
 	wire.TSync:   ratelimit.BucketRead,
 	wire.TConvs:  ratelimit.BucketRead,
 	wire.TFetch:  ratelimit.BucketRead,
@@ -103,7 +106,7 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 func (c *conn) send(ctx context.Context, req wire.Request) {
 	fo := c.h.fanoutOf(req.Conv)
 	fo.sendStarted()
-	sent, err := c.h.app.Send(ctx, app.WebSocket, c.p, parley.SendRequest{Conv: req.Conv, CMID: req.CMID, Body: req.Body})
+	sent, err := c.h.app.Send(ctx, app.WebSocket, c.p, req.SendRequest())
 	fo.sendDone()
 	if err != nil {
 		c.replyErr(req.RID, err, req.T)
@@ -119,6 +122,12 @@ func (c *conn) request(ctx context.Context, req wire.Request) (wire.Frame, error
 	case wire.TRecall:
 		r, err := a.Recall(ctx, p, parley.RecallRequest{Conv: req.Conv, Target: *req.Target, CMID: req.CMID})
 		return wire.Recalled(r), err
+	case wire.TEdit:
+		e, err := a.Edit(ctx, p, req.EditRequest())
+		return wire.Edited(e), err
+	case wire.TReact:
+		r, err := a.React(ctx, p, req.ReactRequest())
+		return wire.Reacted(r), err
 	case wire.TSync:
 		page, err := a.Sync(ctx, p, req.SyncRequest())
 		if err == nil && len(page.Events) > 0 && fault.Hit(fault.GatewaySync) != nil {

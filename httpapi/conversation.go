@@ -135,3 +135,24 @@ func (c calls) answerMember(w http.ResponseWriter, mc parley.MemberChange, err e
 	}
 	encode(w, http.StatusOK, memberReply{Conv: mc.Conv, User: mc.User, Seq: mc.Seq, Changed: mc.Changed})
 }
+
+// handleOpenDirect opens the caller's direct conversation with a user:
+// POST /api/dms {"user"}; 201 with its header when it was created, 200
+// when it existed.
+func handleOpenDirect(c calls) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b memberBody
+		if err := decode(w, r, &b); err != nil {
+			c.writeError(w, err, "open direct")
+			return
+		}
+		ctx, cancel := c.ctx(r)
+		defer cancel()
+		conv, made, err := c.app.OpenDirect(ctx, caller(r), b.User)
+		if err != nil {
+			c.writeError(w, err, "open direct")
+			return
+		}
+		encode(w, statusOf(made), fromConversation(conv))
+	})
+}

@@ -14,8 +14,9 @@ type sendBody struct {
 	ReplyTo int64  `json:"reply_to"` // 0 or absent: a reply to nothing
 }
 
-// handleSend posts a message: 201 for the first request under an
-// Idempotency-Key, 200 with dup true for its replays. The key (the cmid) is
+// handleSend posts a message, optionally a reply (reply_to): 201 for the
+// first request under an Idempotency-Key, 200 with dup true for its
+// replays. The key (the cmid) is
 // read before the body, so a request without one changes nothing.
 func handleSend(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -23,6 +24,9 @@ func handleSend(c calls) http.Handler {
 		var b sendBody
 		if err == nil {
 			err = decode(w, r, &b)
+		}
+		if err == nil && b.ReplyTo < 0 {
+			err = parley.Errorf(parley.CodeInvalidArgument, "reply_to must be a seq of at least 1")
 		}
 		if err != nil {
 			c.refuseSend(w, err, app.HTTP)
@@ -54,16 +58,22 @@ func (c calls) refuseSend(w http.ResponseWriter, err error, transport string) {
 	c.writeError(w, c.app.RefuseSend(transport, err), "send")
 }
 
-// handleEvents is sync: GET /api/convs/{id}/events?after=&limit=&epoch=.
+// handleEvents is sync: GET /api/convs/{id}/events?after=&limit=&epoch=&thread=.
 func handleEvents(c calls) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		after, err := queryInt(r, "after", 0)
-		var limit, epoch int64
+		var limit, epoch, thread int64
 		if err == nil {
 			limit, err = queryInt(r, "limit", parley.DefaultPage)
 		}
 		if err == nil {
 			epoch, err = queryInt(r, "epoch", 0)
+		}
+		if err == nil {
+			thread, err = queryInt(r, "thread", 0)
+		}
+		if _, given := r.URL.Query()["thread"]; err == nil && given && thread < 1 {
+			err = parley.Errorf(parley.CodeInvalidArgument, "thread must be a seq of at least 1")
 		}
 		if err != nil {
 			c.writeError(w, err, "sync")
@@ -76,7 +86,7 @@ func handleEvents(c calls) http.Handler {
 		ctx, cancel := c.ctx(r)
 		defer cancel()
 		page, err := c.app.Sync(ctx, caller(r), parley.SyncRequest{
-			Conv: r.PathValue("id"), After: after, Limit: int(min(limit, parley.MaxPage)), Epoch: epoch,
+			Conv: r.PathValue("id"), After: after, Limit: int(min(limit, parley.MaxPage)), Epoch: epoch, Thread: thread,
 		})
 		if err != nil {
 			c.writeError(w, err, "sync")

@@ -120,6 +120,8 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs", user(ratelimit.BucketConvs, http.StatusCreated), handleCreateConv(c))
 	rt.route("POST /api/convs/{id}/members", user(ratelimit.BucketConvs), handleAddMember(c))
 	rt.route("DELETE /api/convs/{id}/members/{user}", user(ratelimit.BucketConvs), handleRemoveMember(c))
+	rt.route("POST /api/dms", user(ratelimit.BucketDMs, http.StatusCreated), handleOpenDirect(c))
+	rt.route("GET /api/users", user(ratelimit.BucketUsers), handleDirectory(c))
 
 	// Messages and cursors.
 	rt.route("POST /api/convs/{id}/messages", user(ratelimit.BucketSend, http.StatusCreated), handleSend(c))
@@ -128,6 +130,12 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/read", user(ratelimit.BucketRead), handleRead(c))
 	rt.route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(c))
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
+
+	// Edits, reactions, versions.
+	rt.route("PATCH /api/convs/{id}/messages/{seq}", user(ratelimit.BucketEdit, http.StatusCreated), handleEdit(c))
+	rt.route("PUT /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, true))
+	rt.route("DELETE /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, false))
+	rt.route("GET /api/convs/{id}/messages/{seq}/versions", user(ratelimit.BucketRead), handleVersions(c))
 
 	// Operations (admin permission rule).
 	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))

@@ -257,3 +257,59 @@ func handleNotFound(mux *http.ServeMux, catchAll ...string) http.Handler {
 		})
 	})
 }
+
+// Directory paging: GET /api/users.
+const (
+	DefaultDirectoryPage = 20
+	MaxDirectoryPage     = parley.MaxAdminPage
+)
+
+// directoryReply is a page of the user directory; next is present when
+// there is more (pass it as cursor).
+type directoryReply struct {
+	Users []directoryUser `json:"users"`
+	Next  string          `json:"next,omitempty"`
+}
+
+type directoryUser struct {
+	ID string `json:"id"`
+}
+
+// handleDirectory lists the active users the caller may find, by id or
+// email prefix: GET /api/users?q=&limit=&cursor= (the directory policy in
+// force decides whether everyone or only people who share a conversation
+// with the caller).
+func handleDirectory(c calls) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit, err := queryLimit(r, DefaultDirectoryPage, MaxDirectoryPage)
+		q := r.URL.Query()
+		for _, name := range []string{"q", "cursor"} {
+			if vs, ok := q[name]; err == nil && ok && len(vs) != 1 {
+				err = parley.Errorf(parley.CodeInvalidArgument, "%s must be given once", name)
+			}
+		}
+		dq := parley.DirectoryQuery{Prefix: q.Get("q"), After: q.Get("cursor"), Limit: limit}
+		if err == nil {
+			_, _, err = parley.CheckDirectoryQuery(dq)
+		}
+		if err != nil {
+			c.writeError(w, err, "directory")
+			return
+		}
+		ctx, cancel := c.ctx(r)
+		defer cancel()
+		page, err := c.app.Directory(ctx, caller(r), dq)
+		if err != nil {
+			c.writeError(w, err, "directory")
+			return
+		}
+		out := directoryReply{Users: make([]directoryUser, len(page.Items))}
+		for i, u := range page.Items {
+			out.Users[i] = directoryUser{ID: u.ID}
+		}
+		if page.HasMore {
+			out.Next = page.Next
+		}
+		encode(w, http.StatusOK, out)
+	})
+}

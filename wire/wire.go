@@ -467,6 +467,32 @@ func Reacted(r parley.Reacted) Frame {
 	return Frame{T: TReacted, Conv: r.Conv, Seq: ptr(r.Seq), Dup: ptr(r.Dup)}
 }
 
+// Version is one version of a message's text on the wire.
+type Version struct {
+	Seq  int64  `json:"seq"`
+	Body string `json:"body"`
+	At   string `json:"at"`
+}
+
+// Versions is the body of GET /api/convs/{id}/messages/{seq}/versions:
+// the versions of a message the caller may see, oldest first; none (an
+// empty list, never null) when it is recalled.
+type Versions struct {
+	Conv     string    `json:"conv"`
+	Seq      int64     `json:"seq"`
+	Recalled bool      `json:"recalled"`
+	Versions []Version `json:"versions"`
+}
+
+// FromVersions converts what the store read.
+func FromVersions(conv string, seq int64, vs []parley.Version, recalled bool) Versions {
+	out := Versions{Conv: conv, Seq: seq, Recalled: recalled, Versions: make([]Version, len(vs))}
+	for i, v := range vs {
+		out.Versions[i] = Version{Seq: v.Seq, Body: v.Body, At: v.At.UTC().Format(TimeFormat)}
+	}
+	return out
+}
+
 // Fetched is the reply to fetch.
 func Fetched(e parley.Event) Frame {
 	ev := FromEvent(e)

@@ -413,6 +413,7 @@ func (s *server) newHub() error {
 		OnAccount: s.ident.ForgetUser,
 		Metrics:   s.m,
 		Timeout:   s.storeTimeout,
+		Config:    s.cfg.Current,
 	})
 	registerHubMetrics(s.m, s.hub)
 	return nil
@@ -460,6 +461,7 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 	hub := s.hub
 	uc := app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
+		Config: s.cfg.Current,
 	})
 	return httpapi.NewHandler(httpapi.Deps{
 		App:        uc,
