@@ -88,6 +88,7 @@ func TestBrowserEditReactThread(t *testing.T) {
 
 	// Edit: ana's message changes on both sides, marked edited, with two versions.
 	ana.click("ana's Edit", msgJS("hello @ben")+`?.querySelector("[data-test=edit]")`)
+	ana.waitJS("the editor", `!!document.querySelector("[data-test=edit-box]")`)
 	ana.do(chromedp.Evaluate[chromedp.Void](`document.querySelector("[data-test=edit-box]").value = "hello @ben, edited"`),
 		chromedp.Click(`[data-test=edit-save]`))
 	for _, d := range []*chatDev{ana, ben} {
@@ -153,9 +154,12 @@ func TestBrowserOfflineEditReact(t *testing.T) {
 		d.waitOnce("ben writes")
 	}
 
+	// The on-demand screens load with the timeline, so they work offline.
+	ben.waitJS("the on-demand module", `performance.getEntriesByType("resource").some(e => e.name.includes("/extras."))`)
 	ben.setOffline(true)
 	ben.waitJS("the offline indicator", `document.querySelector("[data-test=conn]").dataset.state !== "online"`)
 	ben.click("ben's Edit", msgJS("ben writes")+`?.querySelector("[data-test=edit]")`)
+	ben.waitJS("the editor", `!!document.querySelector("[data-test=edit-box]")`)
 	ben.do(chromedp.Evaluate[chromedp.Void](`document.querySelector("[data-test=edit-box]").value = "ben wrote, offline"`),
 		chromedp.Click(`[data-test=edit-save]`))
 	ben.waitJS("the pending edit", `!!`+msgJS("ben wrote, offline")+`?.querySelector("[data-test=edit-pending]")`)

@@ -41,7 +41,7 @@ function visible(ev) {
   return ev.kind === "message" || ev.kind === "member_joined" || ev.kind === "member_left";
 }
 
-/** extras loads the screens used only on demand (picker, editor, versions, thread). */
+/** extras loads the screens used only on demand (picker, editor, versions, thread); a failed load is tried again on the next call. */
 export function extras() {
   return import("./extras.js");
 }
@@ -116,6 +116,9 @@ class TimelineView {
       client.openTimeline(conv);
       this.composer.focusBox();
     });
+    // Fetch the on-demand screens once the timeline is up, so editing and
+    // reacting work offline too (an import cannot load then).
+    setTimeout(() => extras().catch(() => {}), 0);
   }
 
   /** listen subscribes to the client and the page; el.dispose undoes it. */
