@@ -9,7 +9,9 @@
 // hashed names first, so a module's hash covers the hashes of what it imports
 // (a Merkle tree: changing dom.js renames every module that imports it,
 // directly or not). That needs an acyclic import graph; a cycle is refused at
-// start. index.html is the shell: its `/assets/NAME.EXT` references are
+// start. A dynamic import (`import("./x.js")`) is rewritten the same way; the
+// module it names is loaded only when the page asks for it, so it is not
+// part of the first load (Size) unless a static import also names it. index.html is the shell: its `/assets/NAME.EXT` references are
 // rewritten the same way, and it is served with no-store for every
 // navigation path.
 package web
@@ -59,10 +61,12 @@ const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 
 
 // Site is the hashed app: its assets by served path and the rendered shell.
 type Site struct {
-	assets map[string]*asset // served name ("app.3f2a1b0c9d8e.js") → the asset
-	names  map[string]string // app name ("app.js") → served name
-	order  []string          // app names, sorted
-	shell  []byte            // index.html with hashed references
+	assets map[string]*asset   // served name ("app.3f2a1b0c9d8e.js") → the asset
+	names  map[string]string   // app name ("app.js") → served name
+	order  []string            // app names, sorted
+	shell  []byte              // index.html with hashed references
+	static map[string][]string // app name → the app names it imports statically
+	first  []string            // app names of the first load, sorted
 }
 
 type asset struct {
@@ -93,10 +97,11 @@ var contentTypes = map[string]string{
 	".txt":  "text/plain; charset=utf-8",
 }
 
-// importRE finds a static import's relative specifier in a module: `from
-// "./x.js"`, `from "../x.js"` and the side-effect form `import "./x.js"`.
+// importRE finds an import's relative specifier in a module: `from
+// "./x.js"`, `from "../x.js"`, the side-effect form `import "./x.js"` and
+// the dynamic `import("./x.js")` (group 1 then holds the parenthesis).
 // Group 2 is the specifier.
-var importRE = regexp.MustCompile(`(\bfrom\s*|\bimport\s*)"(\.\.?/[^"\n]*)"`)
+var importRE = regexp.MustCompile(`(\bfrom\s*|\bimport\s*\(?\s*)"(\.\.?/[^"\n]*)"`)
 
 // shellRefRE finds an asset reference in the shell: "/assets/NAME.EXT".
 var shellRefRE = regexp.MustCompile(`"/assets/([^"\n]+)"`)
@@ -117,7 +122,7 @@ func Load(fsys fs.FS) (*Site, error) {
 	}
 	delete(src, ShellFile)
 
-	s := &Site{assets: map[string]*asset{}, names: map[string]string{}}
+	s := &Site{assets: map[string]*asset{}, names: map[string]string{}, static: map[string][]string{}}
 	for name := range src {
 		s.order = append(s.order, name)
 	}
@@ -131,7 +136,33 @@ func Load(fsys fs.FS) (*Site, error) {
 	if s.shell, err = s.renderShell(shell); err != nil {
 		return nil, err
 	}
+	s.first = s.firstLoad(shell)
 	return s, nil
+}
+
+// firstLoad returns the assets a first load fetches: those the shell names
+// and, transitively, what they import statically.
+func (s *Site) firstLoad(shell []byte) []string {
+	seen := map[string]bool{}
+	var walk func(name string)
+	walk = func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		for _, dep := range s.static[name] {
+			walk(dep)
+		}
+	}
+	for _, m := range shellRefRE.FindAllSubmatch(shell, -1) {
+		walk(string(m[1]))
+	}
+	out := make([]string, 0, len(seen))
+	for name := range seen {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // readApp reads every file of fsys, by its path.
@@ -216,6 +247,9 @@ func (l *linker) rewriteImports(name string, body []byte) ([]byte, error) {
 			rerr = err
 			return m
 		}
+		if !strings.Contains(string(sub[1]), "(") {
+			l.site.static[name] = append(l.site.static[name], dep)
+		}
 		hashed := l.site.names[dep]
 		rel := path.Join(path.Dir(spec), path.Base(hashed))
 		if strings.HasPrefix(spec, "./") {
@@ -274,6 +308,11 @@ func (s *Site) Path(name string) (string, bool) {
 // Assets lists the app's asset names (not hashed), sorted.
 func (s *Site) Assets() []string { return slices.Clone(s.order) }
 
+// FirstLoad lists the asset names (not hashed, sorted) a first load
+// fetches: the shell's references and what they import statically. The
+// others are imported dynamically, when the page needs them.
+func (s *Site) FirstLoad() []string { return slices.Clone(s.first) }
+
 // Shell returns the rendered index.html.
 func (s *Site) Shell() []byte { return slices.Clone(s.shell) }
 
@@ -288,11 +327,11 @@ func (s *Site) Sizes() map[string]int {
 }
 
 // Size is what a first load costs in bytes, uncompressed: the shell and
-// every asset as served.
+// every asset of FirstLoad as served.
 func (s *Site) Size() int {
 	n := len(s.shell)
-	for _, a := range s.assets {
-		n += len(a.body)
+	for _, name := range s.first {
+		n += len(s.assets[s.names[name]].body)
 	}
 	return n
 }

@@ -4,28 +4,57 @@
 // with ctx = {api, h, me, navigate, toast, client} as app.js builds it and
 // params the path's :names.
 //
+// The screens load when first shown (a dynamic import): they are not part
+// of the page's first load. Until its module is there a route shows
+// "Loading…"; if it cannot load (a release changed under the page), it says
+// to reload.
+//
 // Menu entries marked admin are shown only to users whose role is admin;
 // the admin routes themselves stay reachable by anyone who types the path,
 // and the server's 403 "Access denied" is what a non-admin sees there.
 
-import { renderNewConv } from "./views/newconv.js";
-import { renderMembers } from "./views/members.js";
-import { renderExports } from "./views/export.js";
-import { renderAdminUsers, renderAdminAudit, renderAdminConvs } from "./views/admin.js";
+/**
+ * lazy returns a view that shows a placeholder, imports its module and
+ * puts the module's view fn in its place; dispose reaches the real view.
+ * @param {function(): Promise<object>} load the module's dynamic import
+ * @param {string} fn the view's export
+ * @returns {Function}
+ */
+export function lazy(load, fn) {
+  return (ctx, params) => {
+    const el = ctx.h("div", { class: "lazy-view", role: "status" }, "Loading…");
+    let real = null;
+    let gone = false;
+    el.dispose = () => {
+      gone = true;
+      if (real && real.dispose) real.dispose();
+    };
+    load().then((m) => {
+      if (gone) return;
+      real = m[fn](ctx, params);
+      el.replaceWith(real);
+    }, () => {
+      el.textContent = "This screen could not load; reload the page.";
+    });
+    return el;
+  };
+}
 
 /** @type {Array<{path: string, view: Function}>} */
 export const routes = [
-  { path: "/new", view: renderNewConv },
-  { path: "/c/:id/members", view: renderMembers },
-  { path: "/exports", view: renderExports },
-  { path: "/admin/users", view: renderAdminUsers },
-  { path: "/admin/audit", view: renderAdminAudit },
-  { path: "/admin/convs", view: renderAdminConvs },
+  { path: "/new", view: lazy(() => import("./views/newconv.js"), "renderNewConv") },
+  { path: "/dm", view: lazy(() => import("./views/extras.js"), "renderNewDM") },
+  { path: "/c/:id/members", view: lazy(() => import("./views/members.js"), "renderMembers") },
+  { path: "/exports", view: lazy(() => import("./views/export.js"), "renderExports") },
+  { path: "/admin/users", view: lazy(() => import("./views/admin.js"), "renderAdminUsers") },
+  { path: "/admin/audit", view: lazy(() => import("./views/admin.js"), "renderAdminAudit") },
+  { path: "/admin/convs", view: lazy(() => import("./views/admin.js"), "renderAdminConvs") },
 ];
 
 /** @type {Array<{label: string, path: string, admin?: boolean}>} */
 export const menu = [
   { label: "New conversation", path: "/new" },
+  { label: "Direct message", path: "/dm" },
   { label: "Export", path: "/exports" },
   // One entry for the three admin screens (they link each other), so the
   // top bar stays short at 360 px.

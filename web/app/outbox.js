@@ -9,7 +9,9 @@
 //     (BroadcastChannel) and to this tab (onChange), with what happened;
 //   - exclusive() runs a function while holding the browser-wide outbox lock
 //     (Web Locks), so only one tab sends at a time.
-// Item: {cmid, conv, body, created (ms), state: "pending"|"failed"|"expired", reason?}.
+// Item: {cmid, conv, body, created (ms), state: "pending"|"failed"|"expired",
+// reason?} and what it asks: kind "send" (reply_to?), "edit" (target, body)
+// or "react" (target, emoji, on).
 
 import { newID } from "./id.js";
 
@@ -84,13 +86,14 @@ export class Outbox {
    * add stores a new pending item and resolves once it is written.
    * @param {string} conv
    * @param {string} body
+   * @param {{kind?: string, target?: number, emoji?: string, on?: boolean, reply_to?: number}} [what] default a send
    * @returns {Promise<object>} the item
    */
-  async add(conv, body) {
+  async add(conv, body, what) {
     // created orders the items: strictly increasing in this tab, so two
     // messages written in one millisecond keep their order.
     this.last = Math.max(Date.now(), (this.last || 0) + 1);
-    const item = { cmid: newID(), conv, body, created: this.last, state: "pending" };
+    const item = { kind: "send", ...what, cmid: newID(), conv, body, created: this.last, state: "pending" };
     await this.tx("readwrite", (s) => s.add(item));
     this.announce({ type: "added", item });
     return item;

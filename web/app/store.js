@@ -20,16 +20,22 @@
 //     push is applied only when it is the next seq, anything else (a gap, a
 //     hint ahead, resync, reconnect) syncs from the cursor; EPOCH_CHANGED or
 //     CURSOR_AHEAD rebuild the timeline;
-//   - read state from the user's other devices (read hints) clears unread.
+//   - read state from the user's other devices (read hints) clears unread;
+//   - edits and reactions are outbox items like sends (same cmid on every
+//     resend, dropped on success or a terminal code: "refused"); derived
+//     state (edits, reactions, replies) follows the fold rule of fold.js.
 //
 // Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
 // "arrived" (convs entry, ev): a pushed event moved a known conversation's
 // head (after "convs"), "timeline" (conv, change) with change.kind "reset" |
-// "append" (events) | "prepend" (events) | "update" (ev) | "outbox".
+// "append" (events) | "prepend" (events) | "update" (ev) | "outbox",
+// "thread" (thread): an open thread changed, "refused" (item, error): an
+// edit or reaction was refused with a terminal code and dropped.
 
 import { api, ApiError, RETRYABLE } from "./api.js";
 import { Backoff, retryDelay } from "./backoff.js";
 import { Conn } from "./conn.js";
+import { fold, mentionsOf } from "./fold.js";
 import { newID } from "./id.js";
 import { Outbox } from "./outbox.js";
 import { url } from "./urls.js";
@@ -102,7 +108,7 @@ export class Client {
     try {
       this.outbox = await Outbox.open(this.user);
       this.outbox.onChange((c) => this.outboxChanged(c));
-      for (const it of await this.outbox.list()) this.items.set(it.cmid, it);
+      for (const it of await this.outbox.list()) this.items.set(it.cmid, { kind: "send", ...it });
       for (const it of this.items.values()) this.emit("timeline", it.conv, { kind: "outbox" });
     } catch (e) {
       console.error("outbox unavailable", e);
@@ -129,13 +135,14 @@ export class Client {
 
   // --- requests: over the socket when it is up, else over HTTP ---
 
-  sync(conv, after, limit, epoch) {
+  sync(conv, after, limit, epoch, thread) {
     if (this.conn.online()) {
       const f = { t: "sync", conv, after, limit };
       if (epoch) f.epoch = epoch;
+      if (thread) f.thread = thread;
       return this.conn.request(f);
     }
-    return api("GET", url.events(conv, after, limit, epoch));
+    return api("GET", url.events(conv, after, limit, epoch, thread));
   }
 
   // --- conversations ---
@@ -164,6 +171,19 @@ export class Client {
   /** @returns {boolean} whether the list has been read once */
   conversationsLoaded() {
     return this.convsLoaded;
+  }
+
+  /**
+   * title names a conversation: its title, else for a direct conversation
+   * the other user, else its id.
+   * @param {object} c convs entry
+   * @returns {string}
+   */
+  title(c) {
+    if (c.title) return c.title;
+    const m = /^dm:([^:]+):([^:]+)$/.exec(c.conv);
+    if (m) return m[1] === this.user ? m[2] : m[1];
+    return c.kind === "direct" ? "Direct message" : c.conv;
   }
 
   /** @returns {number} unread messages over every conversation */
@@ -196,6 +216,7 @@ export class Client {
           c.head = old.head;
           c.last = old.last;
           c.unread = Math.max(old.unread || 0, c.unread || 0);
+          c.mentions_unread = Math.max(old.mentions_unread || 0, c.mentions_unread || 0);
         }
         if (old && old.read > c.read) c.read = old.read;
         next.set(c.conv, c);
@@ -228,6 +249,7 @@ export class Client {
           if (tl.state === "ready") this.syncForward(tl);
           else if (tl.wanted && tl.state === "empty") this.openTimeline(tl.conv);
         }
+        if (this.th) this.loadThread(this.th);
       });
     for (const [conv, seq] of this.readWanted) this.markRead(conv, seq);
     this.pump();
@@ -239,6 +261,7 @@ export class Client {
     else if (f.t === "resync") {
       this.scheduleRefresh();
       for (const tl of this.tls.values()) if (tl.state === "ready") this.syncForward(tl);
+      if (this.th) this.loadThread(this.th);
     }
   }
 
@@ -250,11 +273,13 @@ export class Client {
       c.head = ev.seq;
       c.last = ev;
       if (ev.kind === "message" && ev.sender !== this.user && ev.seq > c.read) c.unread = (c.unread || 0) + 1;
+      if (this.mentionsMe(ev) && ev.seq > c.read) c.mentions_unread = (c.mentions_unread || 0) + 1;
       // Unread after a recall, and "member" after a join or leave, come from the server.
       if (ev.kind === "recall" || ev.kind === "member_left" || ev.kind === "member_joined") this.scheduleRefresh();
       this.emit("convs");
       this.emit("arrived", c, ev);
     }
+    this.threadPush(ev);
     const tl = this.tls.get(ev.conv);
     if (!tl) return;
     if (tl.state === "loading") {
@@ -287,18 +312,30 @@ export class Client {
     if (tl && tl.state === "ready" && f.head > tl.hi) this.syncForward(tl);
   }
 
+  /**
+   * mentionsMe reports whether a message or edit of someone else mentions the user.
+   * @param {object} ev
+   */
+  mentionsMe(ev) {
+    return (ev.kind === "message" || ev.kind === "edit") && ev.sender !== this.user && !ev.recalled && mentionsOf(ev).includes(this.user);
+  }
+
   recountUnread(c) {
     if (c.read >= c.head) {
       c.unread = 0;
+      c.mentions_unread = 0;
       return;
     }
     const tl = this.tls.get(c.conv);
     if (tl && tl.state === "ready" && tl.lo <= c.read + 1) {
       let n = 0;
+      let m = 0;
       for (const ev of tl.events.values()) {
         if (ev.seq > c.read && ev.kind === "message" && ev.sender !== this.user && !ev.recalled) n++;
+        if (ev.seq > c.read && this.mentionsMe(ev)) m++;
       }
       c.unread = n;
+      c.mentions_unread = m;
     } else {
       this.scheduleRefresh();
     }
@@ -441,24 +478,16 @@ export class Client {
    */
   applyPage(tl, events, forward) {
     const added = [];
-    const updated = [];
+    const updated = new Set();
     for (const ev of events || []) {
       if (tl.events.has(ev.seq)) continue;
       tl.events.set(ev.seq, ev);
       added.push(ev);
-      if (ev.kind === "recall") {
-        const t = tl.events.get(ev.target);
-        if (t && !t.recalled) {
-          t.recalled = true;
-          t.body = "";
-          updated.push(t);
-        }
-      } else if (ev.kind === "message" && ev.sender === this.user && ev.device === this.device) {
-        this.claim(ev, forward);
-      }
+      for (const t of fold(tl.events, ev, this.user)) updated.add(t);
+      if (ev.kind === "message" && ev.sender === this.user && ev.device === this.device) this.claim(ev, forward);
     }
     added.sort((a, b) => a.seq - b.seq);
-    return { added, updated };
+    return { added, updated: [...updated].filter((t) => !added.includes(t)) };
   }
 
   /** claim matches an own event that came before its send's reply to its outbox item, so it shows once. */
@@ -469,7 +498,7 @@ export class Client {
     const at = Date.parse(ev.at) || 0;
     for (const it of this.items.values()) {
       if (!forward && at < it.created - 5 * 60 * 1000) continue;
-      if (it.conv === ev.conv && it.state === "pending" && it.body === ev.body && !this.claims.has(it.cmid)) {
+      if (it.conv === ev.conv && it.kind === "send" && it.state === "pending" && it.body === ev.body && !this.claims.has(it.cmid)) {
         this.claims.set(it.cmid, ev.seq);
         return;
       }
@@ -518,13 +547,13 @@ export class Client {
     const shown = (seq) => tl && tl.events.has(seq);
     const out = [];
     for (const it of this.items.values()) {
-      if (it.conv !== conv) continue;
+      if (it.conv !== conv || it.kind !== "send") continue;
       const claimed = this.claims.get(it.cmid);
       if (claimed && shown(claimed)) continue;
       out.push(it);
     }
     for (const [cmid, s] of this.sent) {
-      if (s.item.conv !== conv || this.items.has(cmid)) continue;
+      if (s.item.conv !== conv || s.item.kind !== "send" || this.items.has(cmid)) continue;
       if (shown(s.seq)) continue;
       out.push({ ...s.item, state: "sent", seq: s.seq });
     }
@@ -533,14 +562,19 @@ export class Client {
 
   outboxChanged(c) {
     if (c.type === "added" || c.type === "updated") {
+      if (!c.item.kind) c.item.kind = "send"; // an item written before edits existed
       this.items.set(c.item.cmid, c.item);
-      this.emit("timeline", c.item.conv, { kind: "outbox" });
+      this.outboxEmit(c.item);
       if (c.type === "added") this.pump();
     } else if (c.type === "removed") {
       const it = this.items.get(c.cmid);
       this.items.delete(c.cmid);
       this.claims.delete(c.cmid);
-      if (it && c.seq) {
+      if (it && it.kind !== "send") {
+        this.outboxEmit(it);
+        const tl = this.tls.get(it.conv);
+        if (tl && tl.state === "ready" && c.seq > tl.hi) this.syncForward(tl);
+      } else if (it && c.seq) {
         this.sent.set(c.cmid, { item: it, seq: c.seq });
         // Forget confirmations once their event had time to arrive.
         setTimeout(() => this.sent.delete(c.cmid), 10 * 60 * 1000);
@@ -551,15 +585,76 @@ export class Client {
     }
   }
 
+  /** outboxEmit announces an item's change: a send to its conversation's outgoing list, an edit or reaction as an update of its message. */
+  outboxEmit(it) {
+    if (it.kind === "send") return this.emit("timeline", it.conv, { kind: "outbox" });
+    const tl = this.tls.get(it.conv);
+    const t = tl && tl.events.get(it.target);
+    if (t) this.emit("timeline", it.conv, { kind: "update", ev: t });
+    if (this.th && this.th.conv === it.conv && this.th.events.has(it.target)) this.emit("thread", this.th);
+  }
+
   /**
    * send writes a message to the outbox (durably) and starts sending it.
    * @param {string} conv
    * @param {string} body
+   * @param {number} [replyTo] the message it replies to (its thread)
    * @returns {Promise<object>} the outbox item
    */
-  async send(conv, body) {
+  async send(conv, body, replyTo) {
+    return this.enqueue(conv, body, replyTo ? { kind: "send", reply_to: replyTo } : undefined);
+  }
+
+  enqueue(conv, body, what) {
     if (!this.outbox) throw new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0);
-    return this.outbox.add(conv, body); // "added" starts the pump
+    return this.outbox.add(conv, body, what); // "added" starts the pump
+  }
+
+  /**
+   * edit writes an edit of one of the user's messages to the outbox.
+   * @param {string} conv
+   * @param {number} seq the message
+   * @param {string} body the new text
+   */
+  async edit(conv, seq, body) {
+    return this.enqueue(conv, body, { kind: "edit", target: seq });
+  }
+
+  /**
+   * react writes a reaction (on) or its removal (off) to the outbox.
+   * @param {string} conv
+   * @param {number} seq the message
+   * @param {string} emoji
+   * @param {boolean} on
+   */
+  async react(conv, seq, emoji, on) {
+    return this.enqueue(conv, "", { kind: "react", target: seq, emoji, on });
+  }
+
+  /**
+   * pending returns what the outbox still holds for a message: the newest
+   * edit's text (or null) and the wanted state of each emoji.
+   * @param {string} conv
+   * @param {number} seq
+   * @returns {{body: string|null, reactions: Map<string, boolean>}}
+   */
+  pending(conv, seq) {
+    const out = { body: null, reactions: new Map() };
+    const its = [...this.items.values()].filter((it) => it.conv === conv && it.target === seq && it.state === "pending");
+    for (const it of its.sort((a, b) => a.created - b.created)) {
+      if (it.kind === "edit") out.body = it.body;
+      else if (it.kind === "react") out.reactions.set(it.emoji, it.on);
+    }
+    return out;
+  }
+
+  /** frame is the request an outbox item sends. */
+  frame(it) {
+    if (it.kind === "edit") return { t: "edit", conv: it.conv, target: it.target, cmid: it.cmid, body: it.body };
+    if (it.kind === "react") return { t: "react", conv: it.conv, target: it.target, emoji: it.emoji, on: it.on, cmid: it.cmid };
+    const f = { t: "send", conv: it.conv, cmid: it.cmid, body: it.body };
+    if (it.reply_to) f.reply_to = it.reply_to;
+    return f;
   }
 
   /**
@@ -588,7 +683,7 @@ export class Client {
             if (!this.conn.online() || this.stopped) return;
             let r;
             try {
-              r = await this.conn.request({ t: "send", conv: it.conv, cmid: it.cmid, body: it.body });
+              r = await this.conn.request(this.frame(it));
             } catch (e) {
               if (RETRYABLE.has(e.code)) {
                 this.retryLater(e);
@@ -596,6 +691,12 @@ export class Client {
               }
               const cur = await this.outbox.get(it.cmid);
               if (!cur) continue;
+              if (cur.kind !== "send") {
+                // An edit or reaction is not written again by hand: drop it, say why.
+                await this.outbox.remove(it.cmid);
+                this.emit("refused", cur, e);
+                continue;
+              }
               if (e.code === "ORIGINAL_EXPIRED") await this.outbox.put({ ...cur, state: "expired", reason: e.message });
               else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
               continue;
@@ -661,5 +762,104 @@ export class Client {
     } catch (e) {
       if (RETRYABLE.has(e.code)) this.readWanted.set(conv, Math.max(seq, this.readWanted.get(conv) || 0));
     }
+  }
+
+  // --- threads, versions, direct messages ---
+
+  /**
+   * openThread loads the thread of root (the root and its replies) as the
+   * one open thread; "thread" is announced on every change.
+   * @param {string} conv
+   * @param {number} root
+   * @returns {object} the thread: {conv, root, events: Map<seq, ev>, state, error?}
+   */
+  openThread(conv, root) {
+    if (this.th && this.th.conv === conv && this.th.root === root) return this.th;
+    this.th = { conv, root, events: new Map(), state: "loading", error: null, chain: Promise.resolve() };
+    this.loadThread(this.th);
+    return this.th;
+  }
+
+  /** closeThread forgets the open thread. */
+  closeThread() {
+    this.th = null;
+  }
+
+  /**
+   * loadThread reads the whole thread again (after opening, a reconnect, a
+   * resync: a reply edited meanwhile is read as it is now).
+   */
+  loadThread(th) {
+    return this.serial(th, async () => {
+      if (this.th !== th) return;
+      const events = new Map();
+      let after = 0;
+      try {
+        for (let i = 0; i < 100; i++) {
+          const page = await this.sync(th.conv, after, FORWARD_LIMIT, 0, th.root);
+          for (const ev of page.events || []) if (!events.has(ev.seq)) events.set(ev.seq, ev);
+          after = page.next_after;
+          if (!page.has_more) break;
+        }
+      } catch (e) {
+        th.error = e;
+        if (th.state === "loading") th.state = "error";
+        this.emit("thread", th);
+        return;
+      }
+      // Pushes that came while reading: fold them on the fresh state.
+      for (const ev of th.events.values()) {
+        if (!events.has(ev.seq)) {
+          events.set(ev.seq, ev);
+          fold(events, ev, this.user);
+        }
+      }
+      th.events = events;
+      th.state = "ready";
+      th.error = null;
+      this.emit("thread", th);
+    });
+  }
+
+  /** threadPush applies a pushed event to the open thread: a reply, or an edit, reaction or recall of one of its messages. */
+  threadPush(ev) {
+    const th = this.th;
+    if (!th || th.conv !== ev.conv || th.events.has(ev.seq)) return;
+    const belongs = ev.kind === "message" ? ev.reply_to === th.root : th.events.has(ev.target);
+    if (!belongs) return;
+    th.events.set(ev.seq, { ...ev });
+    fold(th.events, th.events.get(ev.seq), this.user);
+    this.emit("thread", th);
+  }
+
+  /**
+   * versions reads a message's versions: the original and every edit.
+   * @param {string} conv
+   * @param {number} seq
+   * @returns {Promise<{recalled: boolean, versions: Array<{seq: number, body: string, at: string}>}>}
+   */
+  versions(conv, seq) {
+    return api("GET", url.versions(conv, seq));
+  }
+
+  /**
+   * searchUsers reads a page of the user directory.
+   * @param {string} q an id or email prefix
+   * @param {string} [cursor] the previous page's next
+   * @returns {Promise<{users: Array<{id: string}>, next?: string}>}
+   */
+  searchUsers(q, cursor) {
+    return api("GET", url.users(q, 20, cursor));
+  }
+
+  /**
+   * openDirect opens (creating when needed) the direct conversation with a user.
+   * @param {string} user
+   * @returns {Promise<string>} its id
+   */
+  async openDirect(user) {
+    const r = await api("POST", url.dms(), { user });
+    await this.refreshConversations().catch(() => {});
+    return r.id || r.conv || "dm:" + [this.user, user].sort().join(":");
   }
 }

@@ -32,7 +32,13 @@ export const url = Object.freeze({
   /** convs: the list (GET, a page after the cursor before) or where a new one is made (POST, no arguments). */
   convs: (limit, before) => "/api/convs" + query({ limit, before }),
   /** events: sync from the cursor after; epoch 0 is none. */
-  events: (id, after, limit, epoch) => conv(id) + "/events" + query({ after, limit, epoch: epoch || undefined }),
+  events: (id, after, limit, epoch, thread) => conv(id) + "/events" + query({ after, limit, epoch: epoch || undefined, thread: thread || undefined }),
+  messages: (id) => conv(id) + "/messages",
+  message: (id, seq) => conv(id) + "/messages/" + seq,
+  versions: (id, seq) => conv(id) + "/messages/" + seq + "/versions",
+  reaction: (id, seq, emoji) => conv(id) + "/messages/" + seq + "/reactions/" + seg(emoji),
+  users: (q, limit, cursor) => "/api/users" + query({ q, limit, cursor }),
+  dms: () => "/api/dms",
   recall: (id) => conv(id) + "/recall",
   members: (id) => conv(id) + "/members",
   member: (id, user) => conv(id) + "/members/" + seg(user),

@@ -3,7 +3,9 @@
 // points, as the server counts) is shown from 3,500 characters on, before it
 // is hit; a longer text cannot be sent. Sending clears the box at once and
 // hands the text to the client's outbox; if the outbox cannot keep it, the
-// text comes back (unless the user typed anew) with a toast.
+// text comes back (unless the user typed anew) with a toast. Typing "@"
+// calls suggest (the @ autocomplete of extras.js). A composer
+// with replyTo sends replies to that thread.
 
 /** The server's limit on a message body, in code points. */
 export const MAX_CHARS = 4000;
@@ -24,25 +26,32 @@ export function charCount(s) {
  * renderComposer builds the composer; the element has setText(text) and focusBox().
  * @param {{h: Function, client: object, toast: Function}} ctx
  * @param {string} conv
+ * @param {number} [replyTo] the thread's root: replies go there
+ * @param {function(HTMLTextAreaElement, Function): void} [suggest] called when an @word is being typed (with the box and update)
  * @returns {HTMLElement}
  */
-export function renderComposer(ctx, conv) {
+export function renderComposer(ctx, conv, replyTo, suggest) {
   const { h, client } = ctx;
-  const count = h("span", { class: "count", id: "composer-count-" + conv, "aria-live": "polite", "data-test": "composer-count" }, "");
+  const cid = "composer-count-" + conv + (replyTo ? "-" + replyTo : "");
+  const count = h("span", { class: "count", id: cid, "aria-live": "polite", "data-test": "composer-count" }, "");
   const box = h("textarea", {
-    rows: 2, "aria-label": "Message", placeholder: "Write a message", "data-test": "composer",
-    "aria-describedby": "composer-count-" + conv,
+    rows: 2, "aria-label": replyTo ? "Reply" : "Message", placeholder: replyTo ? "Reply in the thread" : "Write a message", "data-test": replyTo ? "thread-composer" : "composer",
+    "aria-describedby": cid, "data-reply-to": replyTo || false,
     on: {
-      input: update,
+      input: () => {
+        update();
+        const before = box.value.slice(0, box.selectionStart);
+        if (suggest && (box.dataset.suggesting || /(^|[^\p{L}\p{N}._@-])@[A-Za-z0-9._-]*$/u.test(before))) suggest(box, update);
+      },
       keydown: (e) => {
-        if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !box.dataset.suggesting) {
           e.preventDefault();
           submit();
         }
       },
     },
   });
-  const button = h("button", { type: "submit", class: "primary", "data-test": "send" }, "Send");
+  const button = h("button", { type: "submit", class: "primary", "data-test": replyTo ? "thread-send" : "send" }, "Send");
   const form = h("form", {
     class: "composer", "aria-label": "Send a message",
     on: { submit: (e) => { e.preventDefault(); submit(); } },
@@ -64,7 +73,7 @@ export function renderComposer(ctx, conv) {
     box.value = "";
     update();
     try {
-      await client.send(conv, body);
+      await client.send(conv, body, replyTo);
     } catch (e) {
       if (box.value === "") box.value = body;
       update();

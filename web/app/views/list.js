@@ -1,5 +1,6 @@
 // views/list.js owns the conversation list of the sidebar: title, last
-// message preview, unread badge, latest activity first. Whenever the client
+// message preview, unread badge, mentions badge ("@N": messages that
+// mention the user, unread), latest activity first. Whenever the client
 // announces "convs" it updates each conversation's row in place (keyed by
 // conversation id) and moves only rows whose position changed, so a row
 // that has the keyboard focus keeps it while messages arrive. select()
@@ -17,6 +18,10 @@ export function preview(ev) {
       return ev.recalled ? ev.sender + ": message recalled" : ev.sender + ": " + ev.body.slice(0, 200);
     case "recall":
       return ev.sender + " recalled a message";
+    case "edit":
+      return ev.sender + " edited a message";
+    case "reaction":
+      return ev.on ? ev.sender + " reacted " + ev.emoji : "";
     case "member_joined":
       return ev.user + " joined";
     case "member_left":
@@ -45,9 +50,10 @@ export function renderList(ctx) {
     if (!r) {
       const title = h("span", { class: "title" });
       const badge = h("span", { class: "badge", "data-test": "unread" });
+      const at = h("span", { class: "badge at", "data-test": "mentions" });
       const preview = h("span", { class: "preview" });
       const a = h("a", { href: "/c/" + encodeURIComponent(id), "data-nav": "", "data-test": "conv", "data-conv": id }, title, preview);
-      r = { li: h("li", null, a), a, title, badge, preview };
+      r = { li: h("li", null, a), a, title, badge, at, preview };
       rows.set(id, r);
     }
     return r;
@@ -60,10 +66,14 @@ export function renderList(ctx) {
       seen.add(c.conv);
       const r = row(c.conv);
       const n = c.unread || 0;
-      const name = c.title || c.conv;
+      const name = client.title(c);
+      const m = c.mentions_unread || 0;
       r.title.textContent = name;
       r.preview.textContent = preview(c.last);
-      r.a.setAttribute("aria-label", name + (n ? ", " + n + " unread" : ""));
+      r.a.setAttribute("aria-label", name + (n ? ", " + n + " unread" : "") + (m ? ", " + m + " mentioning you" : ""));
+      r.at.textContent = "@" + m;
+      if (m && !r.at.isConnected) r.a.insertBefore(r.at, r.preview);
+      else if (!m && r.at.isConnected) r.at.remove();
       if (c.conv === selected) r.a.setAttribute("aria-current", "page");
       else r.a.removeAttribute("aria-current");
       if (n) {

@@ -1,7 +1,9 @@
 // views/notify.js owns desktop notifications: the top bar's "Allow
 // notifications" button, shown while the user has not been asked, and one
 // notification for each message from someone else that arrives while the
-// page is hidden, once the user allowed them. Clicking a notification
+// page is hidden, once the user allowed them; a message (or an edit) that
+// mentions the user notifies also while the page shows another
+// conversation, titled as a mention. Clicking a notification
 // brings the page forward and opens its conversation.
 
 /**
@@ -33,10 +35,13 @@ export function allowButton(h) {
  */
 export function notifyArrivals(client, open) {
   return client.on("arrived", (c, ev) => {
-    if (ev.kind !== "message" || ev.sender === client.user) return;
-    if (!document.hidden || typeof Notification === "undefined" || Notification.permission !== "granted") return;
+    const mention = client.mentionsMe(ev);
+    if ((ev.kind !== "message" && !mention) || ev.sender === client.user) return;
+    const elsewhere = mention && location.pathname !== "/c/" + encodeURIComponent(c.conv);
+    if (!(document.hidden || elsewhere) || typeof Notification === "undefined" || Notification.permission !== "granted") return;
     try {
-      const n = new Notification(c.title || c.conv, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
+      const title = mention ? ev.sender + " mentioned you in " + client.title(c) : client.title(c);
+      const n = new Notification(title, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
       n.onclick = () => {
         window.focus();
         open(c.conv);

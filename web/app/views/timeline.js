@@ -5,7 +5,10 @@
 // message, so thousands of loaded messages stay responsive. Bodies are text
 // only (dom.js). Older pages load when the user scrolls near the top (or
 // presses "Load older"); read marks move when messages are on screen
-// (IntersectionObserver) while the page is visible.
+// (IntersectionObserver) while the page is visible. A message shows its
+// edited marker, reactions (the user's own highlighted; a click toggles),
+// reply count and mentions (highlighted, as text); the picker, the editor,
+// the version history and the thread panel load when first used (extras.js).
 
 import { retryDelay } from "../backoff.js";
 import { renderComposer } from "./composer.js";
@@ -35,7 +38,38 @@ const recallRefusals = {
 };
 
 function visible(ev) {
-  return ev.kind !== "recall";
+  return ev.kind === "message" || ev.kind === "member_joined" || ev.kind === "member_left";
+}
+
+/** extras loads the screens used only on demand (picker, editor, versions, thread); a failed load is tried again on the next call. */
+export function extras() {
+  return import("./extras.js");
+}
+
+const mentionRE = /(^|[^\p{L}\p{N}._@-])@([A-Za-z0-9._-]+)/gu;
+
+/**
+ * bodyNodes renders a text with its @mentions in spans: text nodes only,
+ * never HTML. A mention of me (or @all) is marked.
+ * @param {Function} h
+ * @param {string} text
+ * @param {string} me
+ * @returns {Array<string|HTMLElement>}
+ */
+export function bodyNodes(h, text, me) {
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(mentionRE)) {
+    const at = m.index + m[1].length;
+    const id = m[2].replace(/[._-]+$/, "").toLowerCase();
+    if (!id) continue;
+    out.push(text.slice(last, at));
+    const mine = id === me || id === "all";
+    out.push(h("span", { class: ["mention", mine && "mention-me"], "data-test": "mention" }, "@" + m[2].slice(0, id.length)));
+    last = at + 1 + id.length;
+  }
+  out.push(text.slice(last));
+  return out;
 }
 
 /** TimelineView is one conversation's screen while it is on the page. */
@@ -64,7 +98,7 @@ class TimelineView {
       class: "timeline", role: "log", "aria-labelledby": "conv-title", tabindex: "0", "data-test": "timeline",
       on: { scroll: () => this.onScroll() },
     }, h("div", { class: "older" }, this.olderBtn), this.status, this.list, this.outList);
-    this.composer = renderComposer(ctx, conv);
+    this.composer = renderComposer(ctx, conv, 0, (box, upd) => extras().then((m) => m.autocomplete(ctx, conv, box, upd)));
     this.notMember = h("p", { class: "composer-note muted hidden", role: "status", "data-test": "not-member" },
       "You are no longer a member of this conversation: you can read what you saw, not write.");
     this.el = h("section", { class: "conv-view", "aria-labelledby": "conv-title", "data-test": "conv-view", "data-conv": conv },
@@ -82,6 +116,9 @@ class TimelineView {
       client.openTimeline(conv);
       this.composer.focusBox();
     });
+    // Fetch the on-demand screens once the timeline is up, so editing and
+    // reacting work offline too (an import cannot load then).
+    setTimeout(() => extras().catch(() => {}), 0);
   }
 
   /** listen subscribes to the client and the page; el.dispose undoes it. */
@@ -98,6 +135,9 @@ class TimelineView {
         }
       }),
       this.client.on("convs", () => this.drawTitle()),
+      this.client.on("refused", (it, e) => {
+        if (it.conv === this.conv) this.ctx.toast((it.kind === "edit" ? "Edit" : "Reaction") + " refused: " + e.code + (e.message && e.message !== e.code ? ": " + e.message : ""));
+      }),
     ];
     const onVisibility = () => {
       if (document.visibilityState === "visible") this.scheduleRead();
@@ -105,6 +145,7 @@ class TimelineView {
     document.addEventListener("visibilitychange", onVisibility);
     this.el.dispose = () => {
       for (const off of offs) off();
+      if (this.thread) this.thread.close();
       this.observer.disconnect();
       clearTimeout(this.readTimer);
       document.removeEventListener("visibilitychange", onVisibility);
@@ -125,25 +166,66 @@ class TimelineView {
         : this.who(ev.user) + " " + verb;
       return h("li", { class: "sysline", "data-test": "sys", "data-seq": ev.seq }, text);
     }
+    return this.renderMsg(ev, false);
+  }
+
+  /** renderMsg renders one message, in the timeline or (inThread) in the thread panel. */
+  renderMsg(ev, inThread) {
+    const h = this.h;
     const mine = ev.sender === this.me;
-    const recallBtn = ev.recalled ? null : h("button", {
-      type: "button", class: "link", "data-test": "recall", "aria-label": "Recall this message",
-      on: { click: () => this.recall(ev, li) },
-    }, "Recall");
+    const pend = this.client.pending(this.conv, ev.seq);
+    const act = (label, test, fn) => h("button", { type: "button", class: "link", "data-test": test, on: { click: fn } }, label);
+    const live = !ev.recalled;
     const li = h("li", {
-      class: ["msg", mine && "mine"], "data-test": "msg", "data-seq": ev.seq, "data-sender": ev.sender,
+      class: ["msg", mine && "mine"], "data-test": inThread ? "thread-msg" : "msg", "data-seq": ev.seq, "data-sender": ev.sender,
       "data-state": mine ? "sent" : false,
     },
     h("div", { class: "who" }, this.who(ev.sender)),
+    !inThread && ev.reply_to ? act("↳ in a thread", "in-thread", () => this.openThread(ev.reply_to)) : null,
     ev.recalled
       ? h("div", { class: "recalled-body", "data-test": "recalled" }, "message recalled")
-      : h("div", { class: "body", "data-test": "body" }, ev.body),
+      : h("div", { class: "body", "data-test": "body" }, bodyNodes(h, pend.body !== null ? pend.body : ev.body, this.me)),
+    live ? this.reactionBar(ev, pend.reactions) : null,
     h("div", { class: "meta" },
       h("time", { datetime: ev.at }, timeFmt.format(new Date(ev.at))),
+      pend.body !== null ? h("span", { class: "state-sending", "data-test": "edit-pending" }, "edit pending") : null,
+      live && ev.edit_seq ? act("(edited)", "edited", () => extras().then((m) => m.showVersions(this, ev))) : null,
       mine ? h("span", { "data-test": "state" }, "sent") : null,
-      recallBtn,
+      !inThread && live && ev.replies ? act(ev.replies + (ev.replies === 1 ? " reply" : " replies"), "replies", () => this.openThread(ev.seq)) : null,
+      live ? act("React", "react", (e) => extras().then((m) => m.openPicker(this, ev, e.target))) : null,
+      !inThread && live && !ev.reply_to ? act("Reply", "reply", () => this.openThread(ev.seq)) : null,
+      mine && live ? act("Edit", "edit", () => extras().then((m) => m.openEditor(this, ev))) : null,
+      !inThread && live ? act("Recall", "recall", () => this.recall(ev, li)) : null,
       h("span", { class: "error", role: "alert", "data-test": "recall-error" })));
     return li;
+  }
+
+  /** reactionBar shows a message's reactions with the outbox's pending toggles applied. */
+  reactionBar(ev, pending) {
+    const h = this.h;
+    const list = (ev.reactions || []).map((r) => ({ ...r }));
+    for (const [emoji, on] of pending) {
+      let r = list.find((x) => x.emoji === emoji);
+      if (!r) list.push(r = { emoji, count: 0, me: false });
+      if (r.me !== on) r.count += on ? 1 : -1;
+      r.me = on;
+    }
+    const shown = list.filter((r) => r.count > 0);
+    if (!shown.length) return null;
+    return h("div", { class: "reactions", "data-test": "reactions" }, shown.map((r) => h("button", {
+      type: "button", class: ["reaction", r.me && "me"], "data-test": "reaction", "data-emoji": r.emoji, "data-me": r.me ? "true" : "false",
+      "aria-pressed": r.me ? "true" : "false", "aria-label": r.emoji + ", " + r.count + (r.me ? ", yours" : ""),
+      on: { click: () => this.toggle(ev, r.emoji, !r.me) },
+    }, r.emoji + " " + r.count)));
+  }
+
+  /** toggle writes a reaction change to the outbox. */
+  toggle(ev, emoji, on) {
+    this.client.react(this.conv, ev.seq, emoji, on).catch((e) => this.ctx.toast("Could not keep the reaction: " + (e.message || e.code)));
+  }
+
+  openThread(root) {
+    extras().then((m) => m.openThread(this, root));
   }
 
   async recall(ev, li) {
@@ -252,6 +334,7 @@ class TimelineView {
     const old = this.nodes.get(ev.seq);
     if (!old) return;
     const li = this.renderEvent(ev);
+    if (this.editing === ev.seq) return; // the open editor keeps its node; it redraws on close
     old.replaceWith(li);
     this.observer.unobserve(old);
     this.nodes.set(ev.seq, li);
@@ -350,7 +433,7 @@ class TimelineView {
 
   drawTitle() {
     const c = this.client.conversation(this.conv);
-    this.title.textContent = c ? c.title || c.conv : this.conv;
+    this.title.textContent = c ? this.client.title(c) : this.conv;
     const former = !!c && c.member === false;
     this.composer.classList.toggle("hidden", former);
     this.notMember.classList.toggle("hidden", !former);
