@@ -33,9 +33,25 @@ type Exports interface {
 	// (Replayed true, the job as it is now), another scope is
 	// IDEMPOTENCY_MISMATCH → a "conv:<id>" scope whose conversation does not
 	// exist or in which the caller never had a period: NOT_MEMBER → the
+	// caller has a live artifact of the same scope that is still current
+	// (below): that job, unchanged, with Replayed and Reused set → the
 	// caller has r.MaxActive or more queued or running jobs (when
-	// r.MaxActive > 0): RATE_LIMITED → insert the job and its snapshot.
+	// r.MaxActive > 0): RATE_LIMITED → insert the job (with r.MaxKept,
+	// which FinishExport applies) and its snapshot.
 	// Keys are per user: two users with one key get two jobs.
+	//
+	// Reuse: a live artifact is a done job of the caller whose ExpiresAt
+	// has not passed. It is current when a new snapshot of the scope would
+	// export the same events: the conversations in which the caller has a
+	// period are those of its snapshot (none newly visible), and in each of
+	// them the epoch and min_seq are those recorded (no rollback, no purge)
+	// and no seq above the recorded head lies in one of the caller's
+	// periods (no new event the caller may see; events a former member
+	// cannot see do not count, so reuse tells nobody of them). Only the
+	// newest live artifact of the scope is considered: if an older one is
+	// current, so is every later one. r.Key is not recorded for a reuse:
+	// the same key later replays nothing, and reuses again only while the
+	// artifact is still current. A reuse does not extend ExpiresAt.
 	CreateExport(ctx context.Context, p Principal, r ExportRequest) (ExportJob, error)
 
 	// ExportJob returns a job whatever its owner (callers compare User).
@@ -102,7 +118,13 @@ type Exports interface {
 	ExportShards(ctx context.Context, id string) ([]ExportShard, error)
 
 	// FinishExport marks owner's running job done with its artifact's
-	// sha256 (hex) and size; it expires after keep (database clock).
+	// sha256 (hex) and size; it expires after keep (database clock). When
+	// the job was created with MaxKept > 0, the same transaction expires
+	// the user's other done jobs beyond MaxKept - 1, those finished first
+	// going first, so the user keeps at most MaxKept live artifacts
+	// (downloads of the expired ones answer 410; the janitor deletes their
+	// files). A user's finishes are serialised, so two finishing together
+	// still leave at most MaxKept.
 	// Errors: INVALID_ARGUMENT, ErrLeaseLost, NOT_FOUND.
 	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
 
@@ -157,7 +179,8 @@ const (
 	ExportShardSize       = 200 // message events per shard
 	MaxShardBatch         = 256 // shard records per RecordShard call
 	DefaultExportKeep     = 7 * 24 * time.Hour
-	DefaultExportActive   = 2 // queued or running jobs per user
+	DefaultExportActive   = 2  // queued or running jobs per user
+	DefaultExportKept     = 10 // live artifacts per user
 	MaxExportReason       = 512
 	ExportScopeAll        = "all"
 	ExportScopeConvPrefix = "conv:"
@@ -168,6 +191,7 @@ type ExportRequest struct {
 	Key       string // the Idempotency-Key, 1–64 characters
 	Scope     string // "all" or "conv:<id>"
 	MaxActive int    // per-user limit of queued and running jobs; <= 0: none
+	MaxKept   int    // per-user limit of live artifacts once this job is done; <= 0: none
 }
 
 // ExportJob is an export job.
@@ -184,6 +208,7 @@ type ExportJob struct {
 	Bytes      int64  // artifact size when done
 	Attempts   int    // claims so far
 	Replayed   bool   // CreateExport: answered from an earlier request
+	Reused     bool   // CreateExport: a live, current artifact of another key (Replayed is set too)
 	CreatedAt  time.Time
 	ExpiresAt  time.Time // zero until done
 	LeaseOwner string

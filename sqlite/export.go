@@ -72,6 +72,10 @@ func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.Exp
 				return err
 			}
 		}
+		if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
+			out = j
+			return err
+		}
 		var active int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM export_jobs WHERE user_id = ? AND state IN ('queued', 'running')`,
 			p.User).Scan(&active); err != nil {
@@ -80,29 +84,76 @@ func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.Exp
 		if err := parley.CheckExportActive(active, r.MaxActive); err != nil {
 			return err
 		}
-		id := parley.NewID()
-		if _, err := tx.ExecContext(ctx, `INSERT INTO export_jobs (id, user_id, idem_key, scope, state, not_before, created_at, updated_at)
-			VALUES (?, ?, ?, ?, 'queued', `+nowMS+`, `+nowMS+`, `+nowMS+`)`, id, p.User, r.Key, r.Scope); err != nil {
-			return err
-		}
-		// The snapshot: every conversation of the scope in which the caller
-		// ever had a period, at its head, and those periods cut at it.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO export_convs (job_id, conv_id, head)
-			SELECT ?, c.id, c.next_seq - 1 FROM conversations c
-			WHERE c.id IN (SELECT conv_id FROM periods WHERE user_id = ?) AND (? = '' OR c.id = ?)`,
-			id, p.User, convID, convID); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO export_periods (job_id, conv_id, from_seq, to_seq)
-			SELECT x.job_id, p.conv_id, p.from_seq, min(COALESCE(p.to_seq, x.head), x.head)
-			FROM export_convs x JOIN periods p ON p.conv_id = x.conv_id AND p.user_id = ? AND p.from_seq <= x.head
-			WHERE x.job_id = ?`, p.User, id); err != nil {
+		id, err := insertExport(ctx, tx, p.User, r, convID)
+		if err != nil {
 			return err
 		}
 		out, err = loadJob(ctx, tx, id)
 		return err
 	})
 	return out, err
+}
+
+// insertExport inserts a queued job and its snapshot: every conversation of
+// the scope in which the caller ever had a period, at its head (with its
+// epoch and min_seq, which reuse compares), and those periods cut at it.
+func insertExport(ctx context.Context, tx *txn, user string, r parley.ExportRequest, convID string) (string, error) {
+	id := parley.NewID()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO export_jobs (id, user_id, idem_key, scope, state, max_kept, not_before, created_at, updated_at)
+		VALUES (?, ?, ?, ?, 'queued', ?, `+nowMS+`, `+nowMS+`, `+nowMS+`)`, id, user, r.Key, r.Scope, max(r.MaxKept, 0)); err != nil {
+		return "", err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO export_convs (job_id, conv_id, head, epoch, min_seq)
+		SELECT ?, c.id, c.next_seq - 1, c.epoch, c.min_seq FROM conversations c
+		WHERE c.id IN (SELECT conv_id FROM periods WHERE user_id = ?) AND (? = '' OR c.id = ?)`,
+		id, user, convID, convID); err != nil {
+		return "", err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO export_periods (job_id, conv_id, from_seq, to_seq)
+		SELECT x.job_id, p.conv_id, p.from_seq, min(COALESCE(p.to_seq, x.head), x.head)
+		FROM export_convs x JOIN periods p ON p.conv_id = x.conv_id AND p.user_id = ? AND p.from_seq <= x.head
+		WHERE x.job_id = ?`, user, id)
+	return id, err
+}
+
+// qStaleConvs counts the reasons the snapshot of job ? is no longer current
+// for user ? and scope conversation ? (” for all): a conversation of the
+// scope in which the user now has a period that the snapshot lacks; a
+// snapshot conversation that is gone, was rolled back (epoch) or purged
+// (min_seq), or has a seq above the recorded head inside one of the user's
+// periods (an event the user may see). Arguments: user, conv, conv, job,
+// job, user, user.
+const qStaleConvs = `SELECT
+	(SELECT count(DISTINCT p.conv_id) FROM periods p WHERE p.user_id = ? AND (? = '' OR p.conv_id = ?)
+		AND p.conv_id NOT IN (SELECT conv_id FROM export_convs WHERE job_id = ?))
+	+ (SELECT count(*) FROM export_convs x LEFT JOIN conversations c ON c.id = x.conv_id
+		WHERE x.job_id = ? AND (c.id IS NULL OR x.epoch IS NOT c.epoch OR x.min_seq IS NOT c.min_seq
+			OR NOT EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = x.conv_id AND p.user_id = ?)
+			OR EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = x.conv_id AND p.user_id = ?
+				AND p.from_seq <= c.next_seq - 1 AND min(COALESCE(p.to_seq, c.next_seq - 1), c.next_seq - 1) > x.head)))`
+
+// reusable returns the caller's newest live job of scope when its snapshot
+// is still current (parley.Exports.CreateExport). Inside the creating
+// write, so nothing changes between the check and the answer.
+func reusable(ctx context.Context, tx *txn, user, scope, convID string) (parley.ExportJob, bool, error) {
+	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM export_jobs
+		WHERE user_id = ? AND scope = ? AND state = 'done' AND expires_at > `+nowMS+`
+		ORDER BY created_at DESC, id DESC LIMIT 1`, user, scope))
+	if errors.Is(err, sql.ErrNoRows) {
+		return parley.ExportJob{}, false, nil
+	}
+	if err != nil {
+		return parley.ExportJob{}, false, err
+	}
+	var stale int
+	if err := tx.QueryRowContext(ctx, qStaleConvs, user, convID, convID, j.ID, j.ID, user, user).Scan(&stale); err != nil {
+		return parley.ExportJob{}, false, err
+	}
+	if stale > 0 {
+		return parley.ExportJob{}, false, nil
+	}
+	j.Replayed, j.Reused = true, true
+	return j, true, nil
 }
 
 // ExportJob implements parley.Exports.
@@ -528,8 +579,20 @@ func (db *DB) FinishExport(ctx context.Context, owner, id, sha256 string, bytes 
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'done', sha256 = ?, bytes = ?, error = '',
-			expires_at = `+nowMS+` + ?, lease_owner = '', lease_until = NULL, updated_at = `+nowMS+` WHERE id = ?`,
+			expires_at = `+nowMS+` + ?, lease_owner = '', lease_until = NULL, finished_at = `+nowMS+`,
+			updated_at = `+nowMS+` WHERE id = ?`,
 			sha256, bytes, keep.Milliseconds(), id)
+		if err != nil {
+			return err
+		}
+		// The bound on kept artifacts: one writer, so two finishes of one
+		// user cannot both miss each other.
+		_, err = tx.ExecContext(ctx, `UPDATE export_jobs SET state = 'expired', updated_at = `+nowMS+`
+			WHERE id IN (SELECT o.id FROM export_jobs j JOIN export_jobs o ON o.user_id = j.user_id
+				AND o.state = 'done' AND o.id <> j.id
+				WHERE j.id = ? AND j.max_kept > 0
+				ORDER BY o.finished_at DESC, o.id DESC LIMIT -1 OFFSET (SELECT max_kept - 1 FROM export_jobs WHERE id = ?))`,
+			id, id)
 		return err
 	})
 }

@@ -624,6 +624,7 @@ func testExportActiveLimit(t *testing.T, e *env) {
 	e.claim(t, e.st, "w1", time.Hour, j1.ID)
 	limited(t, ana, "k3") // running counts
 	ok(t, e.st.FinishExport(ctx(t), "w1", j1.ID, shaOf("j1"), 10, time.Hour), "finish j1")
+	e.touch(t, ana, c)              // so k3 is not a reuse of j1's artifact
 	j3 := accepted(t, ana, "k3", 2) // done frees a place
 
 	e.claim(t, e.st, "w1", time.Hour, j2.ID)
@@ -1279,6 +1280,7 @@ func testExportFinishFailRetry(t *testing.T, e *env) {
 	})
 
 	t.Run("fail_for_good", func(t *testing.T) {
+		e.touch(t, ana, c) // the jobs below are new, not a reuse of k-done
 		for i, retry := range []time.Duration{0, -time.Minute} {
 			j := e.newExport(t, ana, fmt.Sprintf("k-failed-%d", i), "all")
 			e.claim(t, e.st, "w1", time.Hour, j.ID)
@@ -1293,6 +1295,7 @@ func testExportFinishFailRetry(t *testing.T, e *env) {
 	})
 
 	t.Run("long_reason", func(t *testing.T) {
+		e.touch(t, ana, c)
 		j := e.newExport(t, ana, "k-long", "all")
 		e.claim(t, e.st, "w1", time.Hour, j.ID)
 		reason := strings.Repeat("é", parley.MaxExportReason+100)
@@ -1302,6 +1305,7 @@ func testExportFinishFailRetry(t *testing.T, e *env) {
 
 	t.Run("retry", func(t *testing.T) {
 		const retry = 2 * time.Second
+		e.touch(t, ana, c)
 		j := e.newExport(t, ana, "k-retry", "all")
 		e.claim(t, e.st, "w1", time.Hour, j.ID)
 		start := time.Now()
@@ -1385,9 +1389,11 @@ func testExportRevokeExpire(t *testing.T, e *env) {
 		kept := e.newExport(t, ana, "k-kept", "all")
 		e.claim(t, e.st, "w1", time.Hour, kept.ID)
 		ok(t, e.st.FinishExport(ctx(t), "w1", kept.ID, shaOf("kept"), 10, time.Hour), "finish kept")
+		e.touch(t, ana, c)
 		short := e.newExport(t, ana, "k-short", "all")
 		e.claim(t, e.st, "w1", time.Hour, short.ID)
 		ok(t, e.st.FinishExport(ctx(t), "w1", short.ID, shaOf("short"), 10, time.Millisecond), "finish short")
+		e.touch(t, ana, c)
 		queued := e.newExport(t, ana, "k-still-queued", "all")
 		time.Sleep(50 * time.Millisecond)
 

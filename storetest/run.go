@@ -165,6 +165,10 @@ var behaviours = []behaviour{
 	{name: "export_counts", run: testExportCounts},
 	{name: "export_signing_key", run: testExportSigningKey},
 	{name: "export_derived", run: testExportDerived},
+	{name: "export_reuse", run: testExportReuse},
+	{name: "export_reuse_ends", run: testExportReuseEnds},
+	{name: "export_reuse_concurrent", run: testExportReuseConcurrent},
+	{name: "export_max_kept", run: testExportMaxKept},
 }
 
 // password is every test user's password. Hashing is argon2id and slow on
