@@ -127,6 +127,10 @@ func (db *DB) createExport(ctx context.Context, p parley.Principal, r parley.Exp
 		if convID != "" && len(convs) == 0 {
 			return parley.ErrNotMember
 		}
+		if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
+			out = j
+			return err
+		}
 		var active int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM export_jobs WHERE user_id = $1 AND state IN ('queued', 'running')`,
 			p.User).Scan(&active); err != nil {
@@ -136,15 +140,16 @@ func (db *DB) createExport(ctx context.Context, p parley.Principal, r parley.Exp
 			return err
 		}
 		id := parley.NewID()
-		if out, err = scanJob(tx.QueryRow(ctx, `INSERT INTO export_jobs (id, user_id, idem_key, scope, state)
-			VALUES ($1, $2, $3, $4, 'queued') RETURNING `+jobCols, id, p.User, r.Key, r.Scope)); err != nil {
+		if out, err = scanJob(tx.QueryRow(ctx, `INSERT INTO export_jobs (id, user_id, idem_key, scope, state, max_kept)
+			VALUES ($1, $2, $3, $4, 'queued', $5) RETURNING `+jobCols, id, p.User, r.Key, r.Scope, max(r.MaxKept, 0))); err != nil {
 			return err
 		}
 		// The heads: committed next_seq under our KEY SHARE locks, so every
-		// seq up to the head is committed too. The periods come from the
-		// recorded heads: those that begin at or below the head, cut at it.
-		if _, err := tx.Exec(ctx, `INSERT INTO export_convs (job_id, conv_id, head)
-			SELECT $1, id, next_seq - 1 FROM conversations WHERE id = ANY($2::text[])`, id, convs); err != nil {
+		// seq up to the head is committed too; with them the epoch and
+		// min_seq that reuse compares. The periods come from the recorded
+		// heads: those that begin at or below the head, cut at it.
+		if _, err := tx.Exec(ctx, `INSERT INTO export_convs (job_id, conv_id, head, epoch, min_seq)
+			SELECT $1, id, next_seq - 1, epoch, min_seq FROM conversations WHERE id = ANY($2::text[])`, id, convs); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO export_periods (job_id, conv_id, from_seq, to_seq)
@@ -504,12 +509,74 @@ func (db *DB) FinishExport(ctx context.Context, owner, id, sha256 string, bytes 
 		return err
 	}
 	return db.leased(ctx, "finish export", owner, id, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE export_jobs SET state = 'done', sha256 = $2, bytes = $3, error = '',
+		var user string
+		var maxKept int
+		if err := tx.QueryRow(ctx, `UPDATE export_jobs SET state = 'done', sha256 = $2, bytes = $3, error = '',
 			expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond',
-			lease_owner = '', lease_until = NULL, updated_at = clock_timestamp() WHERE id = $1`,
-			id, sha256, bytes, keep.Microseconds())
+			lease_owner = '', lease_until = NULL, finished_at = clock_timestamp(), updated_at = clock_timestamp()
+			WHERE id = $1 RETURNING user_id, max_kept`,
+			id, sha256, bytes, keep.Microseconds()).Scan(&user, &maxKept); err != nil {
+			return err
+		}
+		if maxKept <= 0 {
+			return nil
+		}
+		// The bound on kept artifacts, under the user's export lock so two
+		// finishes of one user see each other (at READ COMMITTED they
+		// would not otherwise). The job row lock is taken before the
+		// advisory one here and never after it elsewhere: CreateExport
+		// locks no job row.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, exportLockSpace, user); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE export_jobs SET state = 'expired', updated_at = clock_timestamp()
+			WHERE id IN (SELECT id FROM export_jobs WHERE user_id = $1 AND state = 'done' AND id <> $2
+				ORDER BY finished_at DESC NULLS LAST, id COLLATE "C" DESC OFFSET $3)`,
+			user, id, maxKept-1)
 		return err
 	})
+}
+
+// qStaleConvs counts the reasons the snapshot of job $1 is no longer
+// current for user $2 and scope conversation $3 (” for all): a
+// conversation of the scope in which the user now has a period that the
+// snapshot lacks; a snapshot conversation that is gone, was rolled back
+// (epoch) or purged (min_seq), or has a seq above the recorded head inside
+// one of the user's periods (an event the user may see).
+const qStaleConvs = `SELECT
+	(SELECT count(DISTINCT p.conv_id) FROM periods p WHERE p.user_id = $2 AND ($3 = '' OR p.conv_id = $3)
+		AND p.conv_id NOT IN (SELECT conv_id FROM export_convs WHERE job_id = $1))
+	+ (SELECT count(*) FROM export_convs x LEFT JOIN conversations c ON c.id = x.conv_id
+		WHERE x.job_id = $1 AND (c.id IS NULL OR x.epoch IS DISTINCT FROM c.epoch OR x.min_seq IS DISTINCT FROM c.min_seq
+			OR NOT EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = x.conv_id AND p.user_id = $2)
+			OR EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = x.conv_id AND p.user_id = $2
+				AND p.from_seq <= c.next_seq - 1 AND LEAST(COALESCE(p.to_seq, c.next_seq - 1), c.next_seq - 1) > x.head)))`
+
+// reusable returns the caller's newest live job of scope when its snapshot
+// is still current (parley.Exports.CreateExport). Inside the creating
+// transaction, under the user's export lock and KEY SHARE locks on the
+// scope's conversations, which a send does not block: an event committed
+// after this read is after the answer too, as it would be after a new
+// snapshot.
+func reusable(ctx context.Context, tx pgx.Tx, user, scope, convID string) (parley.ExportJob, bool, error) {
+	j, err := scanJob(tx.QueryRow(ctx, `SELECT `+jobCols+` FROM export_jobs
+		WHERE user_id = $1 AND scope = $2 AND state = 'done' AND expires_at > clock_timestamp()
+		ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT 1`, user, scope))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return parley.ExportJob{}, false, nil
+	}
+	if err != nil {
+		return parley.ExportJob{}, false, err
+	}
+	var stale int64
+	if err := tx.QueryRow(ctx, qStaleConvs, j.ID, user, convID).Scan(&stale); err != nil {
+		return parley.ExportJob{}, false, err
+	}
+	if stale > 0 {
+		return parley.ExportJob{}, false, nil
+	}
+	j.Replayed, j.Reused = true, true
+	return j, true, nil
 }
 
 // FailExport implements parley.Exports.
