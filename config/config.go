@@ -72,6 +72,7 @@ const (
 	DefaultExportBackoff   = time.Second
 	DefaultExportKeep      = 7 * 24 * time.Hour
 	DefaultExportMaxActive = 2
+	DefaultExportMaxKept   = 10
 	MinSigningSecret       = 32 // bytes of an export signing secret
 	DefaultStoreTimeout    = 10 * time.Second
 	DefaultRedisTimeout    = 200 * time.Millisecond
@@ -113,6 +114,7 @@ type Config struct {
 	backoff   time.Duration
 	keep      time.Duration
 	maxActive int
+	maxKept   int
 	signKeys  map[string][]byte // export link signing keys by id
 	signKey   string            // the id that signs new links ("" when none is usable)
 
@@ -145,6 +147,7 @@ func Default() *Config {
 		backoff:         DefaultExportBackoff,
 		keep:            DefaultExportKeep,
 		maxActive:       DefaultExportMaxActive,
+		maxKept:         DefaultExportMaxKept,
 		signKeys:        map[string][]byte{},
 		storeTimeout:    DefaultStoreTimeout,
 		redisTimeout:    DefaultRedisTimeout,
@@ -243,6 +246,10 @@ func (c *Config) ExportKeep() time.Duration { return c.keep }
 // have (>= 1).
 func (c *Config) ExportMaxActive() int { return c.maxActive }
 
+// ExportMaxKept is how many live (done, not expired or revoked) artifacts
+// one user keeps (>= 1): a new one expires the oldest.
+func (c *Config) ExportMaxKept() int { return c.maxKept }
+
 // SigningKeys returns the export link signing keys by id (a copy) and the
 // id of the one that signs new links ("" when none is configured: the
 // server then uses a key of its own data directory). Every key verifies, so
@@ -329,6 +336,7 @@ func (c *Config) Effective() map[string]any {
 			"backoff":      c.backoff.String(),
 			"keep":         c.keep.String(),
 			"max_active":   c.maxActive,
+			"max_kept":     c.maxKept,
 			"signing_key":  c.signKey,
 			"signing_keys": redactKeys(c.signKeys),
 		},

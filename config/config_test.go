@@ -69,6 +69,7 @@ func retries(c *config.Config) any   { return c.ExportRetries() }
 func backoff(c *config.Config) any   { return c.ExportBackoff() }
 func keep(c *config.Config) any      { return c.ExportKeep() }
 func maxActive(c *config.Config) any { return c.ExportMaxActive() }
+func maxKept(c *config.Config) any   { return c.ExportMaxKept() }
 func signKey(c *config.Config) any {
 	keys, cur := c.SigningKeys()
 	return fmt.Sprintf("%s %d", cur, len(keys))
@@ -234,6 +235,14 @@ var failSafeRows = []struct {
 	{"max_active set", `export: {max_active: 5}`, maxActive, 5, ""},
 	{"max_active zero clamps to 1", `export: {max_active: 0}`, maxActive, 1, "export.max_active"},
 	{"max_active malformed is 2", `export: {max_active: many}`, maxActive, 2, "export.max_active"},
+	{"max_kept missing is 10", `{}`, maxKept, 10, ""},
+	{"max_kept set", `export: {max_kept: 3}`, maxKept, 3, ""},
+	{"max_kept one", `export: {max_kept: 1}`, maxKept, 1, ""},
+	{"max_kept zero is the default", `export: {max_kept: 0}`, maxKept, 10, "export.max_kept"},
+	{"max_kept negative is the default", `export: {max_kept: -4}`, maxKept, 10, "export.max_kept"},
+	{"max_kept malformed is the default", `export: {max_kept: lots}`, maxKept, 10, "export.max_kept"},
+	{"max_kept fraction is the default", `export: {max_kept: 2.5}`, maxKept, 10, "export.max_kept"},
+	{"max_kept quoted is the default", `export: {max_kept: "3"}`, maxKept, 10, "export.max_kept"},
 	{"signing key used", `export: {signing_key: k2, signing_keys: {k1: "` + secret32 + `", k2: "` + secret32 + `x"}}`, signKey, "k2 2", ""},
 	{"signing key missing from the ring", `export: {signing_key: k3, signing_keys: {k1: "` + secret32 + `"}}`, signKey, " 1", "export.signing_key"},
 	{"short signing secret dropped", `export: {signing_key: k1, signing_keys: {k1: "short"}}`, signKey, " 0", "export.signing_keys.k1"},
@@ -424,7 +433,7 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
-		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -463,7 +472,7 @@ directory: friends
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
 		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +

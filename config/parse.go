@@ -843,6 +843,19 @@ func (p *parser) export(c *Config, kv pair) {
 			default:
 				c.maxActive = n
 			}
+		case "max_kept":
+			// Bad is the default, not a clamp: 0 or a negative count
+			// reads like "unbounded", which must never be the result
+			// of a mistake.
+			n, ok := integer(f.v)
+			switch {
+			case !ok:
+				p.warn(f.path, f.v, "%s is not an integer: the default %d applies", show(f.v), DefaultExportMaxKept)
+			case n < 1:
+				p.warn(f.path, f.v, "below 1: the default %d applies", DefaultExportMaxKept)
+			default:
+				c.maxKept = n
+			}
 		case "signing_key":
 			id, ok := text(f.v)
 			if !ok || id == "" {

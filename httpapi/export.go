@@ -20,6 +20,7 @@ type exportReply struct {
 	JobID    string         `json:"job_id"`
 	State    string         `json:"state"`
 	Replayed bool           `json:"replayed,omitempty"`
+	Reused   bool           `json:"reused,omitempty"`
 	Scope    string         `json:"scope"`
 	Progress exportProgress `json:"progress"`
 	URL      string         `json:"url,omitempty"`
@@ -44,7 +45,7 @@ type exportLinks struct {
 
 func (x exportLinks) reply(j parley.ExportJob) exportReply {
 	out := exportReply{
-		JobID: j.ID, State: string(j.State), Replayed: j.Replayed, Scope: j.Scope,
+		JobID: j.ID, State: string(j.State), Replayed: j.Replayed, Reused: j.Reused, Scope: j.Scope,
 		Progress: exportProgress{Done: j.Done, Total: j.Total},
 		Error:    j.Error,
 		Created:  j.CreatedAt.UTC().Format(time.RFC3339Nano),
@@ -61,8 +62,10 @@ func (x exportLinks) reply(j parley.ExportJob) exportReply {
 }
 
 // handleCreateExport is POST /exports: 202 for a new job, 200 with
-// replayed true for a replay of its Idempotency-Key. The key is read before
-// the body, so a request without one changes nothing.
+// replayed true for a replay of its Idempotency-Key, and 200 with replayed
+// and reused true for a live artifact of the same scope that is still
+// current (parley.Exports.CreateExport). The key is read before the body,
+// so a request without one changes nothing.
 func handleCreateExport(c calls, x exportLinks) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := idempotencyKey(r)
@@ -77,7 +80,7 @@ func handleCreateExport(c calls, x exportLinks) http.Handler {
 		ctx, cancel := c.ctx(r)
 		defer cancel()
 		job, err := c.app.CreateExport(ctx, caller(r), parley.ExportRequest{
-			Key: key, Scope: b.Scope, MaxActive: c.config(r).ExportMaxActive(),
+			Key: key, Scope: b.Scope, MaxActive: c.config(r).ExportMaxActive(), MaxKept: c.config(r).ExportMaxKept(),
 		})
 		if err != nil {
 			if parley.ErrorCode(err) == parley.CodeRateLimited {

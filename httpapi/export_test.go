@@ -378,7 +378,12 @@ func TestExportLimits(t *testing.T) {
 		s.createExport(tok, "a", "all", http.StatusOK) // a replay still answers
 		s.runExports()
 		s.waitExport(tok, first.JobID)
-		s.createExport(tok, "b", "all", http.StatusAccepted)
+		// A conversation since the first export, so "b" is no reuse of it.
+		if _, err := s.store.CreateConversation(context.Background(), principal(t, s, tok),
+			parley.NewConversation{ID: "c-ben", Kind: parley.KindGroup, Title: "ben's"}); err != nil {
+			t.Fatal(err)
+		}
+		s.createExport(tok, "b", "all", http.StatusAccepted) // done frees a place
 
 		s.writeConfig("access: {exports: {mode: CLOSED}}\n")
 		eventually(t, "exports closed", func() bool {

@@ -77,6 +77,9 @@ type server struct {
 	exportDir  string
 	keys       *export.Keyring
 	runExports func() // starts the export worker (once)
+	// sweepExports runs one janitor sweep now (expiry and file deletion)
+	// instead of waiting for the worker's next.
+	sweepExports func()
 }
 
 type serverOptions struct {
@@ -156,6 +159,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	})
 	var once sync.Once
 	s.runExports = func() { once.Do(func() { wg.Go(func() { worker.Run(ctx) }) }) }
+	s.sweepExports = func() { worker.Sweep(ctx) }
 	publish := s.hub.Publish
 	if o.onPublish != nil {
 		publish = func(n parley.Notice) {
