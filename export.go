@@ -34,7 +34,8 @@ type Exports interface {
 	// IDEMPOTENCY_MISMATCH → a "conv:<id>" scope whose conversation does not
 	// exist or in which the caller never had a period: NOT_MEMBER → the
 	// caller has a live artifact of the same scope that is still current
-	// (below): that job, unchanged, with Replayed and Reused set → the
+	// (below; unless r.NoReuse): that job, unchanged, with Replayed and
+	// Reused set → the
 	// caller has r.MaxActive or more queued or running jobs (when
 	// r.MaxActive > 0): RATE_LIMITED → insert the job (with r.MaxKept,
 	// which FinishExport applies) and its snapshot.
@@ -192,6 +193,10 @@ type ExportRequest struct {
 	Scope     string // "all" or "conv:<id>"
 	MaxActive int    // per-user limit of queued and running jobs; <= 0: none
 	MaxKept   int    // per-user limit of live artifacts once this job is done; <= 0: none
+	// NoReuse makes a new job even when a live artifact of the scope is
+	// current: for tools and tests that compare two runs of one snapshot.
+	// POST /exports never sets it.
+	NoReuse bool
 }
 
 // ExportJob is an export job.

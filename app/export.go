@@ -6,7 +6,8 @@ import (
 	"github.com/parleychat/parley"
 )
 
-// CreateExport creates p's export job, or replays it for the same key, and
+// CreateExport creates p's export job, or replays it for the same key (or
+// answers a live, current artifact of the same scope), and
 // wakes the export workers for a new one.
 func (s *Service) CreateExport(ctx context.Context, p parley.Principal, req parley.ExportRequest) (parley.ExportJob, error) {
 	job, err := s.store.CreateExport(ctx, p, req)

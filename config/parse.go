@@ -793,6 +793,21 @@ func (p *parser) switches(c *Config, kv pair) {
 	}
 }
 
+// maxKept reads export.max_kept. Bad is the default, not a clamp: 0 or a
+// negative count reads like "unbounded", which a mistake must never give.
+func (p *parser) maxKept(path string, v *yaml.Node) int {
+	n, ok := integer(v)
+	switch {
+	case !ok:
+		p.warn(path, v, "%s is not an integer: the default %d applies", show(v), DefaultExportMaxKept)
+	case n < 1:
+		p.warn(path, v, "below 1: the default %d applies", DefaultExportMaxKept)
+	default:
+		return n
+	}
+	return DefaultExportMaxKept
+}
+
 func (p *parser) export(c *Config, kv pair) {
 	fields, _ := p.mapping(kv, "export defaults apply")
 	for _, f := range fields {
@@ -844,18 +859,7 @@ func (p *parser) export(c *Config, kv pair) {
 				c.maxActive = n
 			}
 		case "max_kept":
-			// Bad is the default, not a clamp: 0 or a negative count
-			// reads like "unbounded", which must never be the result
-			// of a mistake.
-			n, ok := integer(f.v)
-			switch {
-			case !ok:
-				p.warn(f.path, f.v, "%s is not an integer: the default %d applies", show(f.v), DefaultExportMaxKept)
-			case n < 1:
-				p.warn(f.path, f.v, "below 1: the default %d applies", DefaultExportMaxKept)
-			default:
-				c.maxKept = n
-			}
+			c.maxKept = p.maxKept(f.path, f.v)
 		case "signing_key":
 			id, ok := text(f.v)
 			if !ok || id == "" {

@@ -162,10 +162,11 @@ func seed(t *testing.T, st parley.Store) *world {
 	return w
 }
 
-// create creates an export job of scope for p.
+// create creates an export job of scope for p: always a new job (NoReuse),
+// since these tests compare runs of one snapshot.
 func (w *world) create(t *testing.T, p parley.Principal, key, scope string) parley.ExportJob {
 	t.Helper()
-	j, err := w.st.CreateExport(ctxT(t), p, parley.ExportRequest{Key: key, Scope: scope})
+	j, err := w.st.CreateExport(ctxT(t), p, parley.ExportRequest{Key: key, Scope: scope, NoReuse: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,9 +127,11 @@ func (db *DB) createExport(ctx context.Context, p parley.Principal, r parley.Exp
 		if convID != "" && len(convs) == 0 {
 			return parley.ErrNotMember
 		}
-		if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
-			out = j
-			return err
+		if !r.NoReuse {
+			if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
+				out = j
+				return err
+			}
 		}
 		var active int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM export_jobs WHERE user_id = $1 AND state IN ('queued', 'running')`,

@@ -72,9 +72,11 @@ func (db *DB) CreateExport(ctx context.Context, p parley.Principal, r parley.Exp
 				return err
 			}
 		}
-		if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
-			out = j
-			return err
+		if !r.NoReuse {
+			if j, ok, err := reusable(ctx, tx, p.User, r.Scope, convID); err != nil || ok {
+				out = j
+				return err
+			}
 		}
 		var active int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM export_jobs WHERE user_id = ? AND state IN ('queued', 'running')`,

@@ -78,6 +78,15 @@ func testExportReuse(t *testing.T, e *env) {
 		e.wantReuse(t, e.st, ana, "k2", "all", done)
 		e.wantReuse(t, e.db.Open(t), ana, "k3", "all", done)
 	})
+	t.Run("no_reuse", func(t *testing.T) {
+		r, err := e.st.CreateExport(ctx(t), ana, parley.ExportRequest{Key: "k-fresh", Scope: "all", NoReuse: true})
+		ok(t, err, "create with NoReuse")
+		if r.Replayed || r.Reused || r.ID == done.ID || r.State != parley.ExportQueued {
+			t.Errorf("NoReuse: %s (reused %v), want a new job", jobLine(r), r.Reused)
+		}
+		ok(t, must(e.st.RevokeExport(ctx(t), r.ID)), "revoke")
+		e.wantReuse(t, e.st, ana, "k-after-fresh", "all", done) // a revoked job is no artifact
+	})
 	t.Run("same_key_is_a_replay", func(t *testing.T) {
 		r, err := e.st.CreateExport(ctx(t), ana, parley.ExportRequest{Key: "k1", Scope: "all"})
 		if wantCode(t, err, "") && (!r.Replayed || r.Reused || r.ID != done.ID) {
