@@ -114,7 +114,7 @@ func benchExport(b *testing.B, psql string, n int) {
 		b.StartTimer()
 
 		start := time.Now()
-		job, err := st.CreateExport(ctx, ana, parley.ExportRequest{Key: "bench-" + parley.NewID()[:30], Scope: parley.ExportScopeAll})
+		job, err := st.CreateExport(ctx, ana, parley.ExportRequest{Key: "bench-" + parley.NewID()[:30], Scope: parley.ExportScopeAll, NoReuse: true})
 		if err != nil {
 			b.Fatal(err)
 		}

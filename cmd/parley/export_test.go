@@ -101,7 +101,8 @@ func TestExportCrashEveryShard(t *testing.T) {
 		}
 		lease := []string{"--db", b.db, "--data-dir", b.dir, "--export-lease", "300ms", "--config", cfg}
 
-		ref, err := s.CreateExport(ctx, ben, parley.ExportRequest{Key: "reference", Scope: "all"})
+		// NoReuse: the second job must rerun the reference's snapshot.
+		ref, err := s.CreateExport(ctx, ben, parley.ExportRequest{Key: "reference", Scope: "all", NoReuse: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +110,7 @@ func TestExportCrashEveryShard(t *testing.T) {
 		want := waitJob(t, s, ref.ID, p)
 		p.kill()
 
-		job, err := s.CreateExport(ctx, ben, parley.ExportRequest{Key: "crashing", Scope: "all"})
+		job, err := s.CreateExport(ctx, ben, parley.ExportRequest{Key: "crashing", Scope: "all", NoReuse: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +180,7 @@ func TestExportConcurrentWriters(t *testing.T) {
 	}
 	var jobs []string
 	for i := 0; i < 6; i++ {
-		j, err := s.CreateExport(ctx, parley.Principal{User: "ben"}, parley.ExportRequest{Key: fmt.Sprintf("c%d", i), Scope: "conv:g1", MaxActive: 0})
+		j, err := s.CreateExport(ctx, parley.Principal{User: "ben"}, parley.ExportRequest{Key: fmt.Sprintf("c%d", i), Scope: "conv:g1", MaxActive: 0, NoReuse: true})
 		if err != nil {
 			t.Fatal(err)
 		}
