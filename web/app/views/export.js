@@ -94,7 +94,10 @@ export function renderExports(ctx) {
       return;
     }
     pending = null;
-    status.show(job.replayed ? "That export was already started." : "Export started.");
+    // reused: a finished export of the same scope with nothing new since
+    // (the server answers it rather than writing the same file again).
+    status.show(job.reused ? "Nothing new since your last export of this: it is ready below."
+      : job.replayed ? "That export was already started." : "Export started.");
     const ids = remembered(ctx).filter((id) => id !== job.job_id);
     ids.unshift(job.job_id);
     remember(ctx, ids);
