@@ -48,6 +48,10 @@ func CheckChangePassword(current, next string) error {
 	return ValidateNewPassword(next)
 }
 
+// CheckDeviceID validates a device id named in a request (1–64
+// characters of valid UTF-8 without NUL); violations are INVALID_ARGUMENT.
+func CheckDeviceID(device string) error { return validOpaque("device_id", device) }
+
 // DeviceSession is one signed-in device of a user (Store.Sessions): a
 // device with at least one token of its current install that is still
 // within its lifetime.
