@@ -114,4 +114,3 @@ func (db *DB) RevokeDevice(ctx context.Context, p parley.Principal, device strin
 		return nil
 	})
 }
-
