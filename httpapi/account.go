@@ -34,7 +34,7 @@ type meUser struct {
 
 func newMeReply(p parley.Principal, u parley.User) meReply {
 	return meReply{
-		User: meUser{ID: p.User, Login: p.User, Name: cmpOr(u.DisplayName, p.User), DisplayName: u.DisplayName, Role: string(p.Role)},
+		User:   meUser{ID: p.User, Login: p.User, Name: cmpOr(u.DisplayName, p.User), DisplayName: u.DisplayName, Role: string(p.Role)},
 		Device: p.DeviceID,
 	}
 }
