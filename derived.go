@@ -399,12 +399,18 @@ type DirectoryQuery struct {
 	// Shared limits the directory to users who share a conversation with
 	// the caller (an open period each); the policy file's directory.
 	Shared bool
+
+	// ID, when set, limits the listing to the user with exactly this id
+	// (GET /api/users/{id}): a page of one entry, or none when that user
+	// is unknown, disabled, or outside the policy.
+	ID string
 }
 
-// DirectoryEntry is one user as the directory shows them: the id only
-// (an email matches a prefix but is never shown).
+// DirectoryEntry is one user as the directory shows them: the id and the
+// display name (an email matches a prefix but is never shown).
 type DirectoryEntry struct {
-	ID string
+	ID          string
+	DisplayName string // "" when none is set
 }
 
 // MaxPrefixChars bounds a directory prefix.
@@ -415,6 +421,9 @@ const MaxPrefixChars = 64
 func CheckDirectoryQuery(q DirectoryQuery) (prefix, after string, err error) {
 	if n := charCount(q.Prefix); n < 0 || n > MaxPrefixChars {
 		return "", "", Errorf(CodeInvalidArgument, "q must be at most %d characters of valid UTF-8", MaxPrefixChars)
+	}
+	if q.ID != "" && !ValidUserID(q.ID) {
+		return "", "", Errorf(CodeInvalidArgument, "user id %q is not valid", truncate(q.ID, 80))
 	}
 	after, err = CheckAdminQuery(AdminQuery{After: q.After, Limit: q.Limit})
 	return strings.ToLower(strings.TrimSpace(q.Prefix)), after, err

@@ -263,7 +263,7 @@ func TestRetentionCut(t *testing.T) {
 
 func TestCheckToken(t *testing.T) {
 	p := parley.Principal{User: "ana", DeviceID: "d1", InstallID: "i2", Role: parley.RoleUser}
-	o := parley.Options{TokenIdle: 10 * time.Hour, TokenRefresh: time.Hour, StaleInstallGrace: 2 * time.Hour}
+	o := parley.Options{TokenIdle: 10 * time.Hour, TokenRefresh: time.Hour, StaleInstallGrace: 2 * time.Hour, TokenMax: 100 * time.Hour}
 	tests := []struct {
 		name   string
 		found  bool
@@ -283,6 +283,8 @@ func TestCheckToken(t *testing.T) {
 		{"idle expired and disabled", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Disabled: true, Idle: 11 * time.Hour}, parley.CodeUnauthenticated, parley.TokenDelete},
 		{"replaced, in grace, never refreshed", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3", Idle: 5 * time.Hour, Replaced: true, ReplacedFor: 2 * time.Hour}, parley.CodeStaleInstall, parley.TokenKeep},
 		{"replaced, device back on its install", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Replaced: true, ReplacedFor: time.Minute}, parley.CodeStaleInstall, parley.TokenKeep},
+		{"busy, at the absolute lifetime", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Age: 100 * time.Hour}, "", parley.TokenKeep},
+		{"busy, past the absolute lifetime", true, parley.TokenRecord{Principal: p, DeviceInstall: "i2", Age: 100*time.Hour + time.Millisecond}, parley.CodeUnauthenticated, parley.TokenDelete},
 		{"replaced, past the grace", true, parley.TokenRecord{Principal: p, DeviceInstall: "i3", Replaced: true, ReplacedFor: 2*time.Hour + time.Millisecond}, parley.CodeUnauthenticated, parley.TokenDelete},
 	}
 	for _, tt := range tests {

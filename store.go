@@ -79,7 +79,8 @@ type Store interface {
 
 	// Authenticate returns the principal of a token. A token lives while it
 	// is used: one idle (not refreshed) for longer than Options.TokenIdle
-	// (database clock) is refused and deleted. A successful Authenticate
+	// (database clock) is refused and deleted, and so is one issued longer
+	// than Options.TokenMax ago, however busy. A successful Authenticate
 	// refreshes the token's last use, but writes only when the last refresh
 	// is at least Options.TokenRefresh old, so a busy token costs one write
 	// per TokenRefresh, not one per request; a stale install's token is
@@ -92,8 +93,8 @@ type Store interface {
 	Authenticate(ctx context.Context, token string) (Principal, error)
 
 	// SweepTokens deletes at most limit tokens that Authenticate would
-	// refuse and delete (idle expired, or of a replaced install past its
-	// grace), oldest first, and returns how many it deleted. The server
+	// refuse and delete (idle expired, past its absolute lifetime, or of a
+	// replaced install past its grace), oldest first, and returns how many it deleted. The server
 	// calls it periodically, so tokens nobody presents again do not stay
 	// forever; a return of limit means more may be left. limit < 1 is
 	// INVALID_ARGUMENT.
@@ -302,6 +303,32 @@ type Store interface {
 
 	// Close releases the store's connections.
 	Close() error
+
+	// Accounts a person manages (account.go).
+
+	// SetDisplayName sets the display name of user id (CheckDisplayName:
+	// trimmed; empty clears it) and returns the account. Errors:
+	// INVALID_ARGUMENT, NOT_FOUND.
+	SetDisplayName(ctx context.Context, id, name string) (User, error)
+
+	// ChangePassword is a user's own password change: it checks current
+	// against the stored hash (outside any transaction), then sets the
+	// hash of next and deletes every token of the user except the one
+	// whose text is keep, in one transaction: every other device is logged
+	// out, the caller stays signed in. Check order: CheckChangePassword
+	// (INVALID_ARGUMENT), the user (NOT_FOUND), the current password
+	// (ErrWrongPassword, INVALID_ARGUMENT, never UNAUTHENTICATED).
+	ChangePassword(ctx context.Context, p Principal, keep, current, next string) error
+
+	// Sessions lists the user's signed-in devices (DeviceSession), by
+	// device id; Current marks p's device. Tokens past their lifetime and
+	// tokens of replaced installs do not count.
+	Sessions(ctx context.Context, p Principal) ([]DeviceSession, error)
+
+	// RevokeDevice deletes every token of p's user on device (the device
+	// then logs in again). Errors: INVALID_ARGUMENT (a malformed device
+	// id), NOT_FOUND (the user has no token on that device).
+	RevokeDevice(ctx context.Context, p Principal, device string) error
 }
 
 // MemberChange is the result of AddMember and RemoveMember: the seq of the
@@ -339,6 +366,7 @@ type Options struct {
 	TokenIdle         time.Duration // default DefaultTokenIdle
 	TokenRefresh      time.Duration // default DefaultTokenRefresh, at most TokenIdle/2
 	StaleInstallGrace time.Duration // default DefaultStaleInstallGrace
+	TokenMax          time.Duration // default DefaultTokenMax: the absolute lifetime, however busy
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

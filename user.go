@@ -23,6 +23,9 @@ type User struct {
 	Role      Role
 	Disabled  bool
 	CreatedAt time.Time
+	// DisplayName is the name the user chose (Store.SetDisplayName);
+	// empty when none is set, and clients then show the ID.
+	DisplayName string
 }
 
 // NewUser is the input of Store.CreateUser. An empty Password creates an
@@ -233,6 +236,9 @@ const (
 	DefaultTokenIdle         = 30 * 24 * time.Hour
 	DefaultTokenRefresh      = time.Hour
 	DefaultStaleInstallGrace = 7 * 24 * time.Hour
+	// DefaultTokenMax is the absolute lifetime of a token: however busy,
+	// a token this old stops working and its device logs in again.
+	DefaultTokenMax = 90 * 24 * time.Hour
 )
 
 // tokenDefaults fills the token lifetime fields of o. The refresh interval
@@ -249,6 +255,9 @@ func (o Options) tokenDefaults() Options {
 	if o.StaleInstallGrace <= 0 {
 		o.StaleInstallGrace = DefaultStaleInstallGrace
 	}
+	if o.TokenMax <= 0 {
+		o.TokenMax = DefaultTokenMax
+	}
 	return o
 }
 
@@ -261,6 +270,7 @@ type TokenRecord struct {
 	Disabled      bool
 	DeviceInstall string
 	Idle          time.Duration // since the token's last refresh
+	Age           time.Duration // since the token was issued (its login)
 	Replaced      bool          // a login replaced the token's install
 	ReplacedFor   time.Duration // since that login (Replaced only)
 }
@@ -276,7 +286,7 @@ const (
 
 // CheckToken decides a token lookup under the lifetime of o (with its
 // defaults applied): an unknown token, a disabled user, a token idle
-// longer than TokenIdle, and a replaced install's token past
+// longer than TokenIdle or older than TokenMax, and a replaced install's token past
 // StaleInstallGrace are UNAUTHENTICATED (the last two to be deleted); a
 // token of an install its device replaced is STALE_INSTALL; a valid token
 // last refreshed TokenRefresh ago or more is to be refreshed.
@@ -285,7 +295,7 @@ func (o Options) CheckToken(found bool, r TokenRecord) (Principal, TokenAction, 
 	switch {
 	case !found:
 		return Principal{}, TokenKeep, ErrBadToken
-	case r.Idle > o.TokenIdle, r.Replaced && r.ReplacedFor > o.StaleInstallGrace:
+	case r.Idle > o.TokenIdle, r.Age > o.TokenMax, r.Replaced && r.ReplacedFor > o.StaleInstallGrace:
 		return Principal{}, TokenDelete, ErrBadToken
 	case r.Disabled:
 		return Principal{}, TokenKeep, ErrBadToken

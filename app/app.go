@@ -54,6 +54,11 @@ type Store interface {
 	CreateUser(ctx context.Context, u parley.NewUser) (parley.User, error)
 	SetUserDisabled(ctx context.Context, id string, disabled bool) error
 
+	SetDisplayName(ctx context.Context, id, name string) (parley.User, error)
+	ChangePassword(ctx context.Context, p parley.Principal, keep, current, next string) error
+	Sessions(ctx context.Context, p parley.Principal) ([]parley.DeviceSession, error)
+	RevokeDevice(ctx context.Context, p parley.Principal, device string) error
+
 	Conversation(ctx context.Context, id string) (parley.Conversation, error)
 	SetRetention(ctx context.Context, conv string, r parley.Retention) error
 	Purge(ctx context.Context, conv string) (parley.PurgeResult, error)

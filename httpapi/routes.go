@@ -1,4 +1,5 @@
 // Package httpapi serves Parley's HTTP API (docs/protocol.md): login and logout,
+// the account (display name, password change, signed-in devices),
 // conversations and members, direct conversations and the user directory,
 // messages and replies, sync and threads, read, ack, recall, edits,
 // reactions and versions, the
@@ -114,7 +115,8 @@ func NewHandler(d Deps) http.Handler {
 	// Sessions and the socket.
 	rt.route("POST /api/login", public(ratelimit.BucketLogin), handleLogin(s))
 	rt.route("POST /api/logout", public(""), handleLogout(s))
-	rt.route("GET /api/me", user(ratelimit.BucketRead), handleMe())
+	rt.route("GET /api/me", user(ratelimit.BucketRead), handleMe(c))
+	rt.routeAccount(c, s)
 	rt.route("GET /ws", public(ratelimit.BucketWSConnect), d.Gateway)
 
 	// Conversations and members.
@@ -176,6 +178,15 @@ func NewHandler(d Deps) http.Handler {
 	}
 	rt.routeApp(d.Web)
 	return nosniff(rt.mux)
+}
+
+// routeAccount mounts the routes of the account a person manages.
+func (rt router) routeAccount(c calls, s sessions) {
+	rt.route("PATCH /api/me", user(ratelimit.BucketUsers), handlePatchMe(c))
+	rt.route("POST /api/me/password", user(ratelimit.BucketLogin), handleChangePassword(s))
+	rt.route("GET /api/me/sessions", user(ratelimit.BucketRead), handleSessions(c))
+	rt.route("DELETE /api/me/sessions/{device}", user(ratelimit.BucketUsers), handleRevokeSession(s))
+	rt.route("GET /api/users/{id}", user(ratelimit.BucketUsers), handleUser(c))
 }
 
 // router mounts each route behind the middleware chain and the browser

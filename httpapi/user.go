@@ -174,34 +174,6 @@ func handleLogout(s sessions) http.Handler {
 	})
 }
 
-// meReply is GET /api/me: who the request's token or cookie signs in.
-// Parley users have no display name: name is the login, which is also the
-// id; a client shows name and may later get a real one there.
-type meReply struct {
-	User   meUser `json:"user"`
-	Device string `json:"device"`
-}
-
-type meUser struct {
-	ID    string `json:"id"`
-	Login string `json:"login"`
-	Name  string `json:"name"`
-	Role  string `json:"role"`
-}
-
-// handleMe answers the signed-in user and device, so a browser, which
-// cannot read its HttpOnly session cookie, learns who it is (401 when the
-// cookie is missing or no longer valid).
-func handleMe() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := caller(r)
-		encode(w, http.StatusOK, meReply{
-			User:   meUser{ID: p.User, Login: p.User, Name: p.User, Role: string(p.Role)},
-			Device: p.DeviceID,
-		})
-	})
-}
-
 // handleHealthz answers while the process is up.
 func handleHealthz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -267,12 +239,8 @@ const (
 // directoryReply is a page of the user directory; next is present when
 // there is more (pass it as cursor).
 type directoryReply struct {
-	Users []directoryUser `json:"users"`
-	Next  string          `json:"next,omitempty"`
-}
-
-type directoryUser struct {
-	ID string `json:"id"`
+	Users []userEntry `json:"users"`
+	Next  string      `json:"next,omitempty"`
 }
 
 // handleDirectory lists the active users the caller may find, by id or
@@ -303,9 +271,9 @@ func handleDirectory(c calls) http.Handler {
 			c.writeError(w, err, "directory")
 			return
 		}
-		out := directoryReply{Users: make([]directoryUser, len(page.Items))}
+		out := directoryReply{Users: make([]userEntry, len(page.Items))}
 		for i, u := range page.Items {
-			out.Users[i] = directoryUser{ID: u.ID}
+			out.Users[i] = userEntry{ID: u.ID, DisplayName: u.DisplayName}
 		}
 		if page.HasMore {
 			out.Next = page.Next

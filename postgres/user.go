@@ -49,13 +49,13 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 	if err != nil {
 		return parley.User{}, "", err
 	}
-	q := `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at FROM users WHERE id = $1`
+	q := `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at, display_name FROM users WHERE id = $1`
 	if kind == parley.LoginByEmail {
-		q = `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at FROM users WHERE email = $1`
+		q = `SELECT id, coalesce(email, ''), password_hash, role, disabled, created_at, display_name FROM users WHERE email = $1`
 	}
 	var u parley.User
 	var hash, role string
-	err = db.pool.QueryRow(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &u.CreatedAt)
+	err = db.pool.QueryRow(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &u.CreatedAt, &u.DisplayName)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return parley.User{}, "", parley.ErrUserNotFound
 	}
@@ -145,18 +145,20 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 	}
 	hash := parley.HashToken(token)
 	var r parley.TokenRecord
-	var idle, replaced int64
+	var idle, age, replaced int64
 	err := db.pool.QueryRow(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, coalesce(d.install_id, ''),
 			(extract(epoch FROM clock_timestamp() - t.last_used_at) * 1000)::bigint,
+			(extract(epoch FROM clock_timestamp() - t.created_at) * 1000)::bigint,
 			t.replaced_at IS NOT NULL, coalesce((extract(epoch FROM clock_timestamp() - t.replaced_at) * 1000)::bigint, 0)
 		FROM tokens t
 		JOIN users u ON u.id = t.user_id
 		LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-		WHERE t.token_hash = $1`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
+		WHERE t.token_hash = $1`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &age, &r.Replaced, &replaced)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return parley.Principal{}, wrap("authenticate", err)
 	}
 	r.Idle = time.Duration(idle) * time.Millisecond
+	r.Age = time.Duration(age) * time.Millisecond
 	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
 	p, action, err := db.opts.CheckToken(err == nil, r)
 	// The refresh and the deletion are housekeeping after a decision made
@@ -169,7 +171,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 		// The condition again: a refresh by another gateway since the read
 		// keeps the token (this request still gets the refusal it read).
 		_, _ = db.pool.Exec(ctx, `DELETE FROM tokens WHERE token_hash = $1 AND (`+qTokenDead+`)`,
-			hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
+			hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds(), db.opts.TokenMax.Milliseconds())
 	}
 	return p, err
 }
@@ -209,12 +211,14 @@ const qMarkReplaced = `UPDATE tokens SET replaced_at = clock_timestamp()
 	WHERE user_id = $1 AND device_id = $2 AND install_id <> $3 AND replaced_at IS NULL`
 
 // qTokenDead is true for a token past its lifetime; $2 is the idle
-// lifetime and $3 the replaced install's grace, in milliseconds.
+// lifetime, $3 the replaced install's grace and $4 the absolute lifetime,
+// in milliseconds.
 const qTokenDead = `last_used_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
-	OR replaced_at < clock_timestamp() - $3::bigint * interval '1 millisecond'`
+	OR replaced_at < clock_timestamp() - $3::bigint * interval '1 millisecond'
+	OR created_at < clock_timestamp() - $4::bigint * interval '1 millisecond'`
 
 // SweepTokens implements parley.Store: idle tokens first, then those of
-// replaced installs, each walk over its index, oldest first. Every gateway
+// replaced installs, then those past the absolute lifetime, each walk over its index, oldest first. Every gateway
 // sweeps: SKIP LOCKED lets concurrent sweeps take disjoint rows instead of
 // queueing (or deadlocking) on each other's.
 func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
@@ -229,6 +233,7 @@ func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
 		}{
 			{qSweepIdle, db.opts.TokenIdle.Milliseconds()},
 			{qSweepReplaced, db.opts.StaleInstallGrace.Milliseconds()},
+			{qSweepOld, db.opts.TokenMax.Milliseconds()},
 		} {
 			if n >= int64(limit) {
 				break
@@ -252,6 +257,8 @@ const (
 		WHERE last_used_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY last_used_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	qSweepReplaced = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
 		WHERE replaced_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY replaced_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	qSweepOld = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE created_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
 // Logout implements parley.Store.
@@ -262,9 +269,10 @@ func (db *DB) Logout(ctx context.Context, token string) error {
 
 // qDirectory is one page of Directory: active users with id > $1 in byte
 // order whose id or lower-cased email starts with $2, and with $3 only
-// those with an open period in a conversation where caller $4 has one.
-const qDirectory = `SELECT u.id FROM users u
-WHERE u.id COLLATE "C" > $1 AND NOT u.disabled
+// those with an open period in a conversation where caller $4 has one;
+// $6, when not empty, names the one user to list.
+const qDirectory = `SELECT u.id, u.display_name FROM users u
+WHERE u.id COLLATE "C" > $1 AND NOT u.disabled AND ($6 = '' OR u.id = $6)
 	AND ($2 = '' OR starts_with(u.id, $2) OR starts_with(lower(coalesce(u.email, '')), $2))
 	AND (NOT $3::boolean OR EXISTS (
 		SELECT 1 FROM periods mine
@@ -279,13 +287,13 @@ func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.Direct
 	if err != nil {
 		return parley.AdminPage[parley.DirectoryEntry]{}, err
 	}
-	rows, err := db.pool.Query(ctx, qDirectory, after, prefix, q.Shared, p.User, q.Limit+1)
+	rows, err := db.pool.Query(ctx, qDirectory, after, prefix, q.Shared, p.User, q.Limit+1, q.ID)
 	if err != nil {
 		return parley.AdminPage[parley.DirectoryEntry]{}, wrap("directory", err)
 	}
 	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (parley.DirectoryEntry, error) {
 		var e parley.DirectoryEntry
-		return e, row.Scan(&e.ID)
+		return e, row.Scan(&e.ID, &e.DisplayName)
 	})
 	if err != nil {
 		return parley.AdminPage[parley.DirectoryEntry]{}, wrap("directory", err)

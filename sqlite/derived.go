@@ -327,24 +327,32 @@ func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.Direct
 	if err != nil {
 		return parley.AdminPage[parley.DirectoryEntry]{}, err
 	}
-	var ids []string
+	var entries []parley.DirectoryEntry
 	err = db.read(ctx, "directory", func(tx *txn) error {
+		entries = nil
 		// Prefixes match with substr, not LIKE: '%' and '_' in a prefix are
 		// characters, not patterns.
-		ids, err = scanIDs(tx.QueryContext(ctx, `SELECT u.id FROM users u
-			WHERE u.disabled = 0 AND u.id > ?1
+		rows, err := tx.QueryContext(ctx, `SELECT u.id, u.display_name FROM users u
+			WHERE u.disabled = 0 AND u.id > ?1 AND (?6 = '' OR u.id = ?6)
 			AND (?2 = '' OR substr(u.id, 1, length(?2)) = ?2 OR substr(coalesce(u.email, ''), 1, length(?2)) = ?2)
 			AND (?3 = 0 OR u.id = ?4 OR EXISTS (SELECT 1 FROM periods a JOIN periods b ON b.conv_id = a.conv_id
 				WHERE a.user_id = ?4 AND a.to_seq IS NULL AND b.user_id = u.id AND b.to_seq IS NULL))
-			ORDER BY u.id LIMIT ?5`, after, prefix, q.Shared, p.User, q.Limit+1))
-		return err
+			ORDER BY u.id LIMIT ?5`, after, prefix, q.Shared, p.User, q.Limit+1, q.ID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e parley.DirectoryEntry
+			if err := rows.Scan(&e.ID, &e.DisplayName); err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return parley.AdminPage[parley.DirectoryEntry]{}, err
-	}
-	entries := make([]parley.DirectoryEntry, len(ids))
-	for i, id := range ids {
-		entries[i] = parley.DirectoryEntry{ID: id}
 	}
 	return parley.NewAdminPage(entries, q.Limit, func(e parley.DirectoryEntry) string { return e.ID }), nil
 }

@@ -54,15 +54,15 @@ func (db *DB) lookupUser(ctx context.Context, login string) (parley.User, string
 	if err != nil {
 		return parley.User{}, "", err
 	}
-	q := `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at FROM users WHERE id = ?`
+	q := `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at, display_name FROM users WHERE id = ?`
 	if kind == parley.LoginByEmail {
-		q = `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at FROM users WHERE email = ?`
+		q = `SELECT id, COALESCE(email, ''), password_hash, role, disabled, created_at, display_name FROM users WHERE email = ?`
 	}
 	var u parley.User
 	var hash, role string
 	var created int64
 	err = db.read(ctx, "user", func(tx *txn) error {
-		return tx.QueryRowContext(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &created)
+		return tx.QueryRowContext(ctx, q, value).Scan(&u.ID, &u.Email, &hash, &role, &u.Disabled, &created, &u.DisplayName)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return parley.User{}, "", parley.ErrUserNotFound
@@ -184,19 +184,20 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 	}
 	hash := parley.HashToken(token)
 	var r parley.TokenRecord
-	var idle, replaced int64
+	var idle, age, replaced int64
 	err := db.read(ctx, "authenticate", func(tx *txn) error {
 		return tx.QueryRowContext(ctx, `SELECT t.user_id, t.device_id, t.install_id, u.role, u.disabled, COALESCE(d.install_id, ''),
-				`+nowMS+` - t.last_used_at, t.replaced_at IS NOT NULL, COALESCE(`+nowMS+` - t.replaced_at, 0)
+				`+nowMS+` - t.last_used_at, `+nowMS+` - t.created_at, t.replaced_at IS NOT NULL, COALESCE(`+nowMS+` - t.replaced_at, 0)
 			FROM tokens t
 			JOIN users u ON u.id = t.user_id
 			LEFT JOIN devices d ON d.user_id = t.user_id AND d.device_id = t.device_id
-			WHERE t.token_hash = ?`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &r.Replaced, &replaced)
+			WHERE t.token_hash = ?`, hash).Scan(&r.User, &r.DeviceID, &r.InstallID, &r.Role, &r.Disabled, &r.DeviceInstall, &idle, &age, &r.Replaced, &replaced)
 	})
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return parley.Principal{}, err
 	}
 	r.Idle = time.Duration(idle) * time.Millisecond
+	r.Age = time.Duration(age) * time.Millisecond
 	r.ReplacedFor = time.Duration(replaced) * time.Millisecond
 	p, action, err := db.opts.CheckToken(err == nil, r)
 	// The refresh and the deletion are housekeeping after a decision made
@@ -213,7 +214,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (parley.Principal,
 		// keeps the token (this request still gets the refusal it read).
 		_ = db.write(ctx, "expire token", func(tx *txn) error {
 			_, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE token_hash = ? AND (`+qTokenDead+`)`,
-				hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds())
+				hash, db.opts.TokenIdle.Milliseconds(), db.opts.StaleInstallGrace.Milliseconds(), db.opts.TokenMax.Milliseconds())
 			return err
 		})
 	}
@@ -228,11 +229,12 @@ const qMarkReplaced = `UPDATE tokens SET replaced_at = ` + nowMS + `
 	WHERE user_id = ? AND device_id = ? AND install_id <> ? AND replaced_at IS NULL`
 
 // qTokenDead is true for a token past its lifetime; its arguments are the
-// idle lifetime and the replaced install's grace, in milliseconds.
-const qTokenDead = `last_used_at < ` + nowMS + ` - ? OR replaced_at < ` + nowMS + ` - ?`
+// idle lifetime, the replaced install's grace and the absolute lifetime,
+// in milliseconds.
+const qTokenDead = `last_used_at < ` + nowMS + ` - ? OR replaced_at < ` + nowMS + ` - ? OR created_at < ` + nowMS + ` - ?`
 
 // SweepTokens implements parley.Store: idle tokens first, then those of
-// replaced installs, each walk over its index, oldest first.
+// replaced installs, then those past the absolute lifetime, each walk over its index, oldest first.
 func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
 	if err := parley.CheckSweep(limit); err != nil {
 		return 0, err
@@ -245,6 +247,7 @@ func (db *DB) SweepTokens(ctx context.Context, limit int) (int, error) {
 		}{
 			{qSweepIdle, db.opts.TokenIdle.Milliseconds()},
 			{qSweepReplaced, db.opts.StaleInstallGrace.Milliseconds()},
+			{qSweepOld, db.opts.TokenMax.Milliseconds()},
 		} {
 			if n >= int64(limit) {
 				break
@@ -272,6 +275,8 @@ const (
 		WHERE last_used_at < ` + nowMS + ` - ? ORDER BY last_used_at LIMIT ?)`
 	qSweepReplaced = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
 		WHERE replaced_at < ` + nowMS + ` - ? ORDER BY replaced_at LIMIT ?)`
+	qSweepOld = `DELETE FROM tokens WHERE token_hash IN (SELECT token_hash FROM tokens
+		WHERE created_at < ` + nowMS + ` - ? ORDER BY created_at LIMIT ?)`
 )
 
 // Logout implements parley.Store.

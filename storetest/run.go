@@ -126,6 +126,12 @@ var behaviours = []behaviour{
 	{name: "token_idle_lifetime", opts: parley.Options{TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenIdleLifetime},
 	{name: "token_sweep_bounded", opts: parley.Options{TokenIdle: 3 * time.Hour, StaleInstallGrace: time.Hour}, run: testTokenSweepBounded},
 	{name: "token_lifetime_upgrade", run: testTokenLifetimeUpgrade},
+	// Accounts a person manages (account.go).
+	{name: "display_name", run: testDisplayName},
+	{name: "change_password", run: testChangePassword},
+	{name: "sessions", run: testSessions},
+	{name: "token_max_lifetime", opts: parley.Options{TokenMax: 5 * time.Hour, TokenIdle: 3 * time.Hour, TokenRefresh: time.Hour}, run: testTokenMaxLifetime},
+
 	{name: "stale_install_grace", opts: parley.Options{TokenIdle: 10 * time.Hour, StaleInstallGrace: 2 * time.Hour}, run: testStaleInstallGrace},
 
 	// What the gateways read (feed.go).

@@ -77,6 +77,7 @@ func TestCommands(t *testing.T) {
 		{"serve", "--heap-floor", "-1"},
 		{"serve", "--token-idle", "1m"},
 		{"serve", "--stale-install-grace", "0s"},
+		{"serve", "--token-max", "24h"}, // under --token-idle's 720h
 		{"serve", "--token-sweep", "10ms"},
 		{"user"},
 		{"user", "rename", "x"},

@@ -13,12 +13,14 @@ import (
 // lifetime").
 type tokenFlags struct {
 	idle  time.Duration
+	max   time.Duration
 	grace time.Duration
 	sweep time.Duration
 }
 
 func (f *tokenFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.idle, "token-idle", parley.DefaultTokenIdle, "a device token unused this long stops working (UNAUTHENTICATED) and is deleted")
+	fs.DurationVar(&f.max, "token-max", parley.DefaultTokenMax, "a device token this old stops working (UNAUTHENTICATED) however busy, and is deleted: the device logs in again")
 	fs.DurationVar(&f.grace, "stale-install-grace", parley.DefaultStaleInstallGrace, "how long a replaced install's tokens answer STALE_INSTALL before they are deleted")
 	fs.DurationVar(&f.sweep, "token-sweep", 10*time.Minute, "how often expired tokens are deleted")
 }
@@ -26,6 +28,9 @@ func (f *tokenFlags) register(fs *flag.FlagSet) {
 func (f *tokenFlags) check() error {
 	if f.idle < 2*time.Minute {
 		return usagef("--token-idle %s: want at least 2m", f.idle)
+	}
+	if f.max < f.idle {
+		return usagef("--token-max %s: want at least --token-idle (%s)", f.max, f.idle)
 	}
 	if f.grace <= 0 {
 		return usagef("--stale-install-grace %s: want more than 0", f.grace)
@@ -38,7 +43,7 @@ func (f *tokenFlags) check() error {
 
 // options returns the store options the flags set.
 func (f *tokenFlags) options(o parley.Options) parley.Options {
-	o.TokenIdle, o.StaleInstallGrace = f.idle, f.grace
+	o.TokenIdle, o.TokenMax, o.StaleInstallGrace = f.idle, f.max, f.grace
 	return o
 }
 

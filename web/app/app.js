@@ -19,6 +19,7 @@ import { allowButton, notifyArrivals } from "./views/notify.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
+import { nameEl, setName } from "./names.js";
 
 /** The chat routes; manage.js adds its own after them. */
 const chatRoutes = [
@@ -109,7 +110,10 @@ async function boot() {
       await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
   }
-  if (me) startSession();
+  if (me) {
+    setName(me.user.id, me.user.display_name || "");
+    startSession();
+  }
   render();
 }
 
@@ -173,7 +177,7 @@ function buildShell() {
       conn,
       nav,
       allowButton(h),
-      h("span", { class: "muted", "data-test": "me" }, me.user.name || me.user.id),
+      h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id)),
       h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
     sidebar, main);
   for (const m of manageMenu) {

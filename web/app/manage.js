@@ -1,5 +1,5 @@
 // manage.js lists the management screens for the router of app.js: new
-// conversations, members, export and the admin screens. Each route's view
+// conversations, members, export, the account and the admin screens. Each route's view
 // is `view(ctx, params) → HTMLElement` (it may fill itself asynchronously),
 // with ctx = {api, h, me, navigate, toast, client} as app.js builds it and
 // params the path's :names.
@@ -46,6 +46,7 @@ export const routes = [
   { path: "/dm", view: lazy(() => import("./views/extras.js"), "renderNewDM") },
   { path: "/c/:id/members", view: lazy(() => import("./views/members.js"), "renderMembers") },
   { path: "/exports", view: lazy(() => import("./views/export.js"), "renderExports") },
+  { path: "/account", view: lazy(() => import("./views/account.js"), "renderAccount") },
   { path: "/admin/users", view: lazy(() => import("./views/admin.js"), "renderAdminUsers") },
   { path: "/admin/audit", view: lazy(() => import("./views/admin.js"), "renderAdminAudit") },
   { path: "/admin/convs", view: lazy(() => import("./views/admin.js"), "renderAdminConvs") },
@@ -56,6 +57,7 @@ export const menu = [
   { label: "New conversation", path: "/new" },
   { label: "Direct message", path: "/dm" },
   { label: "Export", path: "/exports" },
+  { label: "Account", path: "/account" },
   // One entry for the three admin screens (they link each other), so the
   // top bar stays short at 360 px.
   { label: "Admin", path: "/admin/users", admin: true },

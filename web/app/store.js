@@ -39,6 +39,7 @@ import { fold, mentionsOf } from "./fold.js";
 import { newID } from "./id.js";
 import { Outbox } from "./outbox.js";
 import { url } from "./urls.js";
+import { nameOf, setName } from "./names.js";
 
 /** Events per page when opening a timeline or reading older history. */
 export const PAGE = 50;
@@ -182,7 +183,7 @@ export class Client {
   title(c) {
     if (c.title) return c.title;
     const m = /^dm:([^:]+):([^:]+)$/.exec(c.conv);
-    if (m) return m[1] === this.user ? m[2] : m[1];
+    if (m) return nameOf(m[1] === this.user ? m[2] : m[1]);
     return c.kind === "direct" ? "Direct message" : c.conv;
   }
 
@@ -848,8 +849,10 @@ export class Client {
    * @param {string} [cursor] the previous page's next
    * @returns {Promise<{users: Array<{id: string}>, next?: string}>}
    */
-  searchUsers(q, cursor) {
-    return api("GET", url.users(q, 20, cursor));
+  async searchUsers(q, cursor) {
+    const r = await api("GET", url.users(q, 20, cursor));
+    for (const u of (r && r.users) || []) setName(u.id, u.display_name || "");
+    return r;
   }
 
   /**

@@ -38,6 +38,11 @@ export const url = Object.freeze({
   versions: (id, seq) => conv(id) + "/messages/" + seq + "/versions",
   reaction: (id, seq, emoji) => conv(id) + "/messages/" + seq + "/reactions/" + seg(emoji),
   users: (q, limit, cursor) => "/api/users" + query({ q, limit, cursor }),
+  user: (id) => "/api/users/" + seg(id),
+  /** password changes the signed-in user's password (POST). */
+  password: () => "/api/me/password",
+  sessions: () => "/api/me/sessions",
+  session: (device) => "/api/me/sessions/" + seg(device),
   dms: () => "/api/dms",
   recall: (id) => conv(id) + "/recall",
   members: (id) => conv(id) + "/members",

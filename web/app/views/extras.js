@@ -5,6 +5,7 @@
 // message" screen. Every user text is rendered as text (dom.js).
 
 import { h, clear } from "../dom.js";
+import { nameOf } from "../names.js";
 import { renderComposer, charCount, MAX_CHARS } from "./composer.js";
 import { readMembers } from "./members.js";
 
@@ -222,7 +223,7 @@ export async function autocomplete(ctx, conv, box, changed) {
   const opts = users.map((u, i) => h("li", {
     role: "option", id: "suggest-" + i, "data-test": "mention-option", "data-user": u, "aria-selected": i === 0 ? "true" : "false",
     on: { mousedown: (e) => { e.preventDefault(); choose(u); } },
-  }, "@" + u));
+  }, "@" + u, nameOf(u) !== u ? h("span", { class: "muted" }, " " + nameOf(u)) : null));
   const ul = h("ul", { class: "suggest", role: "listbox", "aria-label": "Members", "data-test": "mention-suggest" }, opts);
   const onKey = (e) => {
     if (e.key === "ArrowDown" || e.key === "ArrowUp") {
@@ -270,7 +271,7 @@ export function renderNewDM(ctx) {
       const users = (r.users || []).filter((u) => u.id !== client.user);
       clear(list);
       for (const u of users) {
-        list.appendChild(h("li", null, h("button", { type: "button", class: "link", "data-test": "dm-user", "data-user": u.id, on: { click: () => open(u.id) } }, u.id)));
+        list.appendChild(h("li", null, h("button", { type: "button", class: "link", "data-test": "dm-user", "data-user": u.id, on: { click: () => open(u.id) } }, u.display_name ? u.display_name + " (@" + u.id + ")" : u.id)));
       }
       status.textContent = users.length ? "" : "Nobody found.";
     } catch (e) {

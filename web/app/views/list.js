@@ -4,7 +4,10 @@
 // announces "convs" it updates each conversation's row in place (keyed by
 // conversation id) and moves only rows whose position changed, so a row
 // that has the keyboard focus keeps it while messages arrive. select()
-// marks the open conversation.
+// marks the open conversation. Users show by display name (names.js);
+// the list draws again when names arrive.
+
+import { nameOf, onNames } from "../names.js";
 
 /**
  * preview is the one-line text of a conversation's latest event.
@@ -15,17 +18,17 @@ export function preview(ev) {
   if (!ev) return "";
   switch (ev.kind) {
     case "message":
-      return ev.recalled ? ev.sender + ": message recalled" : ev.sender + ": " + ev.body.slice(0, 200);
+      return ev.recalled ? nameOf(ev.sender) + ": message recalled" : nameOf(ev.sender) + ": " + ev.body.slice(0, 200);
     case "recall":
-      return ev.sender + " recalled a message";
+      return nameOf(ev.sender) + " recalled a message";
     case "edit":
-      return ev.sender + " edited a message";
+      return nameOf(ev.sender) + " edited a message";
     case "reaction":
-      return ev.on ? ev.sender + " reacted " + ev.emoji : "";
+      return ev.on ? nameOf(ev.sender) + " reacted " + ev.emoji : "";
     case "member_joined":
-      return ev.user + " joined";
+      return nameOf(ev.user) + " joined";
     case "member_left":
-      return ev.user + " left";
+      return nameOf(ev.user) + " left";
   }
   return "";
 }
@@ -95,6 +98,7 @@ export function renderList(ctx) {
   }
 
   client.on("convs", draw);
+  onNames(draw);
   draw();
   el.select = (id) => {
     selected = id;

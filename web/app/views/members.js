@@ -15,6 +15,7 @@
 
 import { h, clear } from "../dom.js";
 import { url } from "../urls.js";
+import { nameEl } from "../names.js";
 import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // maxPages bounds the history read to build the list (MaxPage = 200 events
@@ -122,7 +123,7 @@ class MembersView {
     const ids = Array.from(got.members).sort();
     for (const id of ids) {
       const row = h("li", { class: "m-item", "data-test": `member-${id}` },
-        h("span", { class: "m-name" }, id, id === me ? " (you)" : ""));
+        h("span", { class: "m-name" }, nameEl(h, id), " ", h("span", { class: "muted" }, "@" + id), id === me ? " (you)" : ""));
       if (!this.direct && id !== me) {
         row.append(button("Remove", (e) => this.remove(id, e.currentTarget), { "aria-label": `Remove ${id}`, "data-test": `remove-${id}` }));
       }

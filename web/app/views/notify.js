@@ -6,6 +6,8 @@
 // conversation, titled as a mention. Clicking a notification
 // brings the page forward and opens its conversation.
 
+import { nameOf } from "../names.js";
+
 /**
  * allowButton returns the "Allow notifications" button, or null when the
  * browser has no notifications or the user already answered.
@@ -40,8 +42,8 @@ export function notifyArrivals(client, open) {
     const elsewhere = mention && location.pathname !== "/c/" + encodeURIComponent(c.conv);
     if (!(document.hidden || elsewhere) || typeof Notification === "undefined" || Notification.permission !== "granted") return;
     try {
-      const title = mention ? ev.sender + " mentioned you in " + client.title(c) : client.title(c);
-      const n = new Notification(title, { body: ev.sender + ": " + ev.body, tag: "parley-" + c.conv });
+      const title = mention ? nameOf(ev.sender) + " mentioned you in " + client.title(c) : client.title(c);
+      const n = new Notification(title, { body: nameOf(ev.sender) + ": " + ev.body, tag: "parley-" + c.conv });
       n.onclick = () => {
         window.focus();
         open(c.conv);

@@ -12,6 +12,7 @@
 
 import { retryDelay } from "../backoff.js";
 import { renderComposer } from "./composer.js";
+import { nameEl, onNames } from "../names.js";
 
 const dayFmt = new Intl.DateTimeFormat(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
@@ -135,6 +136,7 @@ class TimelineView {
         }
       }),
       this.client.on("convs", () => this.drawTitle()),
+      onNames(() => this.drawTitle()),
       this.client.on("refused", (it, e) => {
         if (it.conv === this.conv) this.ctx.toast((it.kind === "edit" ? "Edit" : "Reaction") + " refused: " + e.code + (e.message && e.message !== e.code ? ": " + e.message : ""));
       }),
@@ -152,8 +154,9 @@ class TimelineView {
     };
   }
 
+  /** who is how a user shows in the timeline: "You", or their name (names.js). */
   who(user) {
-    return user === this.me ? "You" : user;
+    return user === this.me ? "You" : nameEl(this.h, user);
   }
 
   renderEvent(ev) {
@@ -162,8 +165,8 @@ class TimelineView {
     if (ev.kind === "member_joined" || ev.kind === "member_left") {
       const verb = ev.kind === "member_joined" ? "joined" : "left";
       const text = ev.sender && ev.sender !== ev.user
-        ? this.who(ev.sender) + (ev.kind === "member_joined" ? " added " : " removed ") + this.who(ev.user)
-        : this.who(ev.user) + " " + verb;
+        ? [this.who(ev.sender), ev.kind === "member_joined" ? " added " : " removed ", this.who(ev.user)]
+        : [this.who(ev.user), " " + verb];
       return h("li", { class: "sysline", "data-test": "sys", "data-seq": ev.seq }, text);
     }
     return this.renderMsg(ev, false);
