@@ -130,8 +130,9 @@ func testSecretsWrongKeyRefused(t *testing.T, e *env) {
 }
 
 // testSecretsSealedAtOpen: rows written in clear (a database from before
-// sealing) are sealed by the first open with a key — by exactly one of
-// several stores opening at once — and a later open changes nothing.
+// sealing) are sealed by the first open with a key, also when several
+// stores open at once (each then reads them), and a later open changes
+// nothing.
 func testSecretsSealedAtOpen(t *testing.T, e *env) {
 	h := e.hookWithSecret(t) // this env has no Sealer: in clear
 	_, key, err := e.st.ExportSigningKey(ctx(t))
