@@ -46,7 +46,7 @@ type Sealer interface {
 
 // ErrSecretKey is wrapped by the error of a store's Open when its Sealer
 // does not hold the key the database's secrets were sealed with.
-var ErrSecretKey = errors.New("the secret key does not match the one this database's secrets are sealed with")
+var ErrSecretKey = errors.New("the secret key does not open this database's secrets")
 
 // Labels of the sealed values: the AEAD's associated data.
 const (
@@ -70,7 +70,7 @@ func NewSecretCheck(s Sealer) ([]byte, error) {
 // whether with its current key. The error wraps ErrSecretKey.
 func CheckSecretKey(s Sealer, check []byte) (current bool, err error) {
 	if s == nil {
-		return false, fmt.Errorf("%w: the database's secrets are sealed and no key was given", ErrSecretKey)
+		return false, fmt.Errorf("%w: none was given", ErrSecretKey)
 	}
 	plain, current, err := s.Open(check, secretCheckLabel)
 	if err != nil || string(plain) != secretCheckText {

@@ -78,7 +78,7 @@ func (db *DB) sealSecrets(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: seal secrets: %w", err)
 	}
 	return nil
 }

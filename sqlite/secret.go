@@ -29,7 +29,7 @@ var secretTables = []secretTable{
 // wait, then find the work done.
 func (db *DB) sealSecrets(ctx context.Context) error {
 	s := db.opts.Secrets
-	err := db.write(ctx, "seal secrets", func(tx *txn) error {
+	return db.write(ctx, "seal secrets", func(tx *txn) error {
 		var check []byte
 		err := tx.QueryRowContext(ctx, `SELECT sealed FROM secret_check WHERE id = 1`).Scan(&check)
 		switch {
@@ -66,10 +66,6 @@ func (db *DB) sealSecrets(ctx context.Context) error {
 			ON CONFLICT (id) DO UPDATE SET sealed = excluded.sealed`, check)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("sqlite: %w", err)
-	}
-	return nil
 }
 
 // resealTable seals t's rows that are in clear or sealed under an older key.
