@@ -64,7 +64,7 @@ func TestSecretKeyFile(t *testing.T) {
 		// refused too, and makes none.
 		toolDir := t.TempDir()
 		_, err = runIn(t, map[string]string{"PARLEY_SECRET_KEY_FILE": ""}, "", "user", "list", "--db", b.db, "--data-dir", toolDir)
-		if (!errors.Is(err, parley.ErrSecretKey) || !strings.Contains(err.Error(), "--secret-key-file")) {
+		if !errors.Is(err, parley.ErrSecretKey) || !strings.Contains(err.Error(), "--secret-key-file") {
 			t.Errorf("user list without the key: %v; want ErrSecretKey naming --secret-key-file", err)
 		}
 		if _, err := os.Stat(filepath.Join(toolDir, "secret.key")); !errors.Is(err, os.ErrNotExist) {
