@@ -367,6 +367,11 @@ type Options struct {
 	TokenRefresh      time.Duration // default DefaultTokenRefresh, at most TokenIdle/2
 	StaleInstallGrace time.Duration // default DefaultStaleInstallGrace
 	TokenMax          time.Duration // default DefaultTokenMax: the absolute lifetime, however busy
+
+	// Secrets seals the secrets the store keeps (webhook secrets, the
+	// export link signing key) under the server's secret key; nil keeps
+	// them in clear. See Sealer for what Open checks and converts.
+	Secrets Sealer
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

@@ -147,7 +147,10 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 	env := append([]string{}, cfg.ServeEnv...)
 	env = append(env, "PARLEY_FAULTS="+cfg.Faults)
 	// The admin: created on the store directly, as an operator would.
-	add := exec.CommandContext(ctx, exe, "user", "add", cfg.Admin, "--admin", "--password-stdin", "--db", cfg.DB)
+	// --data-dir: the gateways' own, so that the tool reads their secret key
+	// file (DATA-DIR/secret.key) when a run before made one, never the
+	// current directory's.
+	add := exec.CommandContext(ctx, exe, "user", "add", cfg.Admin, "--admin", "--password-stdin", "--db", cfg.DB, "--data-dir", dir)
 	add.Env = append(os.Environ(), env...)
 	add.Stdin = strings.NewReader(cfg.AdminPassword + "\n")
 	if out, err := add.CombinedOutput(); err != nil && !strings.Contains(strings.ToLower(string(out)), "exists") {

@@ -237,6 +237,10 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 		pool.Close()
 		return nil, err
 	}
+	if err := db.sealSecrets(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return db, nil
 }
 

@@ -52,12 +52,30 @@ func (h *handle) Store() parley.Store { return h.store }
 
 func (h *handle) Open(t testing.TB) parley.Store {
 	t.Helper()
-	db, err := postgres.Open(context.Background(), h.dsn, h.opts)
+	db, err := h.OpenWith(t, h.opts)
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
-	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+func (h *handle) OpenWith(t testing.TB, opts parley.Options) (parley.Store, error) {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), h.dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, nil
+}
+
+func (h *handle) Text(t testing.TB, query string, args ...any) string {
+	t.Helper()
+	var b []byte
+	if err := h.raw.QueryRow(context.Background(), placeholders(query), args...).Scan(&b); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+	return string(b)
 }
 
 func (h *handle) Exec(t testing.TB, query string, args ...any) {

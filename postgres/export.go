@@ -175,16 +175,24 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 // ExportSigningKey implements parley.Exports: the insert does nothing when
 // the key exists (a concurrent first insert waits for the other's commit,
 // then does nothing), and the read after it, a statement of its own, sees
-// whichever key won.
+// whichever key won. The key is kept sealed (Options.Secrets).
 func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
 	key := make([]byte, parley.ExportSigningKeySize)
 	rand.Read(key)
-	if _, err := db.pool.Exec(ctx, `INSERT INTO export_signing_keys (id, secret) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`,
-		parley.ExportSigningKeyID, key); err != nil {
+	label := parley.ExportKeyLabel(parley.ExportSigningKeyID)
+	stored, sealed, err := parley.SealSecret(db.opts.Secrets, label, key)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO export_signing_keys (id, secret, sealed) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+		parley.ExportSigningKeyID, stored, sealed); err != nil {
 		return "", nil, wrap("export signing key", err)
 	}
 	var got []byte
-	if err := db.pool.QueryRow(ctx, `SELECT secret FROM export_signing_keys WHERE id = $1`, parley.ExportSigningKeyID).Scan(&got); err != nil {
+	if err := db.pool.QueryRow(ctx, `SELECT secret, sealed FROM export_signing_keys WHERE id = $1`, parley.ExportSigningKeyID).Scan(&got, &sealed); err != nil {
+		return "", nil, wrap("export signing key", err)
+	}
+	if got, err = parley.OpenSecret(db.opts.Secrets, label, got, sealed); err != nil {
 		return "", nil, wrap("export signing key", err)
 	}
 	return parley.ExportSigningKeyID, got, nil

@@ -79,7 +79,11 @@ func (db *DB) CreateHook(ctx context.Context, nh parley.NewHook) (parley.Hook, e
 		return parley.Hook{}, err
 	}
 	h := parley.Hook{ID: parley.NewID(), Conv: nh.Conv, Bot: nh.Bot, Secret: parley.NewHookSecret(), CreatedBy: nh.CreatedBy}
-	err := db.write(ctx, "create hook", func(tx pgx.Tx) error {
+	stored, sealed, err := parley.SealHookSecret(db.opts.Secrets, h.ID, h.Secret)
+	if err != nil {
+		return parley.Hook{}, err
+	}
+	err = db.write(ctx, "create hook", func(tx pgx.Tx) error {
 		if _, err := lockConv(ctx, tx, nh.Conv, lockShare, parley.ErrConvNotFound); err != nil {
 			return err
 		}
@@ -99,9 +103,9 @@ func (db *DB) CreateHook(ctx context.Context, nh parley.NewHook) (parley.Hook, e
 		if !in {
 			return parley.ErrBotNotMember
 		}
-		return tx.QueryRow(ctx, `INSERT INTO hooks (id, conv_id, bot_user, secret, created_by)
-			VALUES ($1, $2, $3, $4, $5) RETURNING created_at`,
-			h.ID, h.Conv, h.Bot, h.Secret, h.CreatedBy).Scan(&h.CreatedAt)
+		return tx.QueryRow(ctx, `INSERT INTO hooks (id, conv_id, bot_user, secret, sealed, created_by)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`,
+			h.ID, h.Conv, h.Bot, stored, sealed, h.CreatedBy).Scan(&h.CreatedAt)
 	})
 	if err != nil {
 		return parley.Hook{}, err
@@ -116,12 +120,19 @@ func (db *DB) Hook(ctx context.Context, id string) (parley.Hook, error) {
 		return parley.Hook{}, err
 	}
 	h := parley.Hook{ID: id}
-	err := db.pool.QueryRow(ctx, `SELECT conv_id, bot_user, secret, created_by, created_at FROM hooks WHERE id = $1`, id).
-		Scan(&h.Conv, &h.Bot, &h.Secret, &h.CreatedBy, &h.CreatedAt)
+	var (
+		stored string
+		sealed bool
+	)
+	err := db.pool.QueryRow(ctx, `SELECT conv_id, bot_user, secret, sealed, created_by, created_at FROM hooks WHERE id = $1`, id).
+		Scan(&h.Conv, &h.Bot, &stored, &sealed, &h.CreatedBy, &h.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return parley.Hook{}, parley.ErrHookNotFound
 	}
 	if err != nil {
+		return parley.Hook{}, wrap("hook", err)
+	}
+	if h.Secret, err = parley.OpenHookSecret(db.opts.Secrets, id, stored, sealed); err != nil {
 		return parley.Hook{}, wrap("hook", err)
 	}
 	h.CreatedAt = ms(h.CreatedAt)

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"runtime"
 	"sort"
@@ -76,6 +77,9 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 	if file == "" || strings.HasPrefix(file, ":memory:") || strings.Contains(file, "mode=memory") {
 		return nil, errors.New("sqlite: a file path is required (an in-memory database is private to one connection)")
 	}
+	if err := createPrivate(file); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", file, err)
+	}
 	base := "file:" + (&url.URL{Path: file}).EscapedPath() + "?" + url.Values{
 		"_pragma": {
 			fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()),
@@ -107,6 +111,10 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := db.sealSecrets(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	db.prepared = make(map[string]*sql.Stmt, len(hotWrites))
 	for _, q := range hotWrites {
 		st, err := db.w.PrepareContext(ctx, q)
@@ -117,6 +125,21 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 		db.prepared[q] = st
 	}
 	return db, nil
+}
+
+// createPrivate creates file, empty and readable by its owner alone, when
+// it does not exist: the database holds password hashes, tokens' hashes and
+// every message. SQLite gives the -wal and -shm files it creates beside it
+// the database file's permissions. An existing file keeps its mode.
+func createPrivate(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // Close closes the connections.

@@ -43,12 +43,30 @@ func (h *handle) Store() parley.Store { return h.store }
 
 func (h *handle) Open(t testing.TB) parley.Store {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), h.file, h.opts)
+	db, err := h.OpenWith(t, h.opts)
 	if err != nil {
 		t.Fatalf("open %s: %v", h.file, err)
 	}
-	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+func (h *handle) OpenWith(t testing.TB, opts parley.Options) (parley.Store, error) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), h.file, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, nil
+}
+
+func (h *handle) Text(t testing.TB, query string, args ...any) string {
+	t.Helper()
+	var b []byte
+	if err := h.raw.QueryRow(query, args...).Scan(&b); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+	return string(b)
 }
 
 func (h *handle) Exec(t testing.TB, query string, args ...any) {

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -173,20 +174,28 @@ func (db *DB) ExportJob(ctx context.Context, id string) (parley.ExportJob, error
 }
 
 // ExportSigningKey implements parley.Exports: one writer, so the insert
-// and the read see one key.
+// and the read see one key. The key is kept sealed (Options.Secrets).
 func (db *DB) ExportSigningKey(ctx context.Context) (string, []byte, error) {
 	key := make([]byte, parley.ExportSigningKeySize)
 	rand.Read(key)
+	label := parley.ExportKeyLabel(parley.ExportSigningKeyID)
+	stored, sealed, err := parley.SealSecret(db.opts.Secrets, label, key)
+	if err != nil {
+		return "", nil, err
+	}
 	var got []byte
-	err := db.write(ctx, "export signing key", func(tx *txn) error {
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO export_signing_keys (id, secret) VALUES (?, ?)`,
-			parley.ExportSigningKeyID, key); err != nil {
+	err = db.write(ctx, "export signing key", func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO export_signing_keys (id, secret, sealed) VALUES (?, ?, ?)`,
+			parley.ExportSigningKeyID, stored, sealed); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `SELECT secret FROM export_signing_keys WHERE id = ?`, parley.ExportSigningKeyID).Scan(&got)
+		return tx.QueryRowContext(ctx, `SELECT secret, sealed FROM export_signing_keys WHERE id = ?`, parley.ExportSigningKeyID).Scan(&got, &sealed)
 	})
 	if err != nil {
 		return "", nil, err
+	}
+	if got, err = parley.OpenSecret(db.opts.Secrets, label, got, sealed); err != nil {
+		return "", nil, fmt.Errorf("sqlite: export signing key: %w", err)
 	}
 	return parley.ExportSigningKeyID, got, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/parleychat/parley"
@@ -89,7 +90,11 @@ func (db *DB) CreateHook(ctx context.Context, nh parley.NewHook) (parley.Hook, e
 		return parley.Hook{}, err
 	}
 	h := parley.Hook{ID: parley.NewID(), Conv: nh.Conv, Bot: nh.Bot, Secret: parley.NewHookSecret(), CreatedBy: nh.CreatedBy}
-	err := db.write(ctx, "create hook", func(tx *txn) error {
+	stored, sealed, err := parley.SealHookSecret(db.opts.Secrets, h.ID, h.Secret)
+	if err != nil {
+		return parley.Hook{}, err
+	}
+	err = db.write(ctx, "create hook", func(tx *txn) error {
 		// The write lock BEGIN IMMEDIATE holds is the conversation lock:
 		// the bot's membership cannot change between the check and the
 		// insert.
@@ -112,9 +117,9 @@ func (db *DB) CreateHook(ctx context.Context, nh parley.NewHook) (parley.Hook, e
 			return parley.ErrBotNotMember
 		}
 		var at int64
-		err = tx.QueryRowContext(ctx, `INSERT INTO hooks (id, conv_id, bot_user, secret, created_by, created_at)
-			VALUES (?, ?, ?, ?, ?, `+nowMS+`) RETURNING created_at`,
-			h.ID, h.Conv, h.Bot, h.Secret, h.CreatedBy).Scan(&at)
+		err = tx.QueryRowContext(ctx, `INSERT INTO hooks (id, conv_id, bot_user, secret, sealed, created_by, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, `+nowMS+`) RETURNING created_at`,
+			h.ID, h.Conv, h.Bot, stored, sealed, h.CreatedBy).Scan(&at)
 		h.CreatedAt = msTime(at)
 		return err
 	})
@@ -130,16 +135,23 @@ func (db *DB) Hook(ctx context.Context, id string) (parley.Hook, error) {
 		return parley.Hook{}, err
 	}
 	h := parley.Hook{ID: id}
-	var at int64
+	var (
+		at     int64
+		stored string
+		sealed bool
+	)
 	err := db.read(ctx, "hook", func(tx *txn) error {
-		return tx.QueryRowContext(ctx, `SELECT conv_id, bot_user, secret, created_by, created_at FROM hooks WHERE id = ?`, id).
-			Scan(&h.Conv, &h.Bot, &h.Secret, &h.CreatedBy, &at)
+		return tx.QueryRowContext(ctx, `SELECT conv_id, bot_user, secret, sealed, created_by, created_at FROM hooks WHERE id = ?`, id).
+			Scan(&h.Conv, &h.Bot, &stored, &sealed, &h.CreatedBy, &at)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return parley.Hook{}, parley.ErrHookNotFound
 	}
 	if err != nil {
 		return parley.Hook{}, err
+	}
+	if h.Secret, err = parley.OpenHookSecret(db.opts.Secrets, id, stored, sealed); err != nil {
+		return parley.Hook{}, fmt.Errorf("sqlite: hook: %w", err)
 	}
 	h.CreatedAt = msTime(at)
 	return h, nil

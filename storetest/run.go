@@ -148,6 +148,13 @@ var behaviours = []behaviour{
 	{name: "audit_finish", run: testAuditFinish},
 	{name: "hook_create_rules", run: testHookCreateRules},
 	{name: "hook_delete", run: testHookDelete},
+	{name: "hook_create_rules_sealed", opts: sealedOpts, run: testHookCreateRules},
+
+	// Secrets at rest (secret.go).
+	{name: "secrets_sealed", opts: sealedOpts, run: testSecretsSealed},
+	{name: "secrets_wrong_key_refused", opts: sealedOpts, run: testSecretsWrongKeyRefused},
+	{name: "secrets_sealed_at_open", run: testSecretsSealedAtOpen},
+	{name: "secrets_rotation", opts: sealedOpts, run: testSecretsRotation},
 
 	// Admin listings and the retention claim (admin.go).
 	{name: "admin_listings", run: testAdminListings},
@@ -170,6 +177,7 @@ var behaviours = []behaviour{
 	{name: "export_jobs_by_ids", run: testExportJobsByIDs},
 	{name: "export_counts", run: testExportCounts},
 	{name: "export_signing_key", run: testExportSigningKey},
+	{name: "export_signing_key_sealed", opts: sealedOpts, run: testExportSigningKey},
 	{name: "export_derived", run: testExportDerived},
 	{name: "export_reuse", run: testExportReuse},
 	{name: "export_reuse_ends", run: testExportReuseEnds},

@@ -31,6 +31,13 @@ type DB interface {
 	// Open returns another store on the same database with its own
 	// connections, as a second server process would have. Closed at cleanup.
 	Open(t testing.TB) parley.Store
+	// OpenWith returns another store on the same database that enforces
+	// opts, or the error of its Open (a refusal, say). A store it returns
+	// is closed at cleanup.
+	OpenWith(t testing.TB, opts parley.Options) (parley.Store, error)
+	// Text runs a raw query that returns one text or byte string (NULL
+	// reads as "").
+	Text(t testing.TB, query string, args ...any) string
 	// Exec runs a raw statement.
 	Exec(t testing.TB, query string, args ...any)
 	// Int runs a raw query that returns one integer (NULL reads as 0).

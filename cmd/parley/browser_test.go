@@ -620,7 +620,7 @@ func TestBrowserOpenNewest(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "parley.db")
 	p := serveApp(t, "--db", "sqlite:"+db, "--data-dir", dir)
-	s, err := sqlite.Open(context.Background(), db, parley.Options{})
+	s, err := sqlite.Open(context.Background(), db, parley.Options{Secrets: testSealer(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 func TestCommands(t *testing.T) {
 	dir := t.TempDir()
 	db := "sqlite:" + filepath.Join(dir, "sub", "parley.db")
-	env := map[string]string{}
+	env := map[string]string{"PARLEY_SECRET_KEY_FILE": testKeyFile()} // the key of backend.store
 	getenv := func(k string) string { return env[k] }
 	cmd := func(stdin string, args ...string) (string, error) {
 		var out bytes.Buffer

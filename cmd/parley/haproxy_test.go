@@ -22,6 +22,7 @@ import (
 	"github.com/parleychat/parley/loadtest"
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/postgres/pgtest"
+	"github.com/parleychat/parley/secretkey"
 )
 
 // haproxyEnv makes the HAProxy tests required: set (CI sets it), a missing
@@ -329,11 +330,18 @@ func TestGatewaysBehindHAProxy(t *testing.T) {
 			bus := tc.args(t)
 			db := pgtest.Libpq(pgtest.DSN(t)) // skips without PARLEY_TEST_POSTGRES
 			dir := t.TempDir()
-			runCLI(t, "root-password\n", "user", "add", "root", "--admin", "--password-stdin", "--db", db)
+			// One key file for every gateway, as docs/deploy.md says: each
+			// has a data directory of its own, whose default key would differ.
+			key := filepath.Join(dir, "secret.key")
+			if err := os.WriteFile(key, secretkey.Generate(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runCLI(t, "root-password\n", "user", "add", "root", "--admin", "--password-stdin", "--db", db, "--secret-key-file", key)
 			var gws []*proc
 			var addrs []string
 			for i := range 3 {
 				args := append([]string{"--db", db, "--data-dir", filepath.Join(dir, fmt.Sprintf("gw%d", i)),
+					"--secret-key-file", key,
 					"--export-dir", filepath.Join(dir, "exports"), "--drain-window", drainWindow.String()}, bus...)
 				p := serveArgs(t, args...)
 				gws = append(gws, p)

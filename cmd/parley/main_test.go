@@ -25,6 +25,7 @@ import (
 	"github.com/parleychat/parley/client"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/postgres/pgtest"
+	"github.com/parleychat/parley/secretkey"
 	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
 )
@@ -38,12 +39,49 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	// Every process the tests start (gateways, tools, bench's gateways)
+	// gets the same key, as the gateways of one deployment must.
+	os.Setenv("PARLEY_SECRET_KEY_FILE", testKeyFile())
 	before, err := strayFiles()
 	code := m.Run()
 	if err == nil && code == 0 {
 		code = checkNoStrayFiles(before)
 	}
+	if keyDir != "" {
+		os.RemoveAll(keyDir)
+	}
 	os.Exit(code)
+}
+
+// keyDir holds testKeyFile; removed when the tests end.
+var keyDir string
+
+// testKeyFile is the secret key file of every server and tool the tests
+// start without naming one: the gateways of one database need the same key
+// (docs/operations.md#secret-key), and the tests' databases are served by
+// many gateways, one after the other or at once.
+var testKeyFile = sync.OnceValue(func() string {
+	dir, err := os.MkdirTemp("", "parley-test-key")
+	if err != nil {
+		panic(err)
+	}
+	keyDir = dir
+	path := filepath.Join(dir, "secret.key")
+	if err := os.WriteFile(path, secretkey.Generate(), 0o600); err != nil {
+		panic(err)
+	}
+	return path
+})
+
+// testSealer is the Sealer of testKeyFile, for stores the tests open
+// beside the servers.
+func testSealer(t testing.TB) parley.Sealer {
+	t.Helper()
+	r, _, err := secretkey.Load(testKeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // strayFiles lists the files in the work tree that git does not track,
@@ -148,6 +186,9 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 	if !slices.Contains(args, "--data-dir") {
 		// Never the default ./parley-data: that is the package directory.
 		args = append(args, "--data-dir", t.TempDir())
+	}
+	if !slices.Contains(args, "--secret-key-file") && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PARLEY_SECRET_KEY_FILE=") }) {
+		args = append(args, "--secret-key-file", testKeyFile())
 	}
 	args = withExportDir(t, args)
 	cmd := exec.Command(serverBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
@@ -296,9 +337,9 @@ func (b backend) store(t testing.TB) parley.Store {
 	var s parley.Store
 	var err error
 	if b.name == "sqlite" {
-		s, err = sqlite.Open(context.Background(), strings.TrimPrefix(b.db, "sqlite:"), parley.Options{})
+		s, err = sqlite.Open(context.Background(), strings.TrimPrefix(b.db, "sqlite:"), parley.Options{Secrets: testSealer(t)})
 	} else {
-		s, err = postgres.Open(context.Background(), b.db, parley.Options{})
+		s, err = postgres.Open(context.Background(), b.db, parley.Options{Secrets: testSealer(t)})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,12 @@ import (
 func runIn(t *testing.T, env map[string]string, stdin string, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	getenv := func(k string) string { return env[k] }
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok || k != "PARLEY_SECRET_KEY_FILE" {
+			return v
+		}
+		return testKeyFile() // the servers' key (serveEnv)
+	}
 	err := run(context.Background(), append([]string{"parley"}, args...), getenv, strings.NewReader(stdin), &out, &errOut)
 	return out.String(), err
 }

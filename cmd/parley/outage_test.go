@@ -109,7 +109,7 @@ func TestPostgresOutage(t *testing.T) {
 	pg := newCluster(t)
 	pg.Start()
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pg.DSN, parley.Options{})
+	s, err := postgres.Open(ctx, pg.DSN, parley.Options{Secrets: testSealer(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s, err := postgres.Open(context.Background(), pg.DSN, parley.Options{})
+	s, err := postgres.Open(context.Background(), pg.DSN, parley.Options{Secrets: testSealer(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,6 +216,7 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 	if s.log, err = newServeLog(s.f, getenv, stderr); err != nil {
 		return nil, err
 	}
+	s.f.storeFlags.log, s.f.storeFlags.createKey = s.log, true
 	s.onClose(processHeapFloor.start(uint64(s.f.heapFloorMiB) << 20))
 	s.m = metrics.New(metrics.Options{Log: s.log})
 	if s.cfg, err = newConfigWatcher(s.f.configPath, s.log, s.m); err != nil {

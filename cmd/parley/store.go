@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/postgres"
+	"github.com/parleychat/parley/secretkey"
 	"github.com/parleychat/parley/sqlite"
 )
 
@@ -18,6 +21,13 @@ import (
 type storeFlags struct {
 	db      string
 	dataDir string
+	keyFile string
+	log     *slog.Logger // warnings of the key file; nil: none
+	// createKey: a missing key file is created (serve). The tools (user,
+	// conv, migrate) only read one: with none at the default path they open
+	// the store without a key, which a store whose secrets are sealed
+	// refuses, naming the flag; they never make a key nobody else has.
+	createKey bool
 }
 
 func (f *storeFlags) register(fs interface {
@@ -25,6 +35,40 @@ func (f *storeFlags) register(fs interface {
 }) {
 	fs.StringVar(&f.db, "db", "", "store: sqlite:FILE or postgres://USER:PASSWORD@HOST/DB (empty: sqlite:DATA-DIR/parley.db)")
 	fs.StringVar(&f.dataDir, "data-dir", "./parley-data", "directory for the embedded database and local files")
+	fs.StringVar(&f.keyFile, "secret-key-file", "", "key file that seals the secrets the store keeps; every gateway of one database needs the same (empty: DATA-DIR/secret.key, created when missing)")
+}
+
+// keyPath is the secret key file's path.
+func (f *storeFlags) keyPath() string {
+	if f.keyFile != "" {
+		return f.keyFile
+	}
+	return filepath.Join(f.dataDir, "secret.key")
+}
+
+// sealer loads the secret key file (creating it when missing, with
+// createKey), warning when others than its owner may read it.
+func (f *storeFlags) sealer() (parley.Sealer, error) {
+	path := f.keyPath()
+	if !f.createKey {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && f.keyFile == "" {
+			return nil, nil
+		}
+	}
+	ring, created, err := secretkey.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-key-file: %w", err)
+	}
+	if f.log == nil {
+		return ring, nil
+	}
+	if created {
+		f.log.Info("created a new secret key file; back it up apart from the database", "file", path)
+	}
+	if loose, err := secretkey.LooseMode(path); err == nil && loose {
+		f.log.Warn("the secret key file is readable by others than its owner: chmod 600 it", "file", path)
+	}
+	return ring, nil
 }
 
 // dsn returns the store's DSN, the default being the embedded file.
@@ -54,19 +98,37 @@ func (f *storeFlags) open(ctx context.Context, opts parley.Options) (parley.Stor
 	if err != nil {
 		return nil, "", err
 	}
+	if opts.Secrets, err = f.sealer(); err != nil {
+		return nil, "", err
+	}
+	store, err := f.openKind(ctx, kind, dsn, opts)
+	if errors.Is(err, parley.ErrSecretKey) {
+		return nil, "", fmt.Errorf("--secret-key-file %s: %w (every gateway of one database needs the same key file)", f.keyPath(), err)
+	}
+	return store, kind, err
+}
+
+// openKind opens the store of kind at dsn.
+func (f *storeFlags) openKind(ctx context.Context, kind, dsn string, opts parley.Options) (parley.Store, error) {
 	switch kind {
 	case "sqlite":
 		file := strings.TrimPrefix(dsn, "sqlite:")
 		if dir := filepath.Dir(file); dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return nil, "", fmt.Errorf("data directory: %w", err)
+				return nil, fmt.Errorf("data directory: %w", err)
 			}
 		}
 		db, err := sqlite.Open(ctx, file, opts)
-		return db, kind, err
+		if err != nil {
+			return nil, err // not a nil *sqlite.DB in a non-nil interface
+		}
+		return db, nil
 	default:
 		db, err := postgres.Open(ctx, dsn, opts)
-		return db, kind, err
+		if err != nil {
+			return nil, err
+		}
+		return db, nil
 	}
 }
 
