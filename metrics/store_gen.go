@@ -23,6 +23,7 @@ var StoreOps = []string{
 	"AppendAudit",
 	"Audit",
 	"Authenticate",
+	"ChangePassword",
 	"ClaimExport",
 	"ClaimRetention",
 	"ConvMembers",
@@ -64,9 +65,12 @@ var StoreOps = []string{
 	"Recall",
 	"RecordShard",
 	"RemoveMember",
+	"RevokeDevice",
 	"RevokeExport",
 	"Rollback",
 	"Send",
+	"Sessions",
+	"SetDisplayName",
 	"SetPassword",
 	"SetRetention",
 	"SetUserDisabled",
@@ -119,6 +123,11 @@ func (s *store) Audit(ctx context.Context, a1 parley.AuditQuery) (_ []parley.Aud
 func (s *store) Authenticate(ctx context.Context, a1 string) (_ parley.Principal, err error) {
 	defer s.observe("Authenticate", time.Now(), &err)
 	return s.Store.Authenticate(ctx, a1)
+}
+
+func (s *store) ChangePassword(ctx context.Context, a1 parley.Principal, a2 string, a3 string, a4 string) (err error) {
+	defer s.observe("ChangePassword", time.Now(), &err)
+	return s.Store.ChangePassword(ctx, a1, a2, a3, a4)
 }
 
 func (s *store) ClaimExport(ctx context.Context, a1 string, a2 time.Duration) (_ parley.ExportJob, _ bool, err error) {
@@ -326,6 +335,11 @@ func (s *store) RemoveMember(ctx context.Context, a1 parley.Principal, a2 string
 	return s.Store.RemoveMember(ctx, a1, a2, a3)
 }
 
+func (s *store) RevokeDevice(ctx context.Context, a1 parley.Principal, a2 string) (err error) {
+	defer s.observe("RevokeDevice", time.Now(), &err)
+	return s.Store.RevokeDevice(ctx, a1, a2)
+}
+
 func (s *store) RevokeExport(ctx context.Context, a1 string) (_ parley.ExportJob, err error) {
 	defer s.observe("RevokeExport", time.Now(), &err)
 	return s.Store.RevokeExport(ctx, a1)
@@ -339,6 +353,16 @@ func (s *store) Rollback(ctx context.Context, a1 string, a2 int64) (_ parley.Rol
 func (s *store) Send(ctx context.Context, a1 parley.Principal, a2 parley.SendRequest) (_ parley.Sent, err error) {
 	defer s.observe("Send", time.Now(), &err)
 	return s.Store.Send(ctx, a1, a2)
+}
+
+func (s *store) Sessions(ctx context.Context, a1 parley.Principal) (_ []parley.DeviceSession, err error) {
+	defer s.observe("Sessions", time.Now(), &err)
+	return s.Store.Sessions(ctx, a1)
+}
+
+func (s *store) SetDisplayName(ctx context.Context, a1 string, a2 string) (_ parley.User, err error) {
+	defer s.observe("SetDisplayName", time.Now(), &err)
+	return s.Store.SetDisplayName(ctx, a1, a2)
 }
 
 func (s *store) SetPassword(ctx context.Context, a1 string, a2 string) (err error) {
