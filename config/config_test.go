@@ -115,7 +115,13 @@ var failSafeRows = []struct {
 	{"proxy trusting everyone kept, warned", `trusted_proxies: [0.0.0.0/0]`, proxies, "[0.0.0.0/0]", "trusted_proxies[0]"},
 
 	// rate_limits
-	{"rate limit missing bucket is off", `rate_limits: {login: {limit: 5}}`, sendLimit, config.Limit{}, ""},
+	{"rate limits missing: the built-in default", `{}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, ""},
+	{"rate limit missing bucket keeps its default", `rate_limits: {login: {limit: 5}}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, ""},
+	{"rate limits empty: all off", `rate_limits: {}`, sendLimit, config.Limit{}, ""},
+	{"rate limits null: all off", `rate_limits:`, sendLimit, config.Limit{}, ""},
+	{"rate limits not a mapping: all off", `rate_limits: [send]`, sendLimit, config.Limit{}, "rate_limits"},
+	{"rate limit malformed bucket is off, not its default", `rate_limits: {send: 5}`, sendLimit, config.Limit{}, "rate_limits.send"},
+	{"rate limit bad bucket leaves the others' defaults", `rate_limits: {login: 5}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, "rate_limits.login"},
 	{"rate limit set", `rate_limits: {send: {limit: 60, window: 30s}}`, sendLimit, config.Limit{Limit: 60, Window: 30 * time.Second}, ""},
 	{"rate limit window missing is 1m", `rate_limits: {send: {limit: 5}}`, sendLimit, config.Limit{Limit: 5, Window: time.Minute}, ""},
 	{"rate limit 0 is off", `rate_limits: {send: {limit: 0, window: 1m}}`, sendLimit, config.Limit{}, ""},
@@ -262,7 +268,7 @@ var failSafeRows = []struct {
 	{"timeouts not a mapping are defaults", `timeouts: 5s`, storeTimeout, 10 * time.Second, "timeouts"},
 
 	// unknown keys
-	{"unknown top-level key", "ratelimits: {send: {limit: 5}}", sendLimit, config.Limit{}, "ratelimits"},
+	{"unknown top-level key", "ratelimits: {send: {limit: 5}}", sendLimit, config.Limit{Limit: 600, Window: time.Minute}, "ratelimits"},
 	// edits, mentions, the directory
 	{"edit window missing is none", `{}`, editWindow, time.Duration(0), ""},
 	{"edit window set", `edit_window: 15m`, editWindow, 15 * time.Minute, ""},
@@ -425,7 +431,9 @@ func TestDefault(t *testing.T) {
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
 		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
-		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
+		`"rate_limit_store":{"redis":""},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
 		t.Errorf("Default().Effective() = %s, want %s", got, wantJSON)
@@ -465,7 +473,7 @@ directory: friends
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
 		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
-		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {
@@ -685,4 +693,23 @@ func FuzzParse(f *testing.F) {
 			t.Error("Parse is not deterministic")
 		}
 	})
+}
+
+// TestWarningsCounted: a malformed rate-limit bucket turns that bucket off
+// (not back to its default) and is counted in Warnings, which the server
+// exports as the config-error gauge.
+func TestWarningsCounted(t *testing.T) {
+	c, warns := parse(t, "rate_limits: {send: {limit: ten}, login: {limit: 3}}\n")
+	if got := c.Warnings(); got != len(warns) || got != 1 {
+		t.Errorf("Warnings() = %d, %d warnings returned; want 1", got, len(warns))
+	}
+	if got := c.RateLimit("send"); got != (config.Limit{}) {
+		t.Errorf("malformed send: %v, want off", got)
+	}
+	if got, want := c.RateLimit("convs"), config.DefaultRateLimits()["convs"]; got != want {
+		t.Errorf("unnamed convs: %v, want its default %v", got, want)
+	}
+	if got := config.Default().Warnings(); got != 0 {
+		t.Errorf("Default().Warnings() = %d", got)
+	}
 }

@@ -83,7 +83,9 @@ func Parse(data []byte) (c *Config, warnings []string, err error) {
 	default:
 		p.warn("", &extra, "a second YAML document: ignored, only the first is read")
 	}
-	return c, p.warnings(), nil
+	warnings = p.warnings()
+	c.warnings = len(warnings)
+	return c, warnings, nil
 }
 
 // parser walks the YAML tree of one Parse and collects warnings.
@@ -452,9 +454,13 @@ func proxy(s string) (pfx netip.Prefix, why string) {
 	return netip.PrefixFrom(addr, addr.BitLen()), ""
 }
 
+// rateLimits reads the section: a bucket it names replaces that bucket's
+// default; an empty section (rate_limits: {}) turns every default off, and
+// so does a malformed one (off is the safe side of a value in doubt).
 func (p *parser) rateLimits(c *Config, kv pair) {
 	buckets, ok := p.mapping(kv, "no route is rate limited")
-	if !ok {
+	if !ok || len(buckets) == 0 {
+		c.builtin = nil
 		return
 	}
 	for _, b := range buckets {

@@ -292,6 +292,8 @@ func newConfigWatcher(path string, log *slog.Logger, m *metrics.Metrics) (*confi
 		return nil, fmt.Errorf("--config: %w", err)
 	}
 	warnUnusedBuckets(log, cfg.Current())
+	m.GaugeFunc("parley_config_warnings", "Values of the configuration in force that resolved to their safe side (see the log).",
+		func() float64 { return float64(cfg.Current().Warnings()) })
 	return cfg, nil
 }
 
