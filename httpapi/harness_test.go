@@ -88,9 +88,9 @@ type serverOptions struct {
 	// tests hammer routes, and the built-in limits have tests of their own.
 	config        string
 	builtinLimits bool
-	hook   func(string) // metrics hook (panic injection)
-	now    func() time.Time
-	reauth time.Duration // how often open sockets' tokens are checked again (0: the default)
+	hook          func(string) // metrics hook (panic injection)
+	now           func() time.Time
+	reauth        time.Duration // how often open sockets' tokens are checked again (0: the default)
 
 	// Login protections (nil, 0: the defaults).
 	hashes       *httpapi.PasswordGate

@@ -125,7 +125,7 @@ func TestLoginLockoutProbe(t *testing.T) {
 		s.loginWith("cy", "password-cy", attacker, "bot-99").want(429, parley.CodeRateLimited)
 
 		s.loginWith("cy", "password-cy", "203.0.113.20", "cy-laptop").want(200) // another address
-		s.loginWith("cy", "password-cy", attacker, "cy-phone").want(200)      // a known install
+		s.loginWith("cy", "password-cy", attacker, "cy-phone").want(200)        // a known install
 		if got := metricValue(t, s, `parley_login_refused_total{reason="backoff_install"}`); got != 0 {
 			t.Errorf("backoff_install refusals %v, want 0", got)
 		}
