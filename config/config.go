@@ -22,6 +22,7 @@
 //	retries, backoff      skipped calls, negative sleep default when malformed; negative clamps to 0
 //	timeouts              a hang                        the default, never "no timeout"
 //	trusted proxy         a spoofable client address    a bad entry is dropped (not trusted)
+//	metrics.allow         metrics read by strangers     a bad entry is dropped (loopback only)
 //	shared rate store     a broken limiter              local (per instance)
 //	edit window           refusing edits, or allowing   missing or malformed: none (edits allowed)
 //	@all limit            a noisy @all                  malformed: 50; negative clamps to 0 (@all off)
@@ -103,6 +104,9 @@ type Config struct {
 	zoneOK bool // false: the configured zone is unknown, every window is outside
 
 	proxies []netip.Prefix
+	// metricsAllow are the networks besides loopback that may read
+	// /metrics on the public listener.
+	metricsAllow []netip.Prefix
 	// limits are the buckets the file names; a bucket it does not name
 	// takes builtin's (nil when the file has rate_limits: {} or a
 	// malformed section: every unnamed bucket is off).
@@ -215,6 +219,25 @@ func (c *Config) RateLimit(bucket string) Limit {
 		return l
 	}
 	return c.builtin[bucket]
+}
+
+// MetricsAllowed reports whether a client at addr may read /metrics on
+// the public listener: a loopback address always, another only when the
+// file's metrics.allow names it. An invalid address never.
+func (c *Config) MetricsAllowed(addr netip.Addr) bool {
+	if !addr.IsValid() {
+		return false
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.IsLoopback() {
+		return true
+	}
+	for _, p := range c.metricsAllow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // RateLimitBuckets returns the buckets the file names under rate_limits,
@@ -340,6 +363,10 @@ func (c *Config) Effective() map[string]any {
 	for _, p := range c.proxies {
 		proxies = append(proxies, p.String())
 	}
+	allow := []string{}
+	for _, p := range c.metricsAllow {
+		allow = append(allow, p.String())
+	}
 	limits := map[string]any{}
 	for _, set := range []map[string]Limit{c.builtin, c.limits} {
 		for name, l := range set {
@@ -365,6 +392,7 @@ func (c *Config) Effective() map[string]any {
 	return map[string]any{
 		"timezone":         zone,
 		"trusted_proxies":  proxies,
+		"metrics":          map[string]any{"allow": allow},
 		"rate_limits":      limits,
 		"rate_limit_store": map[string]any{"redis": redactURL(c.redisURL)},
 		"access":           access,

@@ -430,7 +430,7 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
-		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},` +
 		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{},` +
@@ -471,7 +471,7 @@ directory: friends
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
 		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
@@ -711,5 +711,42 @@ func TestWarningsCounted(t *testing.T) {
 	}
 	if got := config.Default().Warnings(); got != 0 {
 		t.Errorf("Default().Warnings() = %d", got)
+	}
+}
+
+// TestMetricsAllowed: /metrics on the public listener answers loopback
+// clients always, others only inside metrics.allow; a bad entry is dropped
+// with a warning, never widening the list.
+func TestMetricsAllowed(t *testing.T) {
+	c, warns := parse(t, "metrics:\n  allow: [10.1.0.0/16, \"2001:db8::/64\", 192.0.2.7, bad, 10.9.9.9/8]\n")
+	if len(warns) != 2 {
+		t.Errorf("warnings %q, want two (bad, host bits)", warns)
+	}
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1", true},
+		{"127.8.0.1", true},
+		{"::1", true},
+		{"::ffff:127.0.0.1", true},
+		{"10.1.2.3", true},
+		{"::ffff:10.1.2.3", true},
+		{"10.2.0.1", false},
+		{"2001:db8::99", true},
+		{"2001:db8:1::99", false},
+		{"192.0.2.7", true},
+		{"192.0.2.8", false},
+		{"10.9.9.9", false}, // the dropped entry
+		{"203.0.113.1", false},
+		{"", false},
+	} {
+		addr, _ := netip.ParseAddr(tc.addr)
+		if got := c.MetricsAllowed(addr); got != tc.want {
+			t.Errorf("MetricsAllowed(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+	if config.Default().MetricsAllowed(netip.MustParseAddr("192.0.2.7")) {
+		t.Error("the default allows a non-loopback address")
 	}
 }

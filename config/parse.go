@@ -338,6 +338,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 			p.timezone(c, kv)
 		case "trusted_proxies":
 			p.trustedProxies(c, kv)
+		case "metrics":
+			p.metrics(c, kv)
 		case "rate_limits":
 			p.rateLimits(c, kv)
 		case "rate_limit_store":
@@ -425,6 +427,42 @@ func (p *parser) trustedProxies(c *Config, kv pair) {
 			p.warn(path, e, "%s trusts every address: any client can choose the address it is limited by", show(e))
 		}
 		c.proxies = append(c.proxies, pfx)
+	}
+}
+
+// metrics reads metrics.allow: networks (CIDRs or addresses) that may
+// read /metrics besides loopback. A bad entry is dropped.
+func (p *parser) metrics(c *Config, kv pair) {
+	fields, ok := p.mapping(kv, "/metrics answers loopback only")
+	if !ok {
+		return
+	}
+	for _, f := range fields {
+		if f.key != "allow" {
+			p.warn(f.path, f.k, "unknown key: ignored")
+			continue
+		}
+		if isNull(f.v) {
+			continue
+		}
+		if f.v.Kind != yaml.SequenceNode {
+			p.warn(f.path, f.v, "%s is not a list: /metrics answers loopback only", show(f.v))
+			continue
+		}
+		for i, e := range p.items(f.v) {
+			path := fmt.Sprintf("%s[%d]", f.path, i)
+			s, ok := text(e)
+			if !ok {
+				p.warn(path, e, "%s is not an address or CIDR: dropped", show(e))
+				continue
+			}
+			pfx, why := proxy(strings.TrimSpace(s))
+			if why != "" {
+				p.warn(path, e, "%s %s: dropped", show(e), why)
+				continue
+			}
+			c.metricsAllow = append(c.metricsAllow, pfx)
+		}
 	}
 }
 

@@ -174,7 +174,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("GET /healthz", public(""), handleHealthz())
 	rt.route("GET /readyz", public(""), handleReadyz(c, d.Store.Ping, d.Draining))
 	if d.Metrics != nil && !d.MetricsElsewhere {
-		rt.route("GET /metrics", public(""), d.Metrics.Handler())
+		rt.route("GET /metrics", public(""), handleMetrics(c, d.Metrics.Handler()))
 	}
 	rt.routeApp(d.Web)
 	return nosniff(rt.mux)

@@ -234,6 +234,25 @@ func handleMe() http.Handler {
 	})
 }
 
+// handleMetrics serves /metrics on the public listener to loopback clients
+// and to those the configuration's metrics.allow names; anyone else gets
+// the 404 of a path that does not exist (the metrics tell who is online
+// and how busy the server is). A request from loopback that a proxy
+// relayed (X-Forwarded-For, Forwarded, X-Real-IP) is not the proxy's own:
+// unless a trusted proxy resolved its client, it is refused, so a local
+// reverse proxy left out of trusted_proxies does not publish the metrics.
+func handleMetrics(c calls, metrics http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := parley.CallerFromContext(r.Context()).Addr
+		relayed := r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("Forwarded") != "" || r.Header.Get("X-Real-Ip") != ""
+		if !c.config(r).MetricsAllowed(addr) || (relayed && addr.Unmap().IsLoopback()) {
+			wire.WriteProblem(w, parley.CodeNotFound, "no such route", "")
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+}
+
 // handleHealthz answers while the process is up.
 func handleHealthz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -73,5 +75,43 @@ func TestDemoLoopbackOnly(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || strings.Contains(q.stderr(), "--demo") {
 		t.Errorf("with PARLEY_DEMO=true: demo login %d, want 401 (no demo user); stderr:\n%s", resp.StatusCode, q.stderr())
+	}
+}
+
+// TestMetricsFromAnotherAddress: a real connection to the public listener
+// from an address of this host that is not loopback gets 404 on /metrics,
+// while loopback reads it.
+func TestMetricsFromAnotherAddress(t *testing.T) {
+	var other netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			other = p.Addr()
+			break
+		}
+	}
+	if !other.IsValid() {
+		t.Skip("this host has no IPv4 address besides loopback")
+	}
+	p := serveArgs(t, "--addr", "0.0.0.0:0")
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(p.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1", http.StatusOK},
+		{other.String(), http.StatusNotFound},
+	} {
+		resp, err := http.Get("http://" + net.JoinHostPort(c.host, port) + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("GET /metrics via %s: %d, want %d", c.host, resp.StatusCode, c.want)
+		}
 	}
 }
