@@ -50,7 +50,9 @@ type Deps struct {
 	MetricsElsewhere bool
 	// Draining reports a graceful drain in progress: /readyz answers 503.
 	Draining func() bool
-	// SecureCookie names the session cookie __Host-parley_session and
+	// SecureCookie (the server is reached over TLS) also sends
+	// Strict-Transport-Security on every response. It names the session
+	// cookie __Host-parley_session and
 	// marks it Secure (serve behind a TLS-terminating proxy); a request
 	// that came over TLS gets that cookie anyway.
 	SecureCookie bool
@@ -177,6 +179,9 @@ func NewHandler(d Deps) http.Handler {
 		rt.route("GET /metrics", public(""), handleMetrics(c, d.Metrics.Handler()))
 	}
 	rt.routeApp(d.Web)
+	if d.SecureCookie {
+		return hsts(nosniff(rt.mux))
+	}
 	return nosniff(rt.mux)
 }
 
