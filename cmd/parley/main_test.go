@@ -150,7 +150,7 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 		args = append(args, "--data-dir", t.TempDir())
 	}
 	args = withExportDir(t, args)
-	if !slices.Contains(args, "--config") {
+	if !slices.Contains(args, "--config") && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PARLEY_CONFIG=") }) {
 		// Tests hammer routes: every rate limit off, said explicitly.
 		// A test of the built-in limits passes --config "".
 		path := filepath.Join(t.TempDir(), "parley.yaml")
