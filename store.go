@@ -77,6 +77,13 @@ type Store interface {
 	// wrong password and disabled account alike, one message).
 	Login(ctx context.Context, r LoginRequest) (Session, error)
 
+	// KnownInstall reports whether the user login names (resolved as Login
+	// resolves it) has a device whose current install is installID. An
+	// unknown login or install is false, not an error: the login backoff
+	// asks it before any password is hashed, so an owner's known install is
+	// never slowed down by failures from elsewhere. Errors: UNAVAILABLE.
+	KnownInstall(ctx context.Context, login, installID string) (bool, error)
+
 	// Authenticate returns the principal of a token. A token lives while it
 	// is used: one idle (not refreshed) for longer than Options.TokenIdle
 	// (database clock) is refused and deleted, and so is one issued longer

@@ -12,7 +12,8 @@
 // to the side whose mistake costs less:
 //
 //	value                 what a mistake costs          missing or malformed
-//	rate limit            blocking legitimate traffic   off (limit 0)
+//	rate limits (section) an open door to scripts       missing: the built-in defaults (DefaultRateLimits)
+//	rate limit (bucket)   blocking legitimate traffic   malformed: off (limit 0)
 //	access mode           opening a closed feature      missing: the feature's default; unknown: CLOSED
 //	access window         opening a closed feature      any bad field: always outside
 //	time zone             windows shifting by hours     UTC when missing; unknown: every window outside
@@ -21,6 +22,7 @@
 //	retries, backoff      skipped calls, negative sleep default when malformed; negative clamps to 0
 //	timeouts              a hang                        the default, never "no timeout"
 //	trusted proxy         a spoofable client address    a bad entry is dropped (not trusted)
+//	metrics.allow         metrics read by strangers     a bad entry is dropped (loopback only)
 //	shared rate store     a broken limiter              local (per instance)
 //	edit window           refusing edits, or allowing   missing or malformed: none (edits allowed)
 //	@all limit            a noisy @all                  malformed: 50; negative clamps to 0 (@all off)
@@ -102,8 +104,15 @@ type Config struct {
 	loc    *time.Location
 	zoneOK bool // false: the configured zone is unknown, every window is outside
 
-	proxies  []netip.Prefix
+	proxies []netip.Prefix
+	// metricsAllow are the networks besides loopback that may read
+	// /metrics on the public listener.
+	metricsAllow []netip.Prefix
+	// limits are the buckets the file names; a bucket it does not name
+	// takes builtin's (nil when the file has rate_limits: {} or a
+	// malformed section: every unnamed bucket is off).
 	limits   map[string]Limit
+	builtin  map[string]Limit
 	redisURL string
 
 	features map[string]feature
@@ -123,6 +132,8 @@ type Config struct {
 	editWindow    time.Duration // 0: messages may be edited at any time
 	mentionAllMax int           // >= 0; 0: @all mentions nobody
 	directory     string        // DirectoryAll or DirectoryShared
+
+	warnings int // how many values Parse resolved to their safe side
 }
 
 type feature struct {
@@ -140,6 +151,7 @@ func Default() *Config {
 		loc:             time.UTC,
 		zoneOK:          true,
 		limits:          map[string]Limit{},
+		builtin:         DefaultRateLimits(),
 		features:        map[string]feature{},
 		perms:           map[string][]string{"admin": {"admin"}},
 		switches:        map[string]bool{},
@@ -161,6 +173,13 @@ func Default() *Config {
 	return c
 }
 
+// Warnings is how many values of the file resolved to their safe side (a
+// malformed rate-limit bucket turned off, an unknown key ignored, …): the
+// number of warnings Parse returned. The server exports it as the
+// parley_config_warnings gauge, so a mistake in a reloaded file shows on a
+// dashboard and not only in the log.
+func (c *Config) Warnings() int { return c.warnings }
+
 // Location is the fixed zone access windows are read in. It is UTC when the
 // file names none, and also when it names an unknown zone, in which case
 // every window is outside (see Allowed).
@@ -172,9 +191,57 @@ func (c *Config) Location() *time.Location { return c.loc }
 // caller's.
 func (c *Config) TrustedProxies() []netip.Prefix { return slices.Clone(c.proxies) }
 
-// RateLimit returns the limit of a route bucket; the zero Limit (off) when
-// the bucket is not configured or its value is bad.
-func (c *Config) RateLimit(bucket string) Limit { return c.limits[bucket] }
+// DefaultRateLimits returns the built-in limits (a new map), in force when
+// the file has no rate_limits key, or no file is given: per instance, per
+// user (per client address for a caller not signed in), generous for a
+// person and tight for a script. docs/configuration.md lists them with the
+// reason for each.
+func DefaultRateLimits() map[string]Limit {
+	return map[string]Limit{
+		"login":      {Limit: 30, Window: time.Minute},   // per address: a guessing script
+		"ws_connect": {Limit: 60, Window: time.Minute},   // reconnect storms
+		"convs":      {Limit: 60, Window: time.Minute},   // creating conversations, members
+		"exports":    {Limit: 10, Window: time.Hour},     // each export reads a whole history
+		"send":       {Limit: 600, Window: time.Minute},  // ten a second: far above typing
+		"read":       {Limit: 3000, Window: time.Minute}, // sync, fetch, acks: clients are chatty
+		"edit":       {Limit: 120, Window: time.Minute},
+		"react":      {Limit: 300, Window: time.Minute},
+		"dms":        {Limit: 60, Window: time.Minute},
+		"users":      {Limit: 120, Window: time.Minute},
+		"hooks":      {Limit: 120, Window: time.Minute}, // per address: one integration's pace
+		"download":   {Limit: 60, Window: time.Minute},
+		"admin":      {Limit: 600, Window: time.Minute},
+	}
+}
+
+// RateLimit returns the limit of a route bucket: the file's value when it
+// names the bucket (the zero Limit, off, when that value is bad), else the
+// built-in default (off after rate_limits: {}).
+func (c *Config) RateLimit(bucket string) Limit {
+	if l, ok := c.limits[bucket]; ok {
+		return l
+	}
+	return c.builtin[bucket]
+}
+
+// MetricsAllowed reports whether a client at addr may read /metrics on
+// the public listener: a loopback address always, another only when the
+// file's metrics.allow names it. An invalid address never.
+func (c *Config) MetricsAllowed(addr netip.Addr) bool {
+	if !addr.IsValid() {
+		return false
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.IsLoopback() {
+		return true
+	}
+	for _, p := range c.metricsAllow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
 
 // RateLimitBuckets returns the buckets the file names under rate_limits,
 // sorted (off ones included), so a caller can warn about names nothing
@@ -303,9 +370,15 @@ func (c *Config) Effective() map[string]any {
 	for _, p := range c.proxies {
 		proxies = append(proxies, p.String())
 	}
+	allow := []string{}
+	for _, p := range c.metricsAllow {
+		allow = append(allow, p.String())
+	}
 	limits := map[string]any{}
-	for name, l := range c.limits {
-		limits[name] = map[string]any{"limit": l.Limit, "window": l.Window.String()}
+	for _, set := range []map[string]Limit{c.builtin, c.limits} {
+		for name, l := range set {
+			limits[name] = map[string]any{"limit": l.Limit, "window": l.Window.String()}
+		}
 	}
 	access := map[string]any{}
 	for name, f := range c.features {
@@ -326,6 +399,7 @@ func (c *Config) Effective() map[string]any {
 	return map[string]any{
 		"timezone":         zone,
 		"trusted_proxies":  proxies,
+		"metrics":          map[string]any{"allow": allow},
 		"rate_limits":      limits,
 		"rate_limit_store": map[string]any{"redis": redactURL(c.redisURL)},
 		"access":           access,

@@ -116,7 +116,13 @@ var failSafeRows = []struct {
 	{"proxy trusting everyone kept, warned", `trusted_proxies: [0.0.0.0/0]`, proxies, "[0.0.0.0/0]", "trusted_proxies[0]"},
 
 	// rate_limits
-	{"rate limit missing bucket is off", `rate_limits: {login: {limit: 5}}`, sendLimit, config.Limit{}, ""},
+	{"rate limits missing: the built-in default", `{}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, ""},
+	{"rate limit missing bucket keeps its default", `rate_limits: {login: {limit: 5}}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, ""},
+	{"rate limits empty: all off", `rate_limits: {}`, sendLimit, config.Limit{}, ""},
+	{"rate limits null: all off", `rate_limits:`, sendLimit, config.Limit{}, ""},
+	{"rate limits not a mapping: all off", `rate_limits: [send]`, sendLimit, config.Limit{}, "rate_limits"},
+	{"rate limit malformed bucket is off, not its default", `rate_limits: {send: 5}`, sendLimit, config.Limit{}, "rate_limits.send"},
+	{"rate limit bad bucket leaves the others' defaults", `rate_limits: {login: 5}`, sendLimit, config.Limit{Limit: 600, Window: time.Minute}, "rate_limits.login"},
 	{"rate limit set", `rate_limits: {send: {limit: 60, window: 30s}}`, sendLimit, config.Limit{Limit: 60, Window: 30 * time.Second}, ""},
 	{"rate limit window missing is 1m", `rate_limits: {send: {limit: 5}}`, sendLimit, config.Limit{Limit: 5, Window: time.Minute}, ""},
 	{"rate limit 0 is off", `rate_limits: {send: {limit: 0, window: 1m}}`, sendLimit, config.Limit{}, ""},
@@ -271,7 +277,7 @@ var failSafeRows = []struct {
 	{"timeouts not a mapping are defaults", `timeouts: 5s`, storeTimeout, 10 * time.Second, "timeouts"},
 
 	// unknown keys
-	{"unknown top-level key", "ratelimits: {send: {limit: 5}}", sendLimit, config.Limit{}, "ratelimits"},
+	{"unknown top-level key", "ratelimits: {send: {limit: 5}}", sendLimit, config.Limit{Limit: 600, Window: time.Minute}, "ratelimits"},
 	// edits, mentions, the directory
 	{"edit window missing is none", `{}`, editWindow, time.Duration(0), ""},
 	{"edit window set", `edit_window: 15m`, editWindow, 15 * time.Minute, ""},
@@ -433,8 +439,10 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
-		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"permissions":{"admin":["admin"]},` +
-		`"rate_limit_store":{"redis":""},"rate_limits":{},"switches":{},` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
+		`"rate_limit_store":{"redis":""},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
 		t.Errorf("Default().Effective() = %s, want %s", got, wantJSON)
@@ -472,9 +480,9 @@ directory: friends
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
-		`"rate_limits":{"login":{"limit":0,"window":"0s"},"send":{"limit":5,"window":"10s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {
@@ -694,4 +702,60 @@ func FuzzParse(f *testing.F) {
 			t.Error("Parse is not deterministic")
 		}
 	})
+}
+
+// TestWarningsCounted: a malformed rate-limit bucket turns that bucket off
+// (not back to its default) and is counted in Warnings, which the server
+// exports as the config-error gauge.
+func TestWarningsCounted(t *testing.T) {
+	c, warns := parse(t, "rate_limits: {send: {limit: ten}, login: {limit: 3}}\n")
+	if got := c.Warnings(); got != len(warns) || got != 1 {
+		t.Errorf("Warnings() = %d, %d warnings returned; want 1", got, len(warns))
+	}
+	if got := c.RateLimit("send"); got != (config.Limit{}) {
+		t.Errorf("malformed send: %v, want off", got)
+	}
+	if got, want := c.RateLimit("convs"), config.DefaultRateLimits()["convs"]; got != want {
+		t.Errorf("unnamed convs: %v, want its default %v", got, want)
+	}
+	if got := config.Default().Warnings(); got != 0 {
+		t.Errorf("Default().Warnings() = %d", got)
+	}
+}
+
+// TestMetricsAllowed: /metrics on the public listener answers loopback
+// clients always, others only inside metrics.allow; a bad entry is dropped
+// with a warning, never widening the list.
+func TestMetricsAllowed(t *testing.T) {
+	c, warns := parse(t, "metrics:\n  allow: [10.1.0.0/16, \"2001:db8::/64\", 192.0.2.7, bad, 10.9.9.9/8]\n")
+	if len(warns) != 2 {
+		t.Errorf("warnings %q, want two (bad, host bits)", warns)
+	}
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1", true},
+		{"127.8.0.1", true},
+		{"::1", true},
+		{"::ffff:127.0.0.1", true},
+		{"10.1.2.3", true},
+		{"::ffff:10.1.2.3", true},
+		{"10.2.0.1", false},
+		{"2001:db8::99", true},
+		{"2001:db8:1::99", false},
+		{"192.0.2.7", true},
+		{"192.0.2.8", false},
+		{"10.9.9.9", false}, // the dropped entry
+		{"203.0.113.1", false},
+		{"", false},
+	} {
+		addr, _ := netip.ParseAddr(tc.addr)
+		if got := c.MetricsAllowed(addr); got != tc.want {
+			t.Errorf("MetricsAllowed(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+	if config.Default().MetricsAllowed(netip.MustParseAddr("192.0.2.7")) {
+		t.Error("the default allows a non-loopback address")
+	}
 }

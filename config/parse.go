@@ -83,7 +83,9 @@ func Parse(data []byte) (c *Config, warnings []string, err error) {
 	default:
 		p.warn("", &extra, "a second YAML document: ignored, only the first is read")
 	}
-	return c, p.warnings(), nil
+	warnings = p.warnings()
+	c.warnings = len(warnings)
+	return c, warnings, nil
 }
 
 // parser walks the YAML tree of one Parse and collects warnings.
@@ -336,6 +338,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 			p.timezone(c, kv)
 		case "trusted_proxies":
 			p.trustedProxies(c, kv)
+		case "metrics":
+			p.metrics(c, kv)
 		case "rate_limits":
 			p.rateLimits(c, kv)
 		case "rate_limit_store":
@@ -426,6 +430,42 @@ func (p *parser) trustedProxies(c *Config, kv pair) {
 	}
 }
 
+// metrics reads metrics.allow: networks (CIDRs or addresses) that may
+// read /metrics besides loopback. A bad entry is dropped.
+func (p *parser) metrics(c *Config, kv pair) {
+	fields, ok := p.mapping(kv, "/metrics answers loopback only")
+	if !ok {
+		return
+	}
+	for _, f := range fields {
+		if f.key != "allow" {
+			p.warn(f.path, f.k, "unknown key: ignored")
+			continue
+		}
+		if isNull(f.v) {
+			continue
+		}
+		if f.v.Kind != yaml.SequenceNode {
+			p.warn(f.path, f.v, "%s is not a list: /metrics answers loopback only", show(f.v))
+			continue
+		}
+		for i, e := range p.items(f.v) {
+			path := fmt.Sprintf("%s[%d]", f.path, i)
+			s, ok := text(e)
+			if !ok {
+				p.warn(path, e, "%s is not an address or CIDR: dropped", show(e))
+				continue
+			}
+			pfx, why := proxy(strings.TrimSpace(s))
+			if why != "" {
+				p.warn(path, e, "%s %s: dropped", show(e), why)
+				continue
+			}
+			c.metricsAllow = append(c.metricsAllow, pfx)
+		}
+	}
+}
+
 // proxy parses a trusted proxy entry: a CIDR, or one address. why says what
 // is wrong with a bad one.
 func proxy(s string) (pfx netip.Prefix, why string) {
@@ -452,9 +492,13 @@ func proxy(s string) (pfx netip.Prefix, why string) {
 	return netip.PrefixFrom(addr, addr.BitLen()), ""
 }
 
+// rateLimits reads the section: a bucket it names replaces that bucket's
+// default; an empty section (rate_limits: {}) turns every default off, and
+// so does a malformed one (off is the safe side of a value in doubt).
 func (p *parser) rateLimits(c *Config, kv pair) {
 	buckets, ok := p.mapping(kv, "no route is rate limited")
-	if !ok {
+	if !ok || len(buckets) == 0 {
+		c.builtin = nil
 		return
 	}
 	for _, b := range buckets {

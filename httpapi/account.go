@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/ratelimit"
 	"github.com/parleychat/parley/wire"
 )
@@ -126,7 +127,8 @@ type passwordBody struct {
 // token of the user is revoked (their sockets closed at once); the
 // caller's token stays. A wrong current password is 400 INVALID_ARGUMENT
 // (a 401 would make the client log out) and counts as a failed login of
-// the account in the login backoff, which may then refuse with 429.
+// the account from that address in the login backoff, which may then
+// refuse with 429.
 func handleChangePassword(s sessions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b passwordBody
@@ -140,12 +142,15 @@ func handleChangePassword(s sessions) http.Handler {
 			return
 		}
 		p := caller(r)
-		if ok, wait := s.backoff.Begin(p.User); !ok {
+		// The login backoff's (name, address) pair: a wrong current password
+		// from one address slows that address only.
+		key := p.User + "\x00addr\x00" + middleware.AddrSubject(parley.CallerFromContext(r.Context()).Addr)
+		if ok, wait := s.backoff.Begin(key); !ok {
 			s.refuseBackoff(w, wait)
 			return
 		}
 		result := ratelimit.Abandoned
-		defer func() { s.backoff.End(p.User, result) }()
+		defer func() { s.backoff.End(key, result) }()
 		release, err := s.hashes.acquire(r.Context(), r)
 		if err != nil {
 			s.writeError(w, err, "change password")

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,13 +81,19 @@ type server struct {
 	// sweepExports runs one janitor sweep now (expiry and file deletion)
 	// instead of waiting for the worker's next.
 	sweepExports func()
+
+	builtinLimits bool // the configuration keeps the built-in rate limits
 }
 
 type serverOptions struct {
-	config string       // configuration file text ("" = none)
-	hook   func(string) // metrics hook (panic injection)
-	now    func() time.Time
-	reauth time.Duration // how often open sockets' tokens are checked again (0: the default)
+	// config is the configuration file text ("" = "{}"). Unless it names
+	// rate_limits, or builtinLimits is set, "rate_limits: {}" is added:
+	// tests hammer routes, and the built-in limits have tests of their own.
+	config        string
+	builtinLimits bool
+	hook          func(string) // metrics hook (panic injection)
+	now           func() time.Time
+	reauth        time.Duration // how often open sockets' tokens are checked again (0: the default)
 
 	// Login protections (nil, 0: the defaults).
 	hashes       *httpapi.PasswordGate
@@ -113,10 +120,8 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 		log = slog.New(slog.NewJSONHandler(s.logs, nil))
 	}
 	s.cfgPath = filepath.Join(t.TempDir(), "parley.yaml")
-	if o.config == "" {
-		o.config = "{}\n"
-	}
-	if err := os.WriteFile(s.cfgPath, []byte(o.config), 0o600); err != nil {
+	s.builtinLimits = o.builtinLimits
+	if err := os.WriteFile(s.cfgPath, []byte(s.configText(o.config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.metrics = metrics.New(metrics.Options{Log: log, Hook: o.hook})
@@ -193,12 +198,31 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	return s
 }
 
+// configText is text as the test server's file: explicitly unlimited
+// ("rate_limits: {}") unless text names rate_limits or the server keeps
+// the built-in limits.
+func (s *server) configText(text string) string {
+	if strings.TrimSpace(text) == "" || strings.TrimSpace(text) == "{}" {
+		text = ""
+	}
+	if s.builtinLimits || strings.Contains(text, "rate_limits") {
+		if text == "" {
+			return "{}\n"
+		}
+		return text
+	}
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return text + "rate_limits: {}\n"
+}
+
 // writeConfig replaces the configuration file the way an editor does:
 // a temporary file renamed over it.
 func (s *server) writeConfig(text string) {
 	s.t.Helper()
 	tmp := s.cfgPath + ".tmp"
-	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(s.configText(text)), 0o600); err != nil {
 		s.t.Fatal(err)
 	}
 	if err := os.Rename(tmp, s.cfgPath); err != nil {
@@ -373,3 +397,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func (r reply) String() string { return string(r.body) }
+
+// metricValue is the value of one series of /metrics (name with its
+// labels, as exposed), 0 when it is absent.
+func metricValue(t *testing.T, s *server, series string) float64 {
+	t.Helper()
+	for line := range strings.SplitSeq(s.scrape(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/config"
 	"github.com/parleychat/parley/httpapi"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/postgres/pgtest"
@@ -21,51 +22,113 @@ import (
 )
 
 // loginAs posts a login from the client address addr (the server trusts
-// the loopback proxy, so X-Forwarded-For names the client).
+// the loopback proxy, so X-Forwarded-For names the client), with device
+// "d1" and install "i1" (the install s.user logged in with).
 func (s *server) loginAs(login, password, addr string) reply {
 	s.t.Helper()
+	return s.loginWith(login, password, addr, "i1")
+}
+
+// loginWith is loginAs with the install id install, on the device
+// "dev-"+install (another device per install: a login never replaces
+// another test install).
+func (s *server) loginWith(login, password, addr, install string) reply {
+	s.t.Helper()
+	device := "dev-" + install
+	if install == "i1" {
+		device = "d1"
+	}
 	return s.do("POST", "/api/login", "", map[string]string{
-		"login": login, "password": password, "device_id": "d1", "install_id": "i1",
+		"login": login, "password": password, "device_id": device, "install_id": install,
 	}, "X-Forwarded-For", addr)
 }
 
 const trustLoopback = "trusted_proxies: [127.0.0.1, \"::1\"]\n"
 
-// TestLoginBackoffPerAccount: failed logins slow down per login name, from
-// any address, before the password is hashed: after the free failures the
-// next attempt from another address is 429 RATE_LIMITED with Retry-After,
-// even with the right password. An unknown name gets the same answers. A
+// TestLoginBackoffPerAddress: failed logins slow down per (login name,
+// client address; IPv6 by /64), before the password is hashed: after the
+// free failures the next attempt from that address is 429 RATE_LIMITED with
+// Retry-After, even with the right password, while the same name from
+// another address is not delayed. An unknown name gets the same answers. A
 // success afterwards resets the count. No rate limit is configured: this
 // is built in.
-func TestLoginBackoffPerAccount(t *testing.T) {
+func TestLoginBackoffPerAddress(t *testing.T) {
 	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
 		s := start(t, open(t, parley.Options{}), serverOptions{
 			config:       trustLoopback,
-			loginBackoff: ratelimit.NewBackoff(ratelimit.BackoffOptions{Free: 2, Base: time.Second, Max: time.Second}),
+			loginBackoff: ratelimit.NewBackoff(ratelimit.BackoffOptions{Free: 2, Base: time.Minute, Max: time.Minute}),
 		})
 		s.user("ana", parley.RoleUser)
 
 		for _, name := range []string{"ana", "zed"} { // zed does not exist
 			t.Run(name, func(t *testing.T) {
-				s.loginAs(name, "wrong-password", "198.51.100.1").want(401, parley.CodeUnauthenticated)
-				s.loginAs(name, "wrong-password", "2001:db8::1").want(401, parley.CodeUnauthenticated)
-				for _, addr := range []string{"203.0.113.9", "2001:db8:77::1", "198.51.100.1"} {
-					r := s.loginAs(name, "password-"+name, addr).want(429, parley.CodeRateLimited)
-					if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra != 1 {
-						t.Errorf("from %s: Retry-After %q, want 1", addr, r.header.Get("Retry-After"))
+				for _, addr := range []string{"198.51.100.1", "2001:db8:1::1"} {
+					s.loginWith(name, "wrong-password", addr, "x1").want(401, parley.CodeUnauthenticated)
+					s.loginWith(name, "wrong-password", addr, "x1").want(401, parley.CodeUnauthenticated)
+				}
+				// The same address, and the same IPv6 /64, wait.
+				for _, addr := range []string{"198.51.100.1", "2001:db8:1::1", "2001:db8:1::ffff"} {
+					r := s.loginWith(name, "password-"+name, addr, "x1").want(429, parley.CodeRateLimited)
+					if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 55 || ra > 60 {
+						t.Errorf("from %s: Retry-After %q, want about 60", addr, r.header.Get("Retry-After"))
 					}
 				}
 			})
 		}
+		// Another address, another /64: not delayed.
+		s.loginWith("ana", "password-ana", "203.0.113.9", "ok-a").want(200)
+		s.loginWith("ana", "password-ana", "2001:db8:2::1", "ok-b").want(200)
 
-		time.Sleep(time.Second) // the wait runs out (Retry-After: 1)
-		s.loginAs("ana", "password-ana", "192.0.2.1").want(200)
-		// The success reset ana's count: two more free failures.
-		s.loginAs("ana", "wrong-password", "192.0.2.1").want(401, parley.CodeUnauthenticated)
-		s.loginAs("ana", "wrong-password", "192.0.2.1").want(401, parley.CodeUnauthenticated)
-		s.loginAs("ana", "wrong-password", "192.0.2.1").want(429, parley.CodeRateLimited)
+		// A success resets the pair's count: two free failures again.
+		const home = "192.0.2.50"
+		s.loginWith("ana", "wrong-password", home, "x2").want(401, parley.CodeUnauthenticated)
+		s.loginWith("ana", "password-ana", home, "x2").want(200)
+		s.loginWith("ana", "wrong-password", home, "x3").want(401, parley.CodeUnauthenticated)
+		s.loginWith("ana", "wrong-password", home, "x3").want(401, parley.CodeUnauthenticated)
+		s.loginWith("ana", "wrong-password", home, "x3").want(429, parley.CodeRateLimited)
 		// Case and spaces do not make another name.
-		s.loginAs(" ANA ", "wrong-password", "192.0.2.1").want(429, parley.CodeRateLimited)
+		s.loginWith(" ANA ", "password-ana", home, "x3").want(429, parley.CodeRateLimited)
+		if got := metricValue(t, s, `parley_login_refused_total{reason="backoff_address"}`); got < 8 {
+			t.Errorf("backoff_address refusals %v, want at least 8", got)
+		}
+	})
+}
+
+// TestLoginLockoutProbe: an attacker hammering cy's account from one
+// address never locks cy out: cy logs in from another address, and from
+// the attacker's own address (a shared NAT) with an install id cy's
+// device already has. A guess carrying cy's install id counts on that
+// install's own pair.
+func TestLoginLockoutProbe(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		s := start(t, open(t, parley.Options{}), serverOptions{config: trustLoopback})
+		if _, err := s.store.CreateUser(context.Background(), parley.NewUser{ID: "cy", Password: "password-cy"}); err != nil {
+			t.Fatal(err)
+		}
+		s.loginWith("cy", "password-cy", "192.0.2.7", "cy-phone").want(200)
+
+		const attacker = "198.51.100.66"
+		refused := 0
+		for i := range 20 {
+			r := s.loginWith("cy", fmt.Sprintf("guess-%d", i), attacker, fmt.Sprintf("bot-%d", i))
+			switch r.status {
+			case 401:
+			case 429:
+				refused++
+			default:
+				t.Fatalf("guess %d: %s", i, r)
+			}
+		}
+		if refused == 0 {
+			t.Fatal("the attacker's guesses were never delayed")
+		}
+		s.loginWith("cy", "password-cy", attacker, "bot-99").want(429, parley.CodeRateLimited)
+
+		s.loginWith("cy", "password-cy", "203.0.113.20", "cy-laptop").want(200) // another address
+		s.loginWith("cy", "password-cy", attacker, "cy-phone").want(200)        // a known install
+		if got := metricValue(t, s, `parley_login_refused_total{reason="backoff_install"}`); got != 0 {
+			t.Errorf("backoff_install refusals %v, want 0", got)
+		}
 	})
 }
 
@@ -251,7 +314,8 @@ func loginStorm(t *testing.T, store parley.Store) {
 				if (w+i)%2 == 1 {
 					login = fmt.Sprintf("ghost-%d", w*perWorker+i) // a fresh name each time
 				}
-				r := s.loginAs(login, "wrong-password", fmt.Sprintf("2001:db8:%x::1", w))
+				// Six workers share each /64: the backoff is per address.
+				r := s.loginAs(login, "wrong-password", fmt.Sprintf("2001:db8:%x::1", w%4))
 				n, _ := statuses.LoadOrStore(r.status, new(atomic.Int64))
 				n.(*atomic.Int64).Add(1)
 			}
@@ -304,4 +368,27 @@ func loginStorm(t *testing.T, store parley.Store) {
 		ra, _ := strconv.Atoi(r.header.Get("Retry-After"))
 		time.Sleep(time.Duration(ra) * time.Second)
 	}
+}
+
+// TestLoginSprayLimited: with no rate_limits in the configuration, the
+// built-in login limit applies per client address: a password spray over
+// many names from one address is refused once it is spent, while another
+// address still logs in.
+func TestLoginSprayLimited(t *testing.T) {
+	s := start(t, openSQLite(t), serverOptions{config: trustLoopback, builtinLimits: true})
+	s.user("ana", parley.RoleUser)
+	limit := config.DefaultRateLimits()[ratelimit.BucketLogin].Limit
+	if limit <= 0 {
+		t.Fatal("no built-in login limit")
+	}
+	const sprayer = "198.51.100.77"
+	for i := range limit {
+		// A fresh name each time: the backoff, per name, never applies.
+		s.loginWith(fmt.Sprintf("victim-%d", i), "Winter2026!", sprayer, "spray").want(401, parley.CodeUnauthenticated)
+	}
+	r := s.loginWith("ana", "password-ana", sprayer, "spray").want(429, parley.CodeRateLimited)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	s.loginWith("ana", "password-ana", "203.0.113.5", "i2").want(200)
 }

@@ -259,3 +259,26 @@ func TestAuditBeforeOperation(t *testing.T) {
 		t.Fatalf("ben after an unaudited disable: %+v %v; want the operation not done", u, err)
 	}
 }
+
+// TestMetricsLoopbackOnly: /metrics on the public listener answers a
+// loopback client; a client elsewhere (here named by a trusted proxy's
+// X-Forwarded-For) gets the 404 of a missing route until metrics.allow
+// names its network. A request an untrusted local proxy relayed is not
+// taken for a loopback client.
+func TestMetricsLoopbackOnly(t *testing.T) {
+	s := start(t, openSQLite(t), serverOptions{config: trustLoopback})
+	s.do("GET", "/metrics", "", nil).want(200)
+	s.do("GET", "/metrics", "", nil, "X-Forwarded-For", "203.0.113.9").want(404, parley.CodeNotFound)
+	s.do("GET", "/metrics", "", nil, "X-Forwarded-For", "2001:db8::9").want(404, parley.CodeNotFound)
+
+	s.writeConfig(trustLoopback + "metrics: {allow: [203.0.113.0/24]}\n")
+	eventually(t, "metrics.allow in force", func() bool {
+		return s.do("GET", "/metrics", "", nil, "X-Forwarded-For", "203.0.113.9").status == 200
+	})
+	s.do("GET", "/metrics", "", nil, "X-Forwarded-For", "198.51.100.9").want(404, parley.CodeNotFound)
+
+	u := start(t, openSQLite(t), serverOptions{}) // no trusted proxy
+	u.do("GET", "/metrics", "", nil).want(200)
+	u.do("GET", "/metrics", "", nil, "X-Forwarded-For", "203.0.113.9").want(404, parley.CodeNotFound)
+	u.do("GET", "/metrics", "", nil, "Forwarded", "for=203.0.113.9").want(404, parley.CodeNotFound)
+}

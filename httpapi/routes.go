@@ -51,7 +51,9 @@ type Deps struct {
 	MetricsElsewhere bool
 	// Draining reports a graceful drain in progress: /readyz answers 503.
 	Draining func() bool
-	// SecureCookie names the session cookie __Host-parley_session and
+	// SecureCookie (the server is reached over TLS) also sends
+	// Strict-Transport-Security on every response. It names the session
+	// cookie __Host-parley_session and
 	// marks it Secure (serve behind a TLS-terminating proxy); a request
 	// that came over TLS gets that cookie anyway.
 	SecureCookie bool
@@ -76,9 +78,10 @@ type Deps struct {
 	// HashWait for a slot (0: the store timeout) is 503 UNAVAILABLE.
 	Hashes   *PasswordGate
 	HashWait time.Duration
-	// LoginBackoff slows down failed logins per login name, from any
-	// address (nil: ratelimit.NewBackoff's defaults: 5 free failures, then
-	// 1s doubling up to 15 minutes).
+	// LoginBackoff slows down failed logins per (login name, client
+	// address), or per (login name, install) for an install the user
+	// already has (nil: ratelimit.NewBackoff's defaults: 5 free failures,
+	// then 1s doubling up to 15 minutes).
 	LoginBackoff *ratelimit.Backoff
 }
 
@@ -86,6 +89,7 @@ type Deps struct {
 // through the application layer (Deps.App).
 type Store interface {
 	Authenticate(ctx context.Context, token string) (parley.Principal, error)
+	KnownInstall(ctx context.Context, login, installID string) (bool, error)
 	Ping(ctx context.Context) error
 	AppendAudit(ctx context.Context, e parley.AuditEntry) (parley.AuditEntry, error)
 	FinishAudit(ctx context.Context, id int64, outcome string) error
@@ -108,7 +112,7 @@ func NewHandler(d Deps) http.Handler {
 	c := calls{app: d.App, current: d.Config}
 	o := ops{calls: c, store: d.Store, log: d.Log}
 	hashes := hashGate{gate: d.Hashes, wait: d.HashWait, calls: c}
-	s := sessions{calls: c, hashes: hashes, backoff: d.LoginBackoff, ident: d.Identifier, metrics: d.Metrics,
+	s := sessions{calls: c, hashes: hashes, backoff: d.LoginBackoff, installs: d.Store, ident: d.Identifier, metrics: d.Metrics,
 		secureCookie: d.SecureCookie, log: d.Log}
 	x := exportLinks{link: d.ExportLink, now: d.Now}
 
@@ -174,9 +178,12 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("GET /healthz", public(""), handleHealthz())
 	rt.route("GET /readyz", public(""), handleReadyz(c, d.Store.Ping, d.Draining))
 	if d.Metrics != nil && !d.MetricsElsewhere {
-		rt.route("GET /metrics", public(""), d.Metrics.Handler())
+		rt.route("GET /metrics", public(""), handleMetrics(c, d.Metrics.Handler()))
 	}
 	rt.routeApp(d.Web)
+	if d.SecureCookie {
+		return hsts(nosniff(rt.mux))
+	}
 	return nosniff(rt.mux)
 }
 

@@ -24,6 +24,7 @@ type sessions struct {
 	calls
 	hashes       hashGate
 	backoff      *ratelimit.Backoff
+	installs     installs
 	ident        *middleware.Identifier
 	metrics      *metrics.Metrics
 	secureCookie bool
@@ -48,10 +49,11 @@ type loginReply struct {
 // login (fromBrowser) gets the cookie only: the token stays out of reach
 // of the page's scripts.
 //
-// Before any hash: the login name's failures (LoginBackoff, from any
-// address; an unknown name is treated exactly like a known one) may refuse
-// it with 429 RATE_LIMITED and Retry-After, and the hash waits for a slot
-// of the PasswordGate (503 UNAVAILABLE when it waits too long).
+// Before any hash: the failures of the login name from this client
+// address, or from this known install (LoginBackoff, see backoffKey; an
+// unknown name is treated exactly like a known one), may refuse it with 429
+// RATE_LIMITED and Retry-After, and the hash waits for a slot of the
+// PasswordGate (503 UNAVAILABLE when it waits too long).
 func handleLogin(s sessions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b loginBody
@@ -64,27 +66,33 @@ func handleLogin(s sessions) http.Handler {
 			s.writeError(w, err, "login")
 			return
 		}
-		// The canonical name is the key: "Ana" and "ana" are one name. An
-		// account's id and email are two names, each with its own count
-		// (keying them together would tell who owns an email).
+		// The canonical name is the login's part of the key: "Ana" and
+		// "ana" are one name. An account's id and email are two names, each
+		// with its own count (keying them together would tell who owns an
+		// email).
 		_, name, err := parley.ResolveLogin(b.Login)
 		if err != nil {
 			s.writeError(w, err, "login")
 			return
 		}
-		if ok, wait := s.backoff.Begin(name); !ok {
+		key, reason := s.backoffKey(r, name, req)
+		if ok, wait := s.backoff.Begin(key); !ok {
 			if s.metrics != nil {
 				s.metrics.RateLimited(bucketLoginFailures, "http")
+				s.metrics.LoginRefused(reason)
 			}
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-			wire.WriteProblem(w, parley.CodeRateLimited, "too many failed logins for this account; retry after the time in Retry-After", "")
+			wire.WriteProblem(w, parley.CodeRateLimited, "too many failed logins for this account from here; retry after the time in Retry-After", "")
 			return
 		}
 		result := ratelimit.Abandoned
-		defer func() { s.backoff.End(name, result) }()
+		defer func() { s.backoff.End(key, result) }()
 
 		release, err := s.hashes.acquire(r.Context(), r)
 		if err != nil {
+			if s.metrics != nil {
+				s.metrics.LoginRefused("busy")
+			}
 			s.writeError(w, err, "login")
 			return
 		}
@@ -122,6 +130,30 @@ func handleLogin(s sessions) http.Handler {
 		}
 		encode(w, http.StatusOK, reply)
 	})
+}
+
+// installs is what the login backoff asks the store.
+type installs interface {
+	KnownInstall(ctx context.Context, login, installID string) (bool, error)
+}
+
+// backoffKey is the login backoff's key of a login attempt, and the
+// refusal reason that goes with it. Failures count per (login name, client
+// address; an IPv6 address by its /64), so a guesser's failures slow down
+// only the guesser's address: the owner, elsewhere, is never delayed. A
+// login carrying an install id that already has a device of the user
+// counts on its own (login name, install) pair instead, so the owner's own
+// app is not delayed even from the guesser's address (a shared NAT, the
+// same /64). A store that cannot answer leaves the address key.
+func (s sessions) backoffKey(r *http.Request, name string, req parley.LoginRequest) (key, reason string) {
+	ctx, cancel := s.ctx(r)
+	known, err := s.installs.KnownInstall(ctx, req.Login, req.InstallID)
+	cancel()
+	if err == nil && known {
+		return name + "\x00install\x00" + req.InstallID, "backoff_install"
+	}
+	addr := middleware.AddrSubject(parley.CallerFromContext(r.Context()).Addr)
+	return name + "\x00addr\x00" + addr, "backoff_address"
 }
 
 // sessionCookie is the session cookie for token: HttpOnly, SameSite=Strict,
@@ -171,6 +203,25 @@ func handleLogout(s sessions) http.Handler {
 		gone.MaxAge = -1
 		http.SetCookie(w, gone)
 		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// handleMetrics serves /metrics on the public listener to loopback clients
+// and to those the configuration's metrics.allow names; anyone else gets
+// the 404 of a path that does not exist (the metrics tell who is online
+// and how busy the server is). A request from loopback that a proxy
+// relayed (X-Forwarded-For, Forwarded, X-Real-IP) is not the proxy's own:
+// unless a trusted proxy resolved its client, it is refused, so a local
+// reverse proxy left out of trusted_proxies does not publish the metrics.
+func handleMetrics(c calls, metrics http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := parley.CallerFromContext(r.Context()).Addr
+		relayed := r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("Forwarded") != "" || r.Header.Get("X-Real-Ip") != ""
+		if !c.config(r).MetricsAllowed(addr) || (relayed && addr.Unmap().IsLoopback()) {
+			wire.WriteProblem(w, parley.CodeNotFound, "no such route", "")
+			return
+		}
+		metrics.ServeHTTP(w, r)
 	})
 }
 

@@ -152,3 +152,18 @@ func nosniff(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// HSTSValue is the Strict-Transport-Security of a server reached over TLS
+// (--secure-cookie): a browser that saw it goes to https for a year, so a
+// network attacker cannot downgrade a later visit to plain HTTP and read
+// the session cookie. No includeSubDomains: other hosts of the domain are
+// not Parley's to decide.
+const HSTSValue = "max-age=31536000"
+
+// hsts sets Strict-Transport-Security on every response.
+func hsts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", HSTSValue)
+		h.ServeHTTP(w, r)
+	})
+}

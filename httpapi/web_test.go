@@ -509,3 +509,26 @@ func TestNosniff(t *testing.T) {
 		}
 	}
 }
+
+// TestHSTS: with SecureCookie (--secure-cookie: the server is reached over
+// TLS) every response, an error or the app shell too, carries
+// Strict-Transport-Security; without it none does (a plain-HTTP laptop
+// server must not pin a browser to https).
+func TestHSTS(t *testing.T) {
+	s := openSQLite(t)
+	for _, secure := range []bool{true, false} {
+		h := httpapi.NewHandler(httpapi.Deps{App: app.New(app.Options{Store: s}), Store: s, Gateway: http.NotFoundHandler(), SecureCookie: secure, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		for _, path := range []string{"/healthz", "/api/me", "/api/nope", "/"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			got := rec.Header().Get("Strict-Transport-Security")
+			want := ""
+			if secure {
+				want = httpapi.HSTSValue
+			}
+			if got != want {
+				t.Errorf("secure %v, GET %s (%d): Strict-Transport-Security %q, want %q", secure, path, rec.Code, got, want)
+			}
+		}
+	}
+}

@@ -164,6 +164,16 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 		// (which serve requires on PostgreSQL).
 		base = append(base, "--export-dir", filepath.Join(dir, "exports"))
 	}
+	if !slices.Contains(cfg.ServeArgs, "--config") {
+		// A load test measures the gateways, not their limiter: every
+		// rate limit off, said explicitly (no file would mean the
+		// built-in limits).
+		path := filepath.Join(dir, "parley.yaml")
+		if err := os.WriteFile(path, []byte("rate_limits: {}\n"), 0o600); err != nil {
+			return nil, err
+		}
+		base = append(base, "--config", path)
+	}
 	var gws []*gateway
 	for i := range cfg.Spawn {
 		g := &gateway{

@@ -43,6 +43,12 @@
 //	                                                               or a protocol error code such as "NOT_MEMBER".
 //	parley_config_reloads_total{result}                 counter    Configuration reloads; result "ok" or "error"
 //	                                                               ("error" keeps the last good configuration).
+//	parley_login_refused_total{reason}                  counter    Logins refused before the password was checked:
+//	                                                               "backoff_address" (that login name failed too often
+//	                                                               from that address), "backoff_install" (from that
+//	                                                               known install), "busy" (password hashing saturated).
+//	parley_config_warnings                              gauge      Values of the configuration in force that resolved
+//	                                                               to their safe side (a malformed rate limit is off).
 //	parley_bus_gaps_total                               counter    Notices lost by the bus; the receivers poll the store (resync only if that fails).
 //	parley_export_downloads_total{code}                 counter    Export download responses by HTTP status.
 //	parley_metric_errors_total{metric,reason}           counter    Observations dropped by this package: reason

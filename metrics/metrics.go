@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,13 @@ const (
 	NameBusGaps         = "parley_bus_gaps_total"
 	NameDownloads       = "parley_export_downloads_total"
 	NameErrors          = "parley_metric_errors_total"
+	NameLoginRefused    = "parley_login_refused_total"
 )
+
+// LoginRefusals are the reasons of parley_login_refused_total: the
+// backoff of a (login name, client address) pair, of a (login name, known
+// install) pair, and a login that found every password-hash slot taken.
+var LoginRefusals = []string{"backoff_address", "backoff_install", "busy"}
 
 // Reasons recorded in parley_metric_errors_total.
 const (
@@ -63,16 +70,17 @@ type Metrics struct {
 	hook    atomic.Pointer[func(string)]
 	logged  sync.Map // metric+"\x00"+reason → struct{}: what has been logged once
 
-	requests    *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	activity    *prometheus.CounterVec
-	rateLimited *prometheus.CounterVec
-	refused     *prometheus.CounterVec
-	sends       *prometheus.CounterVec
-	reloads     *prometheus.CounterVec
-	busGaps     prometheus.Counter
-	downloads   *prometheus.CounterVec
-	errors      *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	activity     *prometheus.CounterVec
+	rateLimited  *prometheus.CounterVec
+	refused      *prometheus.CounterVec
+	sends        *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	busGaps      prometheus.Counter
+	downloads    *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	loginRefused *prometheus.CounterVec
 
 	ops opsMetrics // store, export and retention (ops.go)
 }
@@ -128,6 +136,13 @@ func New(opts Options) *Metrics {
 			Name: NameErrors,
 			Help: `Observations dropped by the metrics code, by metric and reason ("invalid", "panic", "register").`,
 		}, []string{"metric", "reason"}),
+		loginRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameLoginRefused,
+			Help: `Logins refused before the password was checked, by reason ("backoff_address", "backoff_install", "busy").`,
+		}, []string{"reason"}),
+	}
+	for _, r := range LoginRefusals {
+		m.loginRefused.WithLabelValues(r)
 	}
 	m.ops = newOpsMetrics()
 	if opts.Hook != nil {
@@ -142,7 +157,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.duration, m.activity, m.rateLimited, m.refused, m.sends,
-		m.reloads, m.busGaps, m.downloads, m.errors,
+		m.reloads, m.busGaps, m.downloads, m.errors, m.loginRefused,
 	)
 	m.reg.MustRegister(m.ops.collectors()...)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -276,6 +291,21 @@ func (m *Metrics) Send(transport, outcome string) {
 	default:
 		m.sends.WithLabelValues(transport, outcome).Inc()
 	}
+}
+
+// LoginRefused records one login refused before its password was checked;
+// reason is one of LoginRefusals (another is skipped).
+func (m *Metrics) LoginRefused(reason string) {
+	if m == nil {
+		return
+	}
+	defer m.rescue(NameLoginRefused)
+	m.callHook(NameLoginRefused)
+	if !slices.Contains(LoginRefusals, reason) {
+		m.skip(NameLoginRefused, "reason", reason)
+		return
+	}
+	m.loginRefused.WithLabelValues(reason).Inc()
 }
 
 // ConfigReload records one configuration reload attempt.

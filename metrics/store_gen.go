@@ -54,6 +54,7 @@ var StoreOps = []string{
 	"Heads",
 	"Hook",
 	"Joined",
+	"KnownInstall",
 	"Login",
 	"Logout",
 	"OpenDirect",
@@ -278,6 +279,11 @@ func (s *store) Hook(ctx context.Context, a1 string) (_ parley.Hook, err error) 
 func (s *store) Joined(ctx context.Context, a1 string) (_ []parley.Head, err error) {
 	defer s.observe("Joined", time.Now(), &err)
 	return s.Store.Joined(ctx, a1)
+}
+
+func (s *store) KnownInstall(ctx context.Context, a1 string, a2 string) (_ bool, err error) {
+	defer s.observe("KnownInstall", time.Now(), &err)
+	return s.Store.KnownInstall(ctx, a1, a2)
 }
 
 func (s *store) Login(ctx context.Context, a1 parley.LoginRequest) (_ parley.Session, err error) {

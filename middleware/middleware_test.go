@@ -477,8 +477,8 @@ func TestFeatureGate(t *testing.T) {
 func TestRateLimitOff(t *testing.T) {
 	f := newFixture(t)
 	tests := []struct{ name, config string }{
-		{"bucket missing", "rate_limits: {other: {limit: 1, window: 1m}}"},
-		{"no rate_limits", "{}"},
+		{"every limit off", "rate_limits: {}"},
+		{"empty section", "rate_limits:"},
 		{"zero", "rate_limits: {send: {limit: 0, window: 1m}}"},
 		{"negative", "rate_limits: {send: {limit: -1, window: 1m}}"},
 		{"not a number", `rate_limits: {send: {limit: "1", window: 1m}}`},

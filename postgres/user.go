@@ -81,6 +81,25 @@ func (db *DB) SetUserDisabled(ctx context.Context, id string, disabled bool) err
 	return nil
 }
 
+// KnownInstall implements parley.Store.
+func (db *DB) KnownInstall(ctx context.Context, login, installID string) (bool, error) {
+	kind, value, err := parley.ResolveLogin(login)
+	if err != nil || installID == "" {
+		return false, nil
+	}
+	col := "u.id"
+	if kind == parley.LoginByEmail {
+		col = "u.email"
+	}
+	var known bool
+	err = db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users u JOIN devices d ON d.user_id = u.id
+		WHERE `+col+` = $1 AND d.install_id = $2)`, value, installID).Scan(&known)
+	if err != nil {
+		return false, wrap("known install", err)
+	}
+	return known, nil
+}
+
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
 	if err := parley.ValidateLogin(r); err != nil {

@@ -117,6 +117,24 @@ func (db *DB) SetPassword(ctx context.Context, id, pw string) error {
 	})
 }
 
+// KnownInstall implements parley.Store.
+func (db *DB) KnownInstall(ctx context.Context, login, installID string) (bool, error) {
+	kind, value, err := parley.ResolveLogin(login)
+	if err != nil || installID == "" {
+		return false, nil
+	}
+	col := "u.id"
+	if kind == parley.LoginByEmail {
+		col = "u.email"
+	}
+	var known bool
+	err = db.read(ctx, "known install", func(tx *txn) error {
+		return tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users u JOIN devices d ON d.user_id = u.id
+			WHERE `+col+` = ? AND d.install_id = ?)`, value, installID).Scan(&known)
+	})
+	return known, err
+}
+
 // Login implements parley.Store.
 func (db *DB) Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error) {
 	if err := parley.ValidateLogin(r); err != nil {

@@ -119,6 +119,7 @@ var behaviours = []behaviour{
 	{name: "stale_install", run: testStaleInstall},
 	{name: "identity_resolver", run: testIdentityResolver},
 	{name: "login_replaced", run: testLoginReplaced},
+	{name: "known_install", run: testKnownInstall},
 	{name: "disabled_user", run: testDisabledUser},
 	{name: "set_password", run: testSetPassword},
 	{name: "logout", run: testLogout},

@@ -179,6 +179,35 @@ func testLoginReplaced(t *testing.T, e *env) {
 	}
 }
 
+// testKnownInstall: KnownInstall is true for a device's current install
+// of the user a login names (by id or email, any case), and false for an
+// install the device replaced, another user's install, an unknown login
+// and a malformed one (never an error).
+func testKnownInstall(t *testing.T, e *env) {
+	e.user(t, "ana", "ana@example.com", "")
+	e.user(t, "ben", "", "")
+	e.login(t, "ana", "d1", "old")
+	e.login(t, "ana", "d1", "i1") // replaces "old"
+	e.login(t, "ben", "d1", "b1")
+	for _, tc := range []struct {
+		login, install string
+		want           bool
+	}{
+		{"ana", "i1", true},
+		{" ANA@Example.com ", "i1", true},
+		{"ana", "old", false},
+		{"ana", "b1", false},
+		{"nobody", "i1", false},
+		{"not valid!", "i1", false},
+		{"ana", "", false},
+	} {
+		got, err := e.st.KnownInstall(ctx(t), tc.login, tc.install)
+		if err != nil || got != tc.want {
+			t.Errorf("KnownInstall(%q, %q) = %v, %v; want %v", tc.login, tc.install, got, err, tc.want)
+		}
+	}
+}
+
 // testDisabledUser: a disabled account's tokens stop at the next
 // Authenticate and it cannot log in (the one UNAUTHENTICATED message);
 // enabling it again allows login, and the tokens of before stay revoked.

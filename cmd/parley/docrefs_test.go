@@ -333,8 +333,14 @@ func TestDocFlags(t *testing.T) {
 		t.Fatalf("serve --help lists %d flags:\n%s", len(flags), out)
 	}
 	for _, m := range flags {
-		env := "PARLEY_" + strings.ReplaceAll(strings.ToUpper(strings.TrimPrefix(m[1], "--")), "-", "_")
-		if row := "| `" + m[1] + "` | `" + env + "` |"; !strings.Contains(string(doc), row) {
+		env := "`PARLEY_" + strings.ReplaceAll(strings.ToUpper(strings.TrimPrefix(m[1], "--")), "-", "_") + "`"
+		if flagOnly[strings.TrimPrefix(m[1], "--")] {
+			env = "(flag only)"
+			if strings.Contains(string(doc), "`PARLEY_"+strings.ToUpper(strings.TrimPrefix(m[1], "--"))+"`") {
+				t.Errorf("docs/configuration.md names an environment variable for the flag-only %s", m[1])
+			}
+		}
+		if row := "| `" + m[1] + "` | " + env + " |"; !strings.Contains(string(doc), row) {
 			t.Errorf("docs/configuration.md has no row starting %q", row)
 		}
 	}

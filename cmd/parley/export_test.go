@@ -96,7 +96,7 @@ func TestExportCrashEveryShard(t *testing.T) {
 		ben := parley.Principal{User: "ben"}
 		// Every crash is a takeover that counts as an attempt: allow them.
 		cfg := filepath.Join(b.dir, "parley.yaml")
-		if err := os.WriteFile(cfg, []byte("export: {retries: 20}\n"), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte("export: {retries: 20}\nrate_limits: {}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		lease := []string{"--db", b.db, "--data-dir", b.dir, "--export-lease", "300ms", "--config", cfg}

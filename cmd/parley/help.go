@@ -114,7 +114,7 @@ func flagHelp(fs *flag.FlagSet, prefix string) string {
 	first := true
 	fs.VisitAll(func(f *flag.Flag) {
 		if first {
-			fmt.Fprintf(&b, "\nflags (each also read from %sNAME, NAME in capitals with _ for -):\n", prefix)
+			fmt.Fprintf(&b, "\nflags (each also read from %sNAME, NAME in capitals with _ for -, unless flag only):\n", prefix)
 			first = false
 		}
 		typ, meaning := flag.UnquoteUsage(f)
@@ -126,10 +126,19 @@ func flagHelp(fs *flag.FlagSet, prefix string) string {
 		if typ != "" {
 			name += " " + typ
 		}
-		fmt.Fprintf(&b, "  %s\n        %s (default %s; env %s)\n", name, meaning, def, envName(prefix, f.Name))
+		env := "env " + envName(prefix, f.Name)
+		if flagOnly[f.Name] {
+			env = "flag only"
+		}
+		fmt.Fprintf(&b, "  %s\n        %s (default %s; %s)\n", name, meaning, def, env)
 	})
 	return b.String()
 }
+
+// flagOnly are the flags no environment variable sets: a setting that
+// must never be on by accident (an environment file copied from a laptop
+// to a server).
+var flagOnly = map[string]bool{"demo": true}
 
 // envName is the environment variable that sets a flag.
 func envName(prefix, flagName string) string {

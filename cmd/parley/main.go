@@ -118,7 +118,7 @@ func parseFlagsPrefix(fs *flag.FlagSet, args []string, getenv func(string) strin
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if set[f.Name] || err != nil || flagOnly[f.Name] {
 			return
 		}
 		env := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))

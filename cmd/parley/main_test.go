@@ -191,6 +191,15 @@ func serveEnv(t testing.TB, env []string, args ...string) *proc {
 		args = append(args, "--secret-key-file", testKeyFile())
 	}
 	args = withExportDir(t, args)
+	if !slices.Contains(args, "--config") && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PARLEY_CONFIG=") }) {
+		// Tests hammer routes: every rate limit off, said explicitly.
+		// A test of the built-in limits passes --config "".
+		path := filepath.Join(t.TempDir(), "parley.yaml")
+		if err := os.WriteFile(path, []byte("rate_limits: {}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", path)
+	}
 	cmd := exec.Command(serverBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--backstop", "200ms", "--drain-timeout", "10s"}, args...)...)
 	cmd.Dir = t.TempDir() // a relative default path lands there, not in the tree
 	cmd.Env = append(os.Environ(), append([]string{"PARLEY_E2E_CHILD=1", "PARLEY_FAULTS="}, env...)...)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -109,7 +110,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f.storeFlags.register(fs)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
-	fs.BoolVar(&f.demo, "demo", false, "create demo users ana (admin), ben, cy (password parley-demo) and group c-team when missing")
+	fs.BoolVar(&f.demo, "demo", false, "create demo users ana (admin), ben, cy (password parley-demo) and group c-team when missing; only with a loopback --addr")
 	fs.StringVar(&f.origins, "origins", "", "comma-separated browser origins (https://app.example.com, or host patterns like *.example.com) allowed to open /ws and make state-changing API requests besides the server's own")
 	fs.IntVar(&f.hintMembers, "hint-members", 1000, "conversations with more members get hints instead of event pushes")
 	fs.IntVar(&f.queue, "send-queue", 0, "deprecated and ignored: the send queue is bounded in bytes (--send-budget)")
@@ -171,7 +172,25 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 	if f.userSockets < 1 {
 		return usagef("--user-sockets %d: want at least 1", f.userSockets)
 	}
+	if f.demo && !loopbackAddr(f.addr) {
+		return usagef("--demo creates accounts with a published password: it runs only on a loopback --addr (127.0.0.1:PORT, [::1]:PORT, localhost:PORT), not %q", f.addr)
+	}
 	return nil
+}
+
+// loopbackAddr reports whether the listen address addr (HOST:PORT) can be
+// reached only from this host: a loopback IP, or "localhost". An empty
+// host listens on every interface; any other name could resolve anywhere.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // server is what serve builds, in the order of its fields.
@@ -270,6 +289,9 @@ func newServeLog(f *serveFlags, getenv func(string) string, stderr io.Writer) (*
 	if f.queue != 0 {
 		log.Warn("--send-queue is ignored: the send queue is bounded in bytes by --send-budget")
 	}
+	if f.demo {
+		log.Warn("--demo: demo accounts ana, ben and cy have the published password "+demoPassword+"; for a laptop only, never for real users", "addr", f.addr)
+	}
 	if spec := getenv("PARLEY_FAULTS"); spec != "" {
 		if err := fault.Arm(spec); err != nil {
 			return nil, usagef("PARLEY_FAULTS: %v", err)
@@ -293,6 +315,8 @@ func newConfigWatcher(path string, log *slog.Logger, m *metrics.Metrics) (*confi
 		return nil, fmt.Errorf("--config: %w", err)
 	}
 	warnUnusedBuckets(log, cfg.Current())
+	m.GaugeFunc("parley_config_warnings", "Values of the configuration in force that resolved to their safe side (see the log).",
+		func() float64 { return float64(cfg.Current().Warnings()) })
 	return cfg, nil
 }
 
