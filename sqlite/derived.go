@@ -147,6 +147,19 @@ func (db *DB) React(ctx context.Context, p parley.Principal, r parley.ReactReque
 	return out, err
 }
 
+// derivedSQL reads the DerivedRows of the messages whose seqs are the JSON
+// array ?3 of conversation ?1, for user ?2 with head ?4: one probe of
+// events_targets and one of events_replies per message. Two arms, not one
+// OR: SQLite answers an OR across two indexes with a scan of the whole
+// conversation's log.
+const derivedSQL = `SELECT ` + eventColumns + ` FROM events e
+	WHERE e.conv_id = ?1 AND e.target IN (SELECT value FROM json_each(?3))
+	AND e.kind IN ('edit', 'reaction') AND e.seq <= ?4 AND ` + visibleTo + `
+UNION ALL
+SELECT ` + eventColumns + ` FROM events e
+	WHERE e.conv_id = ?1 AND e.reply_to IN (SELECT value FROM json_each(?3))
+	AND e.kind = 'message' AND e.seq <= ?4 AND ` + visibleTo
+
 // derivedRows reads the DerivedRows of the messages seqs of conv as user
 // reads them with head asOf: their edits and reactions, and the replies of
 // those that are thread roots, each inside user's periods (rule 2).
@@ -158,12 +171,7 @@ func derivedRows(ctx context.Context, tx *txn, convID, user string, seqs []int64
 	if err != nil {
 		return nil, err
 	}
-	// One probe of events_targets and one of events_replies per message.
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e
-		WHERE e.conv_id = ?1 AND e.seq <= ?4 AND `+visibleTo+` AND (
-			(e.target IN (SELECT value FROM json_each(?3)) AND e.kind IN ('edit', 'reaction'))
-			OR (e.reply_to IN (SELECT value FROM json_each(?3)) AND e.kind = 'message'))`,
-		convID, user, string(list), asOf)
+	rows, err := tx.QueryContext(ctx, derivedSQL, convID, user, string(list), asOf)
 	if err != nil {
 		return nil, err
 	}

@@ -397,8 +397,10 @@ func (db *DB) Read(ctx context.Context, p parley.Principal, convID string, seq i
 // conversation id and ?5 its activity). Only for the page's rows: device
 // ?2's delivered and the user's read cursor, unread counted over the
 // visible ranges after read (one range scan of events_messages per period)
-// and stopped at ?3 = UnreadCap+1 rows, and the seq of the latest visible
-// message (one backward index probe per period).
+// and stopped at ?3 = UnreadCap+1 rows, the seq of the latest visible
+// message (one backward index probe per period), and the mentions unread
+// (a range scan of the user's mentions rows per period, each probing its
+// event: CROSS JOIN keeps SQLite from walking the events instead).
 const convsSQL = `WITH mine AS (
 	SELECT conv_id, max(to_seq IS NULL) AS open, max(to_seq) AS last_to
 	FROM periods WHERE user_id = ?1 GROUP BY conv_id
@@ -432,11 +434,11 @@ const convsSQL = `WITH mine AS (
 				ORDER BY e.seq DESC LIMIT 1) AS ls
 			FROM periods p WHERE p.conv_id = v.id AND p.user_id = ?1)) AS last_seq,
 		(SELECT count(*) FROM (
-			SELECT 1 FROM periods p JOIN mentions m
-				ON m.conv_id = p.conv_id AND m.user_id = ?1
-				AND m.seq > max(p.from_seq - 1, v.read) AND m.seq <= min(coalesce(p.to_seq, v.head), v.head)
-			JOIN events e ON e.conv_id = m.conv_id AND e.seq = m.seq AND e.recall_seq IS NULL
+			SELECT 1 FROM periods p CROSS JOIN mentions m CROSS JOIN events e
 			WHERE p.conv_id = v.id AND p.user_id = ?1
+				AND m.conv_id = p.conv_id AND m.user_id = ?1
+				AND m.seq > max(p.from_seq - 1, v.read) AND m.seq <= min(coalesce(p.to_seq, v.head), v.head)
+				AND e.conv_id = m.conv_id AND e.seq = m.seq AND e.recall_seq IS NULL
 			LIMIT ?3)) AS mentions_unread
 	FROM pg v
 )

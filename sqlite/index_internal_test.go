@@ -21,4 +21,9 @@ var IndexedStatements = []struct {
 	{"admin: exports page", qAdminExports, "sqlite_autoindex_export_jobs_1", 2},
 	{"admin: hooks page", qAdminHooks, "sqlite_autoindex_hooks_1", 2},
 	{"retention: claim", qClaimRetention, "conversations_with_policy", 2},
+	// Migration 0007: a page's derived rows are probes per message, not a
+	// walk of the conversation's log.
+	{"derived: edits and reactions", derivedSQL, "events_targets", 4},
+	{"derived: replies", derivedSQL, "events_replies", 4},
+	{"convs: mentions unread", convsSQL, "sqlite_autoindex_mentions_1 (conv_id=? AND user_id=? AND seq>?", 6},
 }
