@@ -163,3 +163,33 @@ func OpenHookSecret(s Sealer, id, stored string, sealed bool) (string, error) {
 	plain, err := OpenSecret(s, HookSecretLabel(id), b, sealed)
 	return string(plain), err
 }
+
+// OpenSecrets is what a store does with its secrets when it opens, given
+// the check value it keeps (nil: none yet): without a key, a stored check
+// value is an error (the secrets are sealed and nobody can read them);
+// with one, the check value must open (ErrSecretKey otherwise), then
+// reseal seals every row in clear or under an older key, and a check value
+// not yet under the current key is replaced: newCheck is the value to
+// store, nil when the stored one stays. Both stores run it inside the one
+// transaction that reads check and writes newCheck.
+func OpenSecrets(s Sealer, check []byte, reseal func() error) (newCheck []byte, err error) {
+	if s == nil {
+		if check != nil {
+			_, err = CheckSecretKey(nil, check)
+		}
+		return nil, err
+	}
+	current := false
+	if check != nil {
+		if current, err = CheckSecretKey(s, check); err != nil {
+			return nil, err
+		}
+	}
+	if err := reseal(); err != nil {
+		return nil, err
+	}
+	if current {
+		return nil, nil
+	}
+	return NewSecretCheck(s)
+}

@@ -38,28 +38,15 @@ func (db *DB) sealSecrets(ctx context.Context) error {
 		case err != nil:
 			return err
 		}
-		if s == nil {
-			if check != nil {
-				_, err := parley.CheckSecretKey(nil, check)
-				return err
+		check, err = parley.OpenSecrets(s, check, func() error {
+			for _, t := range secretTables {
+				if err := resealTable(ctx, tx, s, t); err != nil {
+					return err
+				}
 			}
 			return nil
-		}
-		fresh := false // the check value is sealed under the current key
-		if check != nil {
-			if fresh, err = parley.CheckSecretKey(s, check); err != nil {
-				return err
-			}
-		}
-		for _, t := range secretTables {
-			if err := resealTable(ctx, tx, s, t); err != nil {
-				return err
-			}
-		}
-		if fresh {
-			return nil
-		}
-		if check, err = parley.NewSecretCheck(s); err != nil {
+		})
+		if err != nil || check == nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO secret_check (id, sealed) VALUES (1, ?)
