@@ -251,7 +251,8 @@ type Store interface {
 	// once; one whose activity moves while a walk is under way may be seen
 	// twice or not at all by that walk (its pushes tell the client).
 	// The costly parts (unread, the latest message, cursors) are computed
-	// for the page's entries only; unread stops counting at UnreadCap (then
+	// for the page's entries only (Last without its Derived state: the
+	// text as first sent); unread stops counting at UnreadCap (then
 	// Unread is UnreadCap and UnreadCapped is set). Head and MinSeq
 	// are capped as in Sync. Errors:
 	// INVALID_ARGUMENT (Limit < 1, a Before that is no cursor).
