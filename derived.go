@@ -84,7 +84,7 @@ type Derived struct {
 	AsOf         int64      // the highest seq folded in: the read's capped head
 	EditSeq      int64      // the seq of the edit whose text Body shows (0: the original)
 	EditedAt     time.Time  // that edit's time
-	Reactions    []Reaction // by first appearance
+	Reactions    []Reaction // each emoji once, ordered by its oldest reaction still standing
 	Replies      int64      // replies visible, not recalled
 	LastReplySeq int64      // the latest of them
 }
@@ -148,7 +148,8 @@ func Decorate(evs []Event, rows []DerivedRow, caller string, asOf int64) {
 			}
 		}
 	}
-	// Reactions in the order their emoji first appeared on the message.
+	// Emoji in the order of their oldest reaction still standing (a
+	// reaction removed and set again counts from its new seq).
 	slices.SortStableFunc(order, func(a, b reactKey) int { return cmp.Compare(state[a], state[b]) })
 	for _, k := range order {
 		i, ok := idx[k.target]

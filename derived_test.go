@@ -15,7 +15,7 @@ import (
 // TestDecorate: the newest visible edit's text wins (rows arrive in any
 // order); an edit of a recalled message, or one served recalled, is
 // ignored; reactions count the latest state per (user, emoji), `me` is
-// the caller's, and they come in order of first appearance; replies count
+// the caller's, and they come ordered by their oldest reaction still standing; replies count
 // only those not recalled, and LastReplySeq is the latest of them. Events
 // that are no message stay undecorated.
 func TestDecorate(t *testing.T) {
