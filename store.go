@@ -239,6 +239,32 @@ type Store interface {
 	// with an open period), the caller included. Errors: INVALID_ARGUMENT.
 	Directory(ctx context.Context, p Principal, q DirectoryQuery) (AdminPage[DirectoryEntry], error)
 
+	// Search returns one page of the messages whose text matches r, as p
+	// reads them (search.go): newest first (SearchCursor's order), each
+	// hit the message as Sync decorates it for p (Body the version p
+	// sees, Derived AsOf p's capped head of its conversation) with the
+	// Highlights of that version. A message matches when the version p
+	// sees matches: its seq and that version's seq are inside p's
+	// periods, no newer version is, it is not recalled, and it is in
+	// q.Conv (if set), sent by q.From (if set) before q.Before (if set)
+	// and after the cursor in the order. The filter runs inside the
+	// query, before the limit: a page never comes back short while
+	// matches follow. Next is set when at least one more hit follows.
+	// Check order: ParseSearch (INVALID_ARGUMENT) → q.Conv names a
+	// conversation p has no period in (NOT_MEMBER) → the index of a
+	// conversation searched is not built yet (ErrSearchBuilding,
+	// UNAVAILABLE). A broken or missing index is an internal error
+	// (UNAVAILABLE), never an empty page.
+	Search(ctx context.Context, p Principal, r SearchRequest) (SearchPage, error)
+
+	// RebuildSearch rebuilds the search index of conv ("": of every
+	// conversation) from its events: each conversation in one
+	// transaction that holds its lock, deleting its rows and writing one
+	// per version of each message not recalled, then clearing its
+	// not-built mark. progress (may be nil) is called after each
+	// conversation. Errors: INVALID_ARGUMENT, NOT_FOUND (no such conv).
+	RebuildSearch(ctx context.Context, conv string, progress func(SearchRebuild)) (SearchRebuild, error)
+
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time
