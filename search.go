@@ -477,6 +477,9 @@ type SearchRebuild struct {
 	Rows  int64 // index rows written so far (one per version)
 }
 
+// SearchProgress is told of a rebuild's progress after each conversation.
+type SearchProgress func(SearchRebuild)
+
 // NewSearchPage makes a page of the hits evs (at most q.Limit+1 events, in
 // the order of results, decorated for the caller): the first q.Limit with
 // their highlights, and Next when one more was read.

@@ -263,7 +263,7 @@ type Store interface {
 	// per version of each message not recalled, then clearing its
 	// not-built mark. progress (may be nil) is called after each
 	// conversation. Errors: INVALID_ARGUMENT, NOT_FOUND (no such conv).
-	RebuildSearch(ctx context.Context, conv string, progress func(SearchRebuild)) (SearchRebuild, error)
+	RebuildSearch(ctx context.Context, conv string, progress SearchProgress) (SearchRebuild, error)
 
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the

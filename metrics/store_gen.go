@@ -63,12 +63,14 @@ var StoreOps = []string{
 	"Purge",
 	"React",
 	"Read",
+	"RebuildSearch",
 	"Recall",
 	"RecordShard",
 	"RemoveMember",
 	"RevokeDevice",
 	"RevokeExport",
 	"Rollback",
+	"Search",
 	"Send",
 	"Sessions",
 	"SetDisplayName",
@@ -326,6 +328,11 @@ func (s *store) Read(ctx context.Context, a1 parley.Principal, a2 string, a3 int
 	return s.Store.Read(ctx, a1, a2, a3)
 }
 
+func (s *store) RebuildSearch(ctx context.Context, a1 string, a2 parley.SearchProgress) (_ parley.SearchRebuild, err error) {
+	defer s.observe("RebuildSearch", time.Now(), &err)
+	return s.Store.RebuildSearch(ctx, a1, a2)
+}
+
 func (s *store) Recall(ctx context.Context, a1 parley.Principal, a2 parley.RecallRequest) (_ parley.Recalled, err error) {
 	defer s.observe("Recall", time.Now(), &err)
 	return s.Store.Recall(ctx, a1, a2)
@@ -354,6 +361,11 @@ func (s *store) RevokeExport(ctx context.Context, a1 string) (_ parley.ExportJob
 func (s *store) Rollback(ctx context.Context, a1 string, a2 int64) (_ parley.RollbackResult, err error) {
 	defer s.observe("Rollback", time.Now(), &err)
 	return s.Store.Rollback(ctx, a1, a2)
+}
+
+func (s *store) Search(ctx context.Context, a1 parley.Principal, a2 parley.SearchRequest) (_ parley.SearchPage, err error) {
+	defer s.observe("Search", time.Now(), &err)
+	return s.Store.Search(ctx, a1, a2)
 }
 
 func (s *store) Send(ctx context.Context, a1 parley.Principal, a2 parley.SendRequest) (_ parley.Sent, err error) {
