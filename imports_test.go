@@ -72,6 +72,7 @@ func TestLayers(t *testing.T) {
 		// The blob stores are adapters like the stores; the contract suite
 		// knows none of them (their tests import it).
 		"blobdir":  {"s3", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
+		"s3":       {"blobdir", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 		"blobtest": {"blobdir", "s3", "sqlite", "postgres", "app", "gateway", "httpapi", "cmd/parley"},
 		// The stores see a parley.Sealer, never the key file.
 		"secretkey": {"sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
