@@ -92,52 +92,65 @@ func put(t *testing.T, s parley.BlobStore, key string, b []byte) {
 	}
 }
 
-// read returns the whole blob under key and what Open reports of it.
-func read(t *testing.T, s parley.BlobStore, key string) ([]byte, parley.Blob) {
-	t.Helper()
-	rc, blob, err := s.Open(context.Background(), key)
+// holds reports how key differs from holding exactly b, or nil. It does
+// not stop the test, so a store may call it from any goroutine (through a
+// reader the test gave it).
+func holds(s parley.BlobStore, key string, b []byte) error {
+	ctx := context.Background()
+	rc, blob, err := s.Open(ctx, key)
 	if err != nil {
-		t.Fatalf("Open(%s): %v", key, err)
+		return fmt.Errorf("Open(%s): %w", key, err)
 	}
 	defer rc.Close()
 	got, err := io.ReadAll(rc)
 	if err != nil {
-		t.Fatalf("reading %s: %v", key, err)
+		return fmt.Errorf("reading %s: %w", key, err)
 	}
-	return got, blob
-}
-
-// wantBlob checks that key holds exactly b.
-func wantBlob(t *testing.T, s parley.BlobStore, key string, b []byte) {
-	t.Helper()
-	got, blob := read(t, s, key)
 	if !bytes.Equal(got, b) {
-		t.Fatalf("%s holds %d bytes (sha256 %x), want %d (sha256 %x)", key, len(got), sha256.Sum256(got), len(b), sha256.Sum256(b))
+		return fmt.Errorf("%s holds %d bytes (sha256 %x), want %d (sha256 %x)", key, len(got), sha256.Sum256(got), len(b), sha256.Sum256(b))
 	}
 	if blob.Key != key || blob.Size != int64(len(b)) {
-		t.Fatalf("Open(%s) reports %+v, want key %s, size %d", key, blob, key, len(b))
+		return fmt.Errorf("Open(%s) reports %+v, want key %s, size %d", key, blob, key, len(b))
 	}
-	st, err := s.Stat(context.Background(), key)
+	st, err := s.Stat(ctx, key)
 	if err != nil {
-		t.Fatalf("Stat(%s): %v", key, err)
+		return fmt.Errorf("Stat(%s): %w", key, err)
 	}
 	if st.Key != key || st.Size != int64(len(b)) {
-		t.Fatalf("Stat(%s) = %+v, want size %d", key, st, len(b))
+		return fmt.Errorf("Stat(%s) = %+v, want size %d", key, st, len(b))
 	}
+	return nil
 }
 
-// wantMissing checks that key holds no blob: Open and Stat say NOT_FOUND.
-func wantMissing(t *testing.T, s parley.BlobStore, key string) {
-	t.Helper()
+// missing reports how key differs from holding no blob (Open and Stat
+// say NOT_FOUND), or nil; like holds, from any goroutine.
+func missing(s parley.BlobStore, key string) error {
 	if _, err := s.Stat(context.Background(), key); !errors.Is(err, parley.ErrBlobNotFound) {
-		t.Fatalf("Stat(%s) = %v, want ErrBlobNotFound", key, err)
+		return fmt.Errorf("Stat(%s) = %v, want ErrBlobNotFound", key, err)
 	}
 	rc, _, err := s.Open(context.Background(), key)
 	if err == nil {
 		rc.Close()
 	}
 	if !errors.Is(err, parley.ErrBlobNotFound) || parley.ErrorCode(err) != parley.CodeNotFound {
-		t.Fatalf("Open(%s) = %v, want ErrBlobNotFound", key, err)
+		return fmt.Errorf("Open(%s) = %v, want ErrBlobNotFound", key, err)
+	}
+	return nil
+}
+
+// wantBlob checks that key holds exactly b.
+func wantBlob(t *testing.T, s parley.BlobStore, key string, b []byte) {
+	t.Helper()
+	if err := holds(s, key, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantMissing checks that key holds no blob.
+func wantMissing(t *testing.T, s parley.BlobStore, key string) {
+	t.Helper()
+	if err := missing(s, key); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -253,12 +266,14 @@ func testReplace(t *testing.T, s parley.BlobStore) {
 }
 
 // checkingReader yields b in chunks of 64 KiB and calls check each time it
-// has handed out another MiB: the store is in the middle of a Put.
+// has handed out another MiB: the store is in the middle of a Put. A
+// failed check is kept and fails the Read (and so the Put).
 type checkingReader struct {
 	b      []byte
 	off    int
 	checks int
-	check  func()
+	check  func() error
+	failed error
 }
 
 func (r *checkingReader) Read(p []byte) (int, error) {
@@ -267,7 +282,10 @@ func (r *checkingReader) Read(p []byte) (int, error) {
 	}
 	if r.off/MiB > r.checks {
 		r.checks++
-		r.check()
+		if err := r.check(); err != nil {
+			r.failed = fmt.Errorf("after %d bytes of the Put: %w", r.off, err)
+			return 0, r.failed
+		}
 	}
 	n := copy(p[:min(len(p), 64<<10)], r.b[r.off:])
 	r.off += n
@@ -278,9 +296,9 @@ func testPutIsAtomic(t *testing.T, s parley.BlobStore) {
 	ctx := context.Background()
 	// A new key: nothing is visible until the Put returns.
 	b := content(3, 10*MiB+5)
-	r := &checkingReader{b: b, check: func() { wantMissing(t, s, "new") }}
-	if _, _, err := s.Put(ctx, "new", r); err != nil {
-		t.Fatal(err)
+	r := &checkingReader{b: b, check: func() error { return missing(s, "new") }}
+	if _, _, err := s.Put(ctx, "new", r); err != nil || r.failed != nil {
+		t.Fatalf("Put: %v (check: %v)", err, r.failed)
 	}
 	if r.checks < 9 {
 		t.Fatalf("the key was checked %d times during the Put, want 9 or more", r.checks)
@@ -290,9 +308,9 @@ func testPutIsAtomic(t *testing.T, s parley.BlobStore) {
 	// An existing key: the old blob, whole, until the Put returns.
 	old := content(4, 200<<10)
 	put(t, s, "old", old)
-	r = &checkingReader{b: b, check: func() { wantBlob(t, s, "old", old) }}
-	if _, _, err := s.Put(ctx, "old", r); err != nil {
-		t.Fatal(err)
+	r = &checkingReader{b: b, check: func() error { return holds(s, "old", old) }}
+	if _, _, err := s.Put(ctx, "old", r); err != nil || r.failed != nil {
+		t.Fatalf("Put: %v (check: %v)", err, r.failed)
 	}
 	wantBlob(t, s, "old", b)
 }
