@@ -23,7 +23,10 @@ import (
 
 // maxPosition is the largest position a tsvector holds; PostgreSQL clamps
 // larger ones to it. A body of at most parley.MaxBodyChars code points
-// makes fewer tokens than that.
+// makes fewer tokens than that. (PostgreSQL also keeps at most 256
+// positions of one lexeme: a word repeated more often in one message is
+// found, but a phrase that needs one of its later occurrences is not,
+// where SQLite finds it.)
 const maxPosition = 16383
 
 // maxConvTokens is how many conversations a tsquery names: a search over

@@ -20,8 +20,9 @@ type lexeme struct {
 }
 
 // readQuoted reads a quoted lexeme at the start of s as PostgreSQL's
-// tsvector and tsquery parsers do (gettoken_tsvector): '' and \x stand for
-// ' and x. It returns the lexeme and the rest of s.
+// tsvector and tsquery parsers do (gettoken_tsvector): a doubled quote
+// stands for one, a backslash for the byte after it. It returns the lexeme
+// and the rest of s.
 func readQuoted(s string) (string, string, error) {
 	if !strings.HasPrefix(s, "'") {
 		return "", s, fmt.Errorf("no opening quote at %q", s)
