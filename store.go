@@ -265,6 +265,11 @@ type Store interface {
 	// conversation. Errors: INVALID_ARGUMENT, NOT_FOUND (no such conv).
 	RebuildSearch(ctx context.Context, conv string, progress SearchProgress) (SearchRebuild, error)
 
+	// SearchPending lists the conversations whose index is not built (those
+	// an upgrade found with messages, until RebuildSearch), by id: what a
+	// server rebuilds at start.
+	SearchPending(ctx context.Context) ([]string, error)
+
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time

@@ -71,6 +71,7 @@ var StoreOps = []string{
 	"RevokeExport",
 	"Rollback",
 	"Search",
+	"SearchPending",
 	"Send",
 	"Sessions",
 	"SetDisplayName",
@@ -366,6 +367,11 @@ func (s *store) Rollback(ctx context.Context, a1 string, a2 int64) (_ parley.Rol
 func (s *store) Search(ctx context.Context, a1 parley.Principal, a2 parley.SearchRequest) (_ parley.SearchPage, err error) {
 	defer s.observe("Search", time.Now(), &err)
 	return s.Store.Search(ctx, a1, a2)
+}
+
+func (s *store) SearchPending(ctx context.Context) (_ []string, err error) {
+	defer s.observe("SearchPending", time.Now(), &err)
+	return s.Store.SearchPending(ctx)
 }
 
 func (s *store) Send(ctx context.Context, a1 parley.Principal, a2 parley.SendRequest) (_ parley.Sent, err error) {

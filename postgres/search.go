@@ -443,3 +443,13 @@ func (db *DB) RebuildSearch(ctx context.Context, conv string, progress parley.Se
 	}
 	return out, nil
 }
+
+// SearchPending implements parley.Store.
+func (db *DB) SearchPending(ctx context.Context) ([]string, error) {
+	rows, err := db.pool.Query(ctx, `SELECT conv_id FROM search_pending ORDER BY conv_id COLLATE "C"`)
+	if err != nil {
+		return nil, wrap("search pending", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, wrap("search pending", err)
+}

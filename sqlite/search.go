@@ -500,3 +500,8 @@ func readHits(ctx context.Context, tx *txn, user string, refs []ref, periods map
 	}
 	return out, nil
 }
+
+// SearchPending implements parley.Store.
+func (db *DB) SearchPending(ctx context.Context) ([]string, error) {
+	return scanIDs(db.r.QueryContext(ctx, `SELECT conv_id FROM search_pending ORDER BY conv_id`))
+}

@@ -843,8 +843,10 @@ func testSearchPending(t *testing.T, e *env) {
 	if n := e.db.Int(t, "SELECT count(*) FROM search_pending"); n != 0 {
 		t.Fatalf("%d new conversations marked not built", n)
 	}
-	e.db.Exec(t, "INSERT INTO search_pending (conv_id) VALUES (?)", "c-a")
+	e.wantPending(t)
 	e.db.Exec(t, "INSERT INTO search_pending (conv_id) VALUES (?)", "c-x")
+	e.db.Exec(t, "INSERT INTO search_pending (conv_id) VALUES (?)", "c-a")
+	e.wantPending(t, "c-a", "c-x")
 	type q = parley.SearchRequest
 	for _, tc := range []struct {
 		name string
@@ -882,6 +884,7 @@ func testSearchPending(t *testing.T, e *env) {
 	if a, x := e.searchRows(t, "c-a").Pending, e.searchRows(t, "c-x").Pending; a != 0 || x != 1 {
 		t.Errorf("pending after rebuilding c-a: c-a %d, c-x %d; want 0, 1", a, x)
 	}
+	e.wantPending(t, "c-x")
 	hits := e.searchAll(t, ana, q{Query: "apple"})
 	if got := hitLines(hits, true); !slices.Equal(got, []string{"c-b/3 pending [apple]", "c-a/3 pending [apple]"}) && !slices.Equal(got, []string{"c-a/3 pending [apple]", "c-b/3 pending [apple]"}) {
 		t.Errorf("ana after the rebuild: %q", got)
@@ -911,6 +914,7 @@ func testSearchPending(t *testing.T, e *env) {
 	if n := e.db.Int(t, "SELECT count(*) FROM search_pending"); n != 0 {
 		t.Errorf("%d conversations still marked after rebuilding all", n)
 	}
+	e.wantPending(t)
 	e.wantHits(t, cy, q{Query: "apple"}, "3 pending [apple]")
 	if hits := e.searchAll(t, ben, q{Query: "apple"}); len(hits) != 3 {
 		t.Errorf("ben after rebuilding all: %q", hitLines(hits, true))
@@ -982,4 +986,14 @@ func testSearchBatch(t *testing.T, e *env) {
 		t.Errorf("a replay changed the index: %+v, was %+v", got, before)
 	}
 	e.wantHits(t, ben, parley.SearchRequest{Query: "kumquat"}, "3 batch [kumquat]")
+}
+
+// wantPending checks SearchPending's list.
+func (e *env) wantPending(t *testing.T, want ...string) {
+	t.Helper()
+	got, err := e.st.SearchPending(ctx(t))
+	ok(t, err, "search pending")
+	if !slices.Equal(got, want) {
+		t.Errorf("search pending = %q, want %q", got, want)
+	}
 }
