@@ -17,6 +17,14 @@ func (s *Service) Search(ctx context.Context, transport string, p parley.Princip
 	return page, err
 }
 
+// RefuseSearch counts a search refused before it reached the use case (a
+// request whose parameters do not read) and returns err, so a transport
+// answers it like any other failed search.
+func (s *Service) RefuseSearch(transport string, err error) error {
+	s.countSearch(transport, err)
+	return err
+}
+
 func (s *Service) search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error) {
 	if _, err := parley.ParseSearch(r); err != nil {
 		return parley.SearchPage{}, err
