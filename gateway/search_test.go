@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/gateway"
+	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -139,4 +142,38 @@ func TestSearchFrameUnavailable(t *testing.T) {
 			t.Fatalf("search on a closed store: %+v", f)
 		}
 	})
+}
+
+// TestSearchFrameBuilding: while a conversation's index is not built, a
+// search touching it is an UNAVAILABLE error frame saying so (retryable,
+// no request id: nothing failed); after the rebuild it is answered.
+func TestSearchFrameBuilding(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "parley.db")
+	s, err := sqlite.Open(context.Background(), file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	srv := newServer(t, s, gateway.Options{})
+	twoInG1(t, srv)
+	ana := dial(t, srv.url, login(t, s, "ana", "d1", "i1").Token)
+	send(ana, "g1", "m1", "the blue boat")
+	side, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	if _, err := side.Exec(`INSERT INTO search_pending (conv_id) VALUES ('g1')`); err != nil {
+		t.Fatal(err)
+	}
+	f := ana.do(map[string]any{"t": "search", "q": "blue"})
+	if f.T != wire.TError || f.Code != parley.CodeUnavailable || f.Msg != "the search index is being built; try again later" || f.RequestID != "" {
+		t.Fatalf("while building: %+v", f)
+	}
+	if _, err := s.RebuildSearch(context.Background(), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if f := ana.do(map[string]any{"t": "search", "q": "blue"}); f.T != wire.TResults || len(f.Hits) != 1 {
+		t.Fatalf("after the rebuild: %+v", f)
+	}
 }

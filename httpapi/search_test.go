@@ -1,13 +1,17 @@
 package httpapi_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sqlite"
 )
 
 // searchFixture starts a server with ana, ben and cy, the group g of ana
@@ -53,8 +57,11 @@ func TestSearchRoute(t *testing.T) {
 			r.frame().Hits[0].Ev.Seq != 3 || r.frame().Hits[0].Ev.Body != "the blue boat" {
 			t.Fatalf("second page %s: want the oldest blue message and no next", r)
 		}
-		if f := s.do("GET", "/api/search?q=red+car", ben, nil).want(200); f.String() != `{"hits":[{"ev":`+string(mustJSON(t, f.frame().Hits[0].Ev))+`,"highlights":[{"start":2,"end":9}]}]}`+"\n" {
-			t.Errorf("two words next to each other: %s, want one highlight over both", f)
+		if f := s.do("GET", "/api/search?q=red+car", ben, nil).want(200); f.String() != `{"hits":[{"ev":`+string(mustJSON(t, f.frame().Hits[0].Ev))+`,"highlights":[{"start":2,"end":5},{"start":6,"end":9}]}]}`+"\n" {
+			t.Errorf("two words: %s, want a highlight each", f)
+		}
+		if f := s.do("GET", "/api/search?q=%22red+car%22", ben, nil).want(200); f.String() != `{"hits":[{"ev":`+string(mustJSON(t, f.frame().Hits[0].Ev))+`,"highlights":[{"start":2,"end":9}]}]}`+"\n" {
+			t.Errorf("a phrase: %s, want one highlight over it", f)
 		}
 		if f := s.do("GET", "/api/search?q=green", ben, nil).want(200); f.String() != `{"hits":[]}`+"\n" {
 			t.Errorf("no match: %s, want {\"hits\":[]}", f)
@@ -77,7 +84,7 @@ func TestSearchRoute(t *testing.T) {
 			series string
 			want   float64
 		}{
-			{`parley_search_total{outcome="ok",transport="http"}`, 7},
+			{`parley_search_total{outcome="ok",transport="http"}`, 8},
 			{`parley_search_total{outcome="NOT_MEMBER",transport="http"}`, 1},
 			{`parley_search_total{outcome="INVALID_ARGUMENT",transport="http"}`, 1},
 		} {
@@ -152,4 +159,40 @@ func TestSearchRouteUnavailable(t *testing.T) {
 			t.Errorf("UNAVAILABLE searches counted %v, want 1", got)
 		}
 	})
+}
+
+// TestSearchRouteBuilding: while a conversation's index is not built (after
+// an upgrade, until the rebuild), a search that touches it is 503
+// UNAVAILABLE saying so, with Retry-After: retryable, and no request id
+// since nothing failed; a search that does not touch it is answered. Once
+// rebuilt, the same search finds the messages.
+func TestSearchRouteBuilding(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "parley.db")
+	store, err := sqlite.Open(context.Background(), file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	s, _, ben, cy := searchFixture(t, store)
+	side, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	if _, err := side.Exec(`INSERT INTO search_pending (conv_id) VALUES ('g')`); err != nil {
+		t.Fatal(err)
+	}
+	r := s.do("GET", "/api/search?q=blue", ben, nil).want(503, parley.CodeUnavailable)
+	if p := r.problem(); p.Detail != "the search index is being built; try again later" || p.RequestID != "" || r.header.Get("Retry-After") != "1" {
+		t.Errorf("while building: %s, Retry-After %q", r, r.header.Get("Retry-After"))
+	}
+	if f := s.do("GET", "/api/search?q=blue", cy, nil).want(200).frame(); len(f.Hits) != 0 {
+		t.Errorf("cy, who is not in g: %+v", f.Hits)
+	}
+	if _, err := store.RebuildSearch(context.Background(), "g", nil); err != nil {
+		t.Fatal(err)
+	}
+	if f := s.do("GET", "/api/search?q=blue", ben, nil).want(200).frame(); len(f.Hits) != 2 {
+		t.Errorf("after the rebuild: %+v, want both blue messages", f.Hits)
+	}
 }

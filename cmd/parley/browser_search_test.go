@@ -24,7 +24,7 @@ func (d *chatDev) pressKey(key, code string, vk int64, mods int64) {
 	d.t.Helper()
 	for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeKeyDown, input.DispatchKeyEventTypeKeyUp} {
 		p := input.DispatchKeyEventParams{Type: typ, Key: key, Code: code, WindowsVirtualKeyCode: vk, NativeVirtualKeyCode: vk, Modifiers: mods}
-		if typ == input.DispatchKeyEventTypeKeyDown && mods == 0 {
+		if typ == input.DispatchKeyEventTypeKeyDown && mods == 0 && len(key) == 1 {
 			p.Text = key
 		}
 		if _, err := chromedp.Call(d.ctx, input.DispatchKeyEvent, p); err != nil {
@@ -41,8 +41,9 @@ func (d *chatDev) pressKey(key, code string, vk int64, mods int64) {
 // exactly the matched word marked. A click on the c-team hit opens the
 // timeline at that message — scrolled into view and marked — with only
 // the page around it loaded (neither the first message nor the newest);
-// "Load newer" reads onward. A query of many hits pages with "More"; a
-// query the server refuses says why.
+// "Load newer" reads onward, "Jump to the newest" goes back to the live
+// end. A query of many hits pages with "More"; a query the server refuses
+// says why.
 func TestBrowserSearch(t *testing.T) {
 	const total = 300
 	b := sqliteBackend(t)
@@ -143,6 +144,7 @@ func TestBrowserSearch(t *testing.T) {
 			t.Errorf("%q loaded: the timeline read history far from the hit", b)
 		}
 	}
+	ana.screenshot("opened")
 	ana.waitJS("Load newer", `!document.querySelector("[data-test=load-newer]").closest(".hidden")`)
 	n := devEval[int](ana, msgs)
 	ana.do(chromedp.Click(`[data-test=load-newer]`))
@@ -150,7 +152,15 @@ func TestBrowserSearch(t *testing.T) {
 	if seq := devEval[string](ana, focused+`?.dataset.seq`); seq != fmt.Sprint(hitSeq) {
 		t.Errorf("the mark moved to %q after a newer page", seq)
 	}
-	ana.screenshot("opened")
+	// "Jump to the newest" goes back to the live end.
+	ana.do(chromedp.Click(`[data-test=jump-newest]`))
+	ana.waitJS("the newest message", `[...document.querySelectorAll("[data-test=events] [data-test=body]")].at(-1)?.textContent === "filler message `+fmt.Sprint(total)+`"`)
+	ana.waitJS("no Load newer", `!!document.querySelector("[data-test=load-newer]").closest(".hidden")`)
+	if u := devEval[string](ana, `location.pathname + location.search`); u != "/c/c-team" {
+		t.Errorf("address after the jump: %s", u)
+	}
+	ana.say("live again")
+	ana.waitOnce("live again")
 
 	// Many hits page with More; a refused query says why.
 	ana.pressKey("k", "KeyK", 75, ctrl)
