@@ -147,13 +147,13 @@ func TestBrowserSearch(t *testing.T) {
 	ana.screenshot("opened")
 	ana.waitJS("Load newer", `!document.querySelector("[data-test=load-newer]").closest(".hidden")`)
 	n := devEval[int](ana, msgs)
-	ana.do(chromedp.Click(`[data-test=load-newer]`))
+	ana.click("Load newer", `document.querySelector("[data-test=load-newer]")`)
 	ana.waitJS("a newer page", msgs+` > `+fmt.Sprint(n))
 	if seq := devEval[string](ana, focused+`?.dataset.seq`); seq != fmt.Sprint(hitSeq) {
 		t.Errorf("the mark moved to %q after a newer page", seq)
 	}
 	// "Jump to the newest" goes back to the live end.
-	ana.do(chromedp.Click(`[data-test=jump-newest]`))
+	ana.click("Jump to the newest", `document.querySelector("[data-test=jump-newest]")`)
 	ana.waitJS("the newest message", `[...document.querySelectorAll("[data-test=events] [data-test=body]")].at(-1)?.textContent === "filler message `+fmt.Sprint(total)+`"`)
 	ana.waitJS("no Load newer", `!!document.querySelector("[data-test=load-newer]").closest(".hidden")`)
 	if u := devEval[string](ana, `location.pathname + location.search`); u != "/c/c-team" {
@@ -171,7 +171,7 @@ func TestBrowserSearch(t *testing.T) {
 	if first := devEval[string](ana, hits+`[0].querySelector("[data-test=search-body]").textContent`); first != fmt.Sprintf("filler message %d", total) {
 		t.Errorf("first hit %q, want the newest", first)
 	}
-	ana.do(chromedp.Click(`[data-test=search-more]`))
+	ana.click("More", `document.querySelector("[data-test=search-more]")`)
 	ana.waitJS("a second page", hits+`.length === 40`)
 	if n := devEval[int](ana, `new Set(`+hits+`.map(a => a.dataset.seq)).size`); n != 40 {
 		t.Errorf("%d distinct hits in 40", n)
