@@ -1,5 +1,5 @@
 // Package app is Parley's application layer: one method per use case
-// (send, recall, read, ack, membership changes, webhooks, exports,
+// (send, recall, read, ack, search, membership changes, webhooks, exports,
 // operations), each doing the whole of "write, then announce" in one
 // place — check, call the store, build the notice, publish it after the
 // commit, pass the lab fault point, count the metric. The transports
@@ -41,6 +41,7 @@ type Store interface {
 	Sync(ctx context.Context, p parley.Principal, r parley.SyncRequest) (parley.Page, error)
 	Fetch(ctx context.Context, p parley.Principal, conv string, seq int64) (parley.Event, error)
 	Convs(ctx context.Context, p parley.Principal, r parley.ConvsRequest) (parley.ConvsPage, error)
+	Search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error)
 
 	CreateConversation(ctx context.Context, p parley.Principal, c parley.NewConversation) (parley.Conversation, error)
 	AddMember(ctx context.Context, p parley.Principal, conv, user string) (parley.MemberChange, error)
@@ -78,6 +79,9 @@ type Store interface {
 type Metrics interface {
 	// Send counts one send by transport and outcome (parley.SendOutcome).
 	Send(transport, outcome string)
+	// Search counts one search by transport and outcome ("ok" or the
+	// error's code).
+	Search(transport, outcome string)
 }
 
 // Revoker ends what a credential change made invalid, on this gateway at

@@ -710,3 +710,31 @@ func (c *Client) Read(ctx context.Context, conv string, seq int64) (int64, error
 func (c *Client) Convs(ctx context.Context) ([]wire.Conv, error) {
 	return walkConvs(func(r wire.Request) (wire.Frame, error) { return c.Do(ctx, r) })
 }
+
+// SearchResults is one page of a search: the hits, newest first, each the
+// message as the caller reads it with the matched ranges of its body in
+// code points; Next, when set, is the Cursor of the following page.
+type SearchResults struct {
+	Hits []wire.Hit
+	Next string
+}
+
+// Search finds the messages matching r that the user may read, one page
+// at a time (pass the reply's Next as r.Cursor for the following one). It
+// does not touch the client's cursors, the outbox or the Handler. The
+// query language and the errors (INVALID_ARGUMENT, NOT_MEMBER, UNAVAILABLE
+// while an index is built) are the server's: docs/protocol.md.
+func (c *Client) Search(ctx context.Context, r parley.SearchRequest) (SearchResults, error) {
+	req := wire.Request{T: wire.TSearch, Q: r.Query, Conv: r.Conv, From: r.From, Cursor: r.Cursor}
+	if r.Limit != 0 {
+		req.Limit = &r.Limit
+	}
+	if !r.Before.IsZero() {
+		req.Before = r.Before.UTC().Format(time.RFC3339Nano)
+	}
+	f, err := c.Do(ctx, req)
+	if err != nil {
+		return SearchResults{}, err
+	}
+	return SearchResults{Hits: f.Hits, Next: f.Next}, nil
+}

@@ -286,6 +286,7 @@ var replyType = map[string]string{
 	wire.TRead: wire.TReadOK, wire.TRecall: wire.TRecalled, wire.TConvs: wire.TConvsReply,
 	wire.TFetch: wire.TFetched, wire.TSub: wire.TSubscribed,
 	wire.TEdit: wire.TEdited, wire.TReact: wire.TReacted,
+	wire.TSearch: wire.TResults,
 }
 
 // do sends req and waits for its reply until ctx ends.

@@ -208,6 +208,7 @@ func DefaultRateLimits() map[string]Limit {
 		"react":      {Limit: 300, Window: time.Minute},
 		"dms":        {Limit: 60, Window: time.Minute},
 		"users":      {Limit: 120, Window: time.Minute},
+		"search":     {Limit: 120, Window: time.Minute}, // each search reads the text index
 		"hooks":      {Limit: 120, Window: time.Minute}, // per address: one integration's pace
 		"download":   {Limit: 60, Window: time.Minute},
 		"admin":      {Limit: 600, Window: time.Minute},

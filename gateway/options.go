@@ -130,6 +130,7 @@ type Store interface {
 // Metrics is what the hub reports; *metrics.Metrics implements it.
 type Metrics interface {
 	Send(transport, outcome string)
+	Search(transport, outcome string)
 	RateLimited(bucket, transport string)
 	BusGap()
 }

@@ -19,8 +19,9 @@ import (
 // FrameBuckets maps every request frame to the rate-limit bucket of its
 // HTTP twin (httpapi/routes.go): send and recall count with HTTP sends and
 // recalls, edit with PATCH of a message, react with PUT and DELETE of a
-// reaction, the reads with the read routes. sub has no twin: it reads the
-// store like GET /api/convs, so it counts in read too.
+// reaction, search with GET /api/search, the reads with the read routes.
+// sub has no twin: it reads the store like GET /api/convs, so it counts in
+// read too.
 var FrameBuckets = map[string]string{
 	wire.TSend:   ratelimit.BucketSend,
 	wire.TRecall: ratelimit.BucketSend,
@@ -32,6 +33,7 @@ var FrameBuckets = map[string]string{
 	wire.TAck:    ratelimit.BucketRead,
 	wire.TRead:   ratelimit.BucketRead,
 	wire.TSub:    ratelimit.BucketRead,
+	wire.TSearch: ratelimit.BucketSearch,
 }
 
 // replyErr replies with what app.Explain lets the client see of err.
@@ -150,6 +152,13 @@ func (c *conn) request(ctx context.Context, req wire.Request) (wire.Frame, error
 		return wire.Fetched(ev), err
 	case wire.TSub:
 		return wire.Subscribed(), c.h.subscribe(ctx, c)
+	case wire.TSearch:
+		r, err := req.SearchRequest() // checked by the decoder: cannot fail here
+		if err != nil {
+			return wire.Frame{}, err
+		}
+		page, err := a.Search(ctx, app.WebSocket, p, r)
+		return wire.Results(page), err
 	}
 	return wire.Frame{}, parley.Errorf(parley.CodeInvalidArgument, "unknown request type %q", req.T)
 }

@@ -273,6 +273,7 @@ func TestWebSocketFrameLimits(t *testing.T) {
 		{map[string]any{"t": "ack", "conv": "g", "seq": 1}, "read", twin{"POST", "/api/convs/g/ack", map[string]int{"seq": 1}, nil}},
 		{map[string]any{"t": "read", "conv": "g", "seq": 1}, "read", twin{"POST", "/api/convs/g/read", map[string]int{"seq": 1}, nil}},
 		{map[string]any{"t": "sub"}, "read", twin{"GET", "/api/convs", nil, nil}},
+		{map[string]any{"t": "search", "q": "hello"}, "search", twin{"GET", "/api/search?q=hello", nil, nil}},
 	}
 	for _, tt := range tests {
 		typ := tt.frame["t"].(string)

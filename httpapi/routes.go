@@ -1,7 +1,7 @@
 // Package httpapi serves Parley's HTTP API (docs/protocol.md): login and logout,
 // the account (display name, password change, signed-in devices),
 // conversations and members, direct conversations and the user directory,
-// messages and replies, sync and threads, read, ack, recall, edits,
+// messages and replies, sync and threads, search, read, ack, recall, edits,
 // reactions and versions, the
 // operations API under /api/admin/, incoming webhooks, metrics, health and
 // readiness, and the WebSocket gateway at /ws. Every route runs behind the
@@ -138,6 +138,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/read", user(ratelimit.BucketRead), handleRead(c))
 	rt.route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(c))
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
+	rt.route("GET /api/search", user(ratelimit.BucketSearch), handleSearch(c))
 
 	// Edits, reactions, versions.
 	rt.route("PATCH /api/convs/{id}/messages/{seq}", user(ratelimit.BucketEdit, http.StatusCreated), handleEdit(c))

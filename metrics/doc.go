@@ -41,6 +41,10 @@
 //	                                                               outcome "new" (a message was stored), "dup" (an
 //	                                                               idempotent retry answered with the stored message)
 //	                                                               or a protocol error code such as "NOT_MEMBER".
+//	parley_search_total{transport,outcome}              counter    Message searches by transport ("http", "ws");
+//	                                                               outcome "ok" (a page was answered, with or without
+//	                                                               hits) or a protocol error code such as
+//	                                                               "INVALID_ARGUMENT" or "UNAVAILABLE".
 //	parley_config_reloads_total{result}                 counter    Configuration reloads; result "ok" or "error"
 //	                                                               ("error" keeps the last good configuration).
 //	parley_login_refused_total{reason}                  counter    Logins refused before the password was checked:
@@ -69,6 +73,7 @@
 //	parley_retention_purged_events_total                counter    the events they deleted.
 //
 // Series whose label values are known in advance (send outcomes new/dup,
+// search outcome ok,
 // download statuses, store operations, export outcomes, a route's latency,
 // refusals, activity and bucket: InitRoute) exist from the start at 0.
 //

@@ -27,6 +27,7 @@ const (
 	NameRateLimited     = "parley_rate_limited_total"
 	NameRefused         = "parley_http_refused_total"
 	NameSends           = "parley_sends_total"
+	NameSearches        = "parley_search_total"
 	NameConfigReloads   = "parley_config_reloads_total"
 	NameBusGaps         = "parley_bus_gaps_total"
 	NameDownloads       = "parley_export_downloads_total"
@@ -76,6 +77,7 @@ type Metrics struct {
 	rateLimited  *prometheus.CounterVec
 	refused      *prometheus.CounterVec
 	sends        *prometheus.CounterVec
+	searches     *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
 	busGaps      prometheus.Counter
 	downloads    *prometheus.CounterVec
@@ -120,6 +122,10 @@ func New(opts Options) *Metrics {
 			Name: NameSends,
 			Help: `Message sends by transport and outcome ("new", "dup" or an error code).`,
 		}, []string{"transport", "outcome"}),
+		searches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameSearches,
+			Help: `Message searches by transport and outcome ("ok" or an error code).`,
+		}, []string{"transport", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameConfigReloads,
 			Help: `Configuration reloads by result ("ok" or "error").`,
@@ -157,7 +163,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.duration, m.activity, m.rateLimited, m.refused, m.sends,
-		m.reloads, m.busGaps, m.downloads, m.errors, m.loginRefused,
+		m.searches, m.reloads, m.busGaps, m.downloads, m.errors, m.loginRefused,
 	)
 	m.reg.MustRegister(m.ops.collectors()...)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -290,6 +296,27 @@ func (m *Metrics) Send(transport, outcome string) {
 		m.skip(NameSends, "outcome", outcome)
 	default:
 		m.sends.WithLabelValues(transport, outcome).Inc()
+	}
+}
+
+// Search records the outcome of one message search over transport ("http"
+// or "ws"): "ok" when a page was answered (with or without hits), or a
+// protocol error code ("INVALID_ARGUMENT", "NOT_MEMBER", "UNAVAILABLE" while
+// an index is being built or the store failed…).
+func (m *Metrics) Search(transport, outcome string) {
+	if m == nil {
+		return
+	}
+	defer m.rescue(NameSearches)
+	m.callHook(NameSearches)
+	transport, outcome = normalize(transport), normalize(outcome)
+	switch {
+	case transport != "http" && transport != "ws":
+		m.skip(NameSearches, "transport", transport)
+	case outcome != "ok" && !isErrorCode(outcome):
+		m.skip(NameSearches, "outcome", outcome)
+	default:
+		m.searches.WithLabelValues(transport, outcome).Inc()
 	}
 }
 

@@ -239,11 +239,14 @@ func (m *Metrics) initKnown() {
 		m.sends.WithLabelValues(t, "new")
 		m.sends.WithLabelValues(t, "dup")
 	}
+	for _, t := range []string{"http", "ws"} {
+		m.searches.WithLabelValues(t, "ok")
+	}
 	for _, code := range []int{200, 206, 304, 403, 404, 410, 416, 503} {
 		m.downloads.WithLabelValues(strconv.Itoa(code))
 	}
 	for _, name := range []string{
-		NameRequests, NameActivity, NameRateLimited, NameRefused, NameSends, NameConfigReloads,
+		NameRequests, NameActivity, NameRateLimited, NameRefused, NameSends, NameSearches, NameConfigReloads,
 		NameBusGaps, NameDownloads, NameStoreDuration, NameExportAttempts, NameRetentionPurges,
 	} {
 		m.errors.WithLabelValues(name, reasonInvalid)

@@ -5,7 +5,7 @@ package ratelimit
 // rate_limits, and the first part of every key a caller builds. Each
 // WebSocket frame counts in its HTTP twin's bucket: send and recall frames
 // in BucketSend with HTTP sends and recalls, edit frames in BucketEdit,
-// react frames in BucketReact.
+// react frames in BucketReact, search frames in BucketSearch.
 const (
 	BucketLogin     = "login"
 	BucketRead      = "read"
@@ -20,7 +20,8 @@ const (
 	BucketReact     = "react"    // PUT/DELETE a reaction, and react frames
 	BucketDMs       = "dms"      // POST /api/dms
 	BucketUsers     = "users"    // GET /api/users
+	BucketSearch    = "search"   // GET /api/search, and search frames
 )
 
 // Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers}
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers, BucketSearch}

@@ -27,6 +27,7 @@ const (
 	TSub    = "sub"
 	TEdit   = "edit"
 	TReact  = "react"
+	TSearch = "search"
 )
 
 // Reply and push types.
@@ -41,6 +42,7 @@ const (
 	TSubscribed = "subscribed"
 	TEdited     = "edited"
 	TReacted    = "reacted"
+	TResults    = "results"
 	TError      = "error"
 	TEvent      = "event"
 	THint       = "hint"
@@ -65,12 +67,16 @@ type Request struct {
 	Epoch  *int64          `json:"epoch,omitempty"`
 	Seq    *int64          `json:"seq,omitempty"`
 	Target *int64          `json:"target,omitempty"`
-	Before string          `json:"before,omitempty"` // convs: the next of the previous page
+	Before string          `json:"before,omitempty"` // convs: the next of the previous page; search: a time (RFC 3339)
 
 	ReplyTo *int64 `json:"reply_to,omitempty"` // send: the message it replies to
 	Thread  *int64 `json:"thread,omitempty"`   // sync: read one thread
 	Emoji   string `json:"emoji,omitempty"`    // react
 	On      *bool  `json:"on,omitempty"`       // react: set (true) or remove (false)
+
+	Q      string `json:"q,omitempty"`      // search: the query
+	From   string `json:"from,omitempty"`   // search: only this sender
+	Cursor string `json:"cursor,omitempty"` // search: the next of the previous page
 }
 
 // DecodeRequest parses one text frame. The error is an INVALID_ARGUMENT
@@ -160,6 +166,7 @@ var required = map[string][]string{
 	TSub:    nil,
 	TEdit:   {"conv", "target", "cmid", "body"},
 	TReact:  {"conv", "target", "emoji", "on", "cmid"},
+	TSearch: {"q"},
 }
 
 func (r Request) check() error {
@@ -189,6 +196,8 @@ func (r Request) check() error {
 			missing = r.Emoji == ""
 		case "on":
 			missing = r.On == nil
+		case "q":
+			missing = r.Q == ""
 		}
 		if missing {
 			return parley.Errorf(parley.CodeInvalidArgument, "%s needs %s", r.T, f)
@@ -213,6 +222,9 @@ func (r Request) checkChat() error {
 		return parley.ValidateEdit(r.EditRequest())
 	case r.T == TReact:
 		return parley.ValidateReact(r.ReactRequest())
+	case r.T == TSearch:
+		_, err := r.SearchRequest()
+		return err
 	}
 	return nil
 }
@@ -278,6 +290,38 @@ func (r Request) ConvsRequest() parley.ConvsRequest {
 		c.Limit = min(*r.Limit, parley.MaxConvsPage)
 	}
 	return c
+}
+
+// SearchRequest turns a search frame into the store's request: an omitted
+// limit is 0 (the store's default page; it caps a larger one), before is
+// parsed as a time (SearchBefore). The query itself is checked by
+// parley.ParseSearch when the request is run.
+func (r Request) SearchRequest() (parley.SearchRequest, error) {
+	s := parley.SearchRequest{Query: r.Q, Conv: r.Conv, From: r.From, Cursor: r.Cursor}
+	if r.Limit != nil {
+		s.Limit = *r.Limit
+	}
+	var err error
+	s.Before, err = SearchBefore(r.Before)
+	return s, err
+}
+
+// SearchBefore parses a search's before: a time in RFC 3339 with a time
+// zone, fractions of a second allowed ("2026-12-02T21:40:00Z",
+// "2026-12-02T22:40:00.5+01:00"), after the first millisecond of 1970
+// (before that no message can be); "" is no bound (the zero time).
+func SearchBefore(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, parley.Errorf(parley.CodeInvalidArgument, "before must be a time in RFC 3339, such as 2026-12-02T21:40:00Z")
+	}
+	if t.Before(time.UnixMilli(1)) { // messages are stamped in Unix milliseconds from 0
+		return time.Time{}, parley.Errorf(parley.CodeInvalidArgument, "before must be later than 1970-01-01T00:00:00.001Z")
+	}
+	return t, nil
 }
 
 // Event is an event on the wire. A message read with its derived state
@@ -406,8 +450,9 @@ type Frame struct {
 	Delivered *int64 `json:"delivered,omitempty"`
 	Read      *int64 `json:"read,omitempty"`
 	Convs     []Conv `json:"convs,omitzero"`
-	Next      string `json:"next,omitempty"` // convs: the before of the next page
+	Next      string `json:"next,omitempty"` // convs: the before of the next page; results: the cursor of the next
 	Ev        *Event `json:"ev,omitempty"`
+	Hits      []Hit  `json:"hits,omitzero"` // results
 
 	Code         parley.Code `json:"code,omitempty"`
 	Msg          string      `json:"msg,omitempty"`
@@ -465,6 +510,36 @@ func Edited(e parley.Edited) Frame {
 // Reacted is the reply to react.
 func Reacted(r parley.Reacted) Frame {
 	return Frame{T: TReacted, Conv: r.Conv, Seq: ptr(r.Seq), Dup: ptr(r.Dup)}
+}
+
+// Hit is one message a search found: the event as the caller reads it
+// (with its derived state, as sync reads it: body is the version that
+// matched) and where in its body the query matched.
+type Hit struct {
+	Ev         Event       `json:"ev"`
+	Highlights []Highlight `json:"highlights"`
+}
+
+// Highlight is a matched range of a hit's body in Unicode code points,
+// not bytes or UTF-16 units: [start, end).
+type Highlight struct {
+	Start int `json:"start"`
+	End   int `json:"end"`
+}
+
+// Results is the reply to search: one page of hits, newest first, and
+// next (the cursor of the following page) when more may follow. Hits and
+// each hit's highlights are never null on the wire.
+func Results(p parley.SearchPage) Frame {
+	hits := make([]Hit, len(p.Hits))
+	for i, h := range p.Hits {
+		hl := make([]Highlight, len(h.Highlights))
+		for j, x := range h.Highlights {
+			hl[j] = Highlight{Start: x.Start, End: x.End}
+		}
+		hits[i] = Hit{Ev: FromEvent(h.Event), Highlights: hl}
+	}
+	return Frame{T: TResults, Hits: hits, Next: p.Next}
 }
 
 // Version is one version of a message's text on the wire.

@@ -7,7 +7,9 @@
 // about the session outside the views is done here, from the client's
 // events: the connection indicator, the unread count in the page title,
 // desktop notifications (views/notify.js), the way back to sign-in when the
-// session ends.
+// session ends, and the way into the message search (views/search.js,
+// loaded on first use): the Search button, Ctrl+K (⌘K), or "/" when the
+// keyboard is not in a text field.
 
 import { api, ApiError } from "./api.js";
 import { retryDelay } from "./backoff.js";
@@ -176,6 +178,10 @@ function buildShell() {
       h("a", { class: "brand", href: "/", "data-nav": "" }, "Parley"),
       conn,
       nav,
+      h("button", {
+        type: "button", "data-test": "search-open", title: "Search messages (Ctrl+K, or /)", "aria-keyshortcuts": "Control+K Meta+K /",
+        on: { click: openSearch },
+      }, "Search"),
       allowButton(h),
       h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id)),
       h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
@@ -231,6 +237,27 @@ function render() {
   mainView = el;
   shell.main.appendChild(el);
 }
+
+/** openSearch loads the search dialog (on first use) and shows it. */
+function openSearch() {
+  if (!client || !shell) return;
+  import("./views/search.js").then((m) => m.openSearch(ctx()), () => toast("The search could not load; check the connection and try again."));
+}
+
+/** typing reports whether a key goes to a text field (where "/" is a character). */
+function typing(el) {
+  return el instanceof Element && !!el.closest("input, textarea, select, [contenteditable]:not([contenteditable=false])");
+}
+
+document.addEventListener("keydown", (e) => {
+  if (e.defaultPrevented || e.altKey || e.isComposing) return;
+  const ctrlK = (e.ctrlKey || e.metaKey) && !e.shiftKey && (e.key === "k" || e.key === "K");
+  const slash = e.key === "/" && !e.ctrlKey && !e.metaKey && !typing(e.target);
+  if (!ctrlK && !slash) return;
+  if (!client || !shell) return;
+  e.preventDefault();
+  openSearch();
+});
 
 function signedIn() {
   signinReason = "";

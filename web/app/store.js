@@ -16,6 +16,11 @@
 //     by cmid, and an item is hidden once its seq is on the timeline;
 //   - a timeline opens at the newest page and reads older pages only when
 //     asked (loadOlder): history the user does not scroll to is never read;
+//     opened at one message (openAt, a search hit) it reads the page around
+//     that message instead, and newer pages only when asked (loadNewer):
+//     until it reaches the head it is "detached" (hasNewer), pushes and
+//     forward syncs leave it alone, and sending from it goes back to the
+//     newest page;
 //   - a timeline's cursor (hi) moves only after a whole page is applied; a
 //     push is applied only when it is the next seq, anything else (a gap, a
 //     hint ahead, resync, reconnect) syncs from the cursor; EPOCH_CHANGED or
@@ -28,7 +33,8 @@
 // Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
 // "arrived" (convs entry, ev): a pushed event moved a known conversation's
 // head (after "convs"), "timeline" (conv, change) with change.kind "reset" |
-// "append" (events) | "prepend" (events) | "update" (ev) | "outbox",
+// "append" (events; newer: a page loadNewer read) | "prepend" (events) |
+// "update" (ev) | "outbox" | "focus" (seq: show that loaded message),
 // "thread" (thread): an open thread changed, "refused" (item, error): an
 // edit or reaction was refused with a terminal code and dropped.
 
@@ -248,7 +254,7 @@ export class Client {
       .then(() => {
         for (const tl of this.tls.values()) {
           if (tl.state === "ready") this.syncForward(tl);
-          else if (tl.wanted && tl.state === "empty") this.openTimeline(tl.conv);
+          else if (tl.wanted && tl.state === "empty") this.open(tl.conv, tl.focus);
         }
         if (this.th) this.loadThread(this.th);
       });
@@ -289,6 +295,11 @@ export class Client {
       return;
     }
     if (tl.state !== "ready") return;
+    if (tl.hasNewer) {
+      // Detached: the newer pages are read when asked; remember the head.
+      tl.seenHead = Math.max(tl.seenHead || 0, ev.seq);
+      return;
+    }
     if (ev.seq === tl.hi + 1) {
       this.applyForward(tl, [ev], ev.seq);
     } else if (ev.seq > tl.hi + 1) {
@@ -309,7 +320,7 @@ export class Client {
     }
     if (!c || f.head > c.head) this.scheduleRefresh();
     const tl = this.tls.get(f.conv);
-    if (tl && tl.state === "loading") tl.seenHead = Math.max(tl.seenHead || 0, f.head);
+    if (tl && (tl.state === "loading" || tl.hasNewer)) tl.seenHead = Math.max(tl.seenHead || 0, f.head);
     if (tl && tl.state === "ready" && f.head > tl.hi) this.syncForward(tl);
   }
 
@@ -328,7 +339,7 @@ export class Client {
       return;
     }
     const tl = this.tls.get(c.conv);
-    if (tl && tl.state === "ready" && tl.lo <= c.read + 1) {
+    if (tl && tl.state === "ready" && !tl.hasNewer && tl.lo <= c.read + 1) {
       let n = 0;
       let m = 0;
       for (const ev of tl.events.values()) {
@@ -346,13 +357,15 @@ export class Client {
 
   /**
    * timeline returns the state of a conversation's timeline:
-   * {conv, events: Map<seq, ev>, lo, hi, hasOlder, state: "empty"|"loading"|"ready", error?}.
+   * {conv, events: Map<seq, ev>, lo, hi, hasOlder, hasNewer, focus, state: "empty"|"loading"|"ready", error?}.
+   * hasNewer: events after hi are not read yet (opened at a message);
+   * focus: the message it was opened at (0: the newest page).
    * @param {string} conv
    */
   timeline(conv) {
     let tl = this.tls.get(conv);
     if (!tl) {
-      tl = { conv, events: new Map(), lo: 1, hi: 0, epoch: 0, minSeq: 1, hasOlder: false, state: "empty", chain: Promise.resolve(), wanted: false, error: null };
+      tl = { conv, events: new Map(), lo: 1, hi: 0, epoch: 0, minSeq: 1, hasOlder: false, hasNewer: false, focus: 0, state: "empty", chain: Promise.resolve(), wanted: false, error: null };
       this.tls.set(conv, tl);
     }
     return tl;
@@ -365,19 +378,44 @@ export class Client {
   }
 
   /**
-   * openTimeline loads the newest page of a conversation (once); "timeline"
-   * reset is announced when it is there.
+   * openTimeline loads the newest page of a conversation (once; again when
+   * it was opened at a message and is detached); "timeline" reset is
+   * announced when it is there.
    * @param {string} conv
    * @returns {Promise<void>}
    */
   openTimeline(conv) {
+    return this.open(conv, 0);
+  }
+
+  /**
+   * openAt opens a conversation at message seq (a search hit): when that
+   * message is loaded already, "timeline" focus is announced at once; else
+   * the page around it is read (a sync from half a page before it, not
+   * the whole history) and "timeline" reset is announced with focus set.
+   * @param {string} conv
+   * @param {number} seq
+   * @returns {Promise<void>}
+   */
+  openAt(conv, seq) {
+    return this.open(conv, seq);
+  }
+
+  open(conv, seq) {
     const tl = this.timeline(conv);
     tl.wanted = true;
-    if (tl.state !== "empty") return tl.chain;
+    if (seq && tl.state === "ready" && tl.events.has(seq)) {
+      tl.focus = seq;
+      this.emit("timeline", conv, { kind: "focus", seq });
+      return tl.chain;
+    }
+    const live = tl.state === "ready" && !tl.hasNewer;
+    if (!seq && (live || (tl.state === "loading" && !tl.focus))) return tl.chain;
+    tl.focus = seq || 0;
     tl.state = "loading";
     return this.serial(tl, async () => {
       try {
-        await this.loadNewest(tl);
+        await this.load(tl, seq);
       } catch (e) {
         tl.state = "empty";
         tl.error = e;
@@ -386,7 +424,13 @@ export class Client {
     });
   }
 
-  async loadNewest(tl) {
+  /**
+   * load reads a timeline's first page: the newest (at 0), else the page
+   * around message at. A newest page that is not the head (events arrived
+   * since the list was read) is followed forward; a page around a message
+   * that is not the head leaves the timeline detached (hasNewer).
+   */
+  async load(tl, at) {
     let c = this.convMap.get(tl.conv);
     if (!c) {
       await this.refreshConversations();
@@ -394,7 +438,9 @@ export class Client {
     }
     if (!c) throw new ApiError("NOT_MEMBER", 404, "conversation not found or not visible", 0);
     const floor = Math.max(0, c.min_seq - 1);
-    const after = Math.max(floor, c.head - PAGE);
+    const head = Math.max(c.head, at || 0); // the list may predate the message
+    let after = Math.max(floor, head - PAGE);
+    if (at) after = Math.max(floor, Math.min(after, at - 1 - PAGE / 2));
     const page = await this.sync(tl.conv, after, PAGE, 0);
     tl.events = new Map();
     tl.epoch = page.epoch;
@@ -403,16 +449,55 @@ export class Client {
     tl.hasOlder = after > Math.max(0, page.min_seq - 1);
     this.applyPage(tl, page.events);
     tl.hi = page.next_after; // only after the whole page is applied
+    tl.hasNewer = !!(at && page.has_more);
     tl.state = "ready";
     tl.error = null;
     this.emit("timeline", tl.conv, { kind: "reset" });
-    if (page.has_more || (tl.seenHead || 0) > tl.hi) await this.forward(tl);
-    tl.seenHead = 0;
+    if (!tl.hasNewer) await this.goneLive(tl, page.has_more);
     this.ack(tl);
   }
 
-  /** forward pages from the cursor until the head; serialised by the caller. */
+  /** goneLive follows a timeline that reached the head forward to what arrived meanwhile. */
+  async goneLive(tl, more) {
+    if (more || (tl.seenHead || 0) > tl.hi) await this.forward(tl);
+    tl.seenHead = 0;
+  }
+
+  /**
+   * loadNewer reads the page after the newest loaded event of a detached
+   * timeline; "append" (newer) is announced, and once the page reaches the
+   * head the timeline is live again.
+   * @param {string} conv
+   * @returns {Promise<number>} how many events were added
+   */
+  loadNewer(conv) {
+    const tl = this.timeline(conv);
+    return this.serial(tl, async () => {
+      if (tl.state !== "ready" || !tl.hasNewer) return 0;
+      let page;
+      try {
+        page = await this.sync(conv, tl.hi, PAGE, tl.epoch);
+      } catch (e) {
+        if (e.code === "EPOCH_CHANGED" || e.code === "CURSOR_AHEAD") {
+          this.rebuild(tl);
+          return 0;
+        }
+        throw e;
+      }
+      const { added, updated } = this.applyPage(tl, page.events, true);
+      if (page.next_after > tl.hi) tl.hi = page.next_after;
+      tl.hasNewer = !!page.has_more;
+      this.emit("timeline", conv, { kind: "append", events: added, newer: true });
+      for (const ev of updated) this.emit("timeline", conv, { kind: "update", ev });
+      if (!tl.hasNewer) await this.goneLive(tl, false);
+      this.ack(tl);
+      return added.length;
+    });
+  }
+
+  /** forward pages from the cursor until the head (not for a detached timeline); serialised by the caller. */
   async forward(tl) {
+    if (tl.hasNewer) return;
     for (;;) {
       const page = await this.sync(tl.conv, tl.hi, FORWARD_LIMIT, tl.epoch);
       this.applyForward(tl, page.events, page.next_after);
@@ -449,6 +534,8 @@ export class Client {
     tl.state = "empty";
     tl.events = new Map();
     tl.hi = 0;
+    tl.hasNewer = false;
+    tl.focus = 0;
     this.emit("timeline", tl.conv, { kind: "reset" });
     this.scheduleRefresh();
     setTimeout(() => this.openTimeline(tl.conv), 0);
@@ -603,6 +690,8 @@ export class Client {
    * @returns {Promise<object>} the outbox item
    */
   async send(conv, body, replyTo) {
+    const tl = this.tls.get(conv);
+    if (tl && tl.hasNewer) this.openTimeline(conv); // a detached timeline goes back to the newest page, where the message will show
     return this.enqueue(conv, body, replyTo ? { kind: "send", reply_to: replyTo } : undefined);
   }
 
@@ -841,6 +930,27 @@ export class Client {
    */
   versions(conv, seq) {
     return api("GET", url.versions(conv, seq));
+  }
+
+  /**
+   * search reads one page of the messages matching query q that the user
+   * may read, newest first (docs/protocol.md#search): over the socket
+   * when it is up, else over HTTP.
+   * @param {string} q
+   * @param {{conv?: string, cursor?: string, limit?: number}} [opts]
+   * @returns {Promise<{hits: Array<{ev: object, highlights: Array<{start: number, end: number}>}>, next?: string}>}
+   * @throws {ApiError} INVALID_ARGUMENT (the detail says what is wrong with the query), NOT_MEMBER, UNAVAILABLE
+   */
+  search(q, opts) {
+    const o = opts || {};
+    const limit = o.limit || 20;
+    if (this.conn.online()) {
+      const f = { t: "search", q, limit };
+      if (o.conv) f.conv = o.conv;
+      if (o.cursor) f.cursor = o.cursor;
+      return this.conn.request(f);
+    }
+    return api("GET", url.search(q, o.conv, limit, o.cursor));
   }
 
   /**

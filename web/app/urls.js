@@ -37,6 +37,8 @@ export const url = Object.freeze({
   message: (id, seq) => conv(id) + "/messages/" + seq,
   versions: (id, seq) => conv(id) + "/messages/" + seq + "/versions",
   reaction: (id, seq, emoji) => conv(id) + "/messages/" + seq + "/reactions/" + seg(emoji),
+  /** search: one page of messages matching the query q (conv: only there; cursor: the previous page's next). */
+  search: (q, conv, limit, cursor) => "/api/search" + query({ q, conv, limit, cursor }),
   users: (q, limit, cursor) => "/api/users" + query({ q, limit, cursor }),
   user: (id) => "/api/users/" + seg(id),
   /** password changes the signed-in user's password (POST). */

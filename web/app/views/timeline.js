@@ -9,6 +9,10 @@
 // edited marker, reactions (the user's own highlighted; a click toggles),
 // reply count and mentions (highlighted, as text); the picker, the editor,
 // the version history and the thread panel load when first used (extras.js).
+// Opened at a message (/c/{id}?m=SEQ, a search hit), it shows the page
+// around that message, scrolls to it and marks it; newer pages load as the
+// user scrolls down (or presses "Load newer"), and "Jump to the newest"
+// goes back to the live end.
 
 import { retryDelay } from "../backoff.js";
 import { renderComposer } from "./composer.js";
@@ -29,7 +33,8 @@ function dayKey(ev) {
  * @returns {HTMLElement}
  */
 export function renderTimeline(ctx, params) {
-  return new TimelineView(ctx, params.id).el;
+  const at = Number(new URLSearchParams(location.search).get("m"));
+  return new TimelineView(ctx, params.id, Number.isSafeInteger(at) && at > 0 ? at : 0).el;
 }
 
 const recallRefusals = {
@@ -75,7 +80,7 @@ export function bodyNodes(h, text, me) {
 
 /** TimelineView is one conversation's screen while it is on the page. */
 class TimelineView {
-  constructor(ctx, conv) {
+  constructor(ctx, conv, at) {
     const { h, client } = ctx;
     this.ctx = ctx;
     this.h = h;
@@ -87,6 +92,8 @@ class TimelineView {
     this.lastEv = null;
     this.topSep = null;
     this.loadingOlder = false;
+    this.loadingNewer = false;
+    this.focused = null; // the li of the message opened at
     this.readSeen = 0;
     this.readTimer = 0;
 
@@ -95,10 +102,13 @@ class TimelineView {
     this.olderBtn = h("button", { type: "button", class: "link hidden", "data-test": "load-older", on: { click: () => this.loadOlder() } }, "Load older messages");
     this.list = h("ol", { class: "events", "data-test": "events" });
     this.outList = h("ol", { class: "events outgoing", "data-test": "outgoing" });
+    this.newer = h("div", { class: "older hidden" },
+      h("button", { type: "button", class: "link", "data-test": "load-newer", on: { click: () => this.loadNewer() } }, "Load newer messages"),
+      h("button", { type: "button", class: "link", "data-test": "jump-newest", on: { click: () => ctx.navigate("/c/" + encodeURIComponent(conv), { replace: true }) } }, "Jump to the newest"));
     this.scroller = h("div", {
       class: "timeline", role: "log", "aria-labelledby": "conv-title", tabindex: "0", "data-test": "timeline",
       on: { scroll: () => this.onScroll() },
-    }, h("div", { class: "older" }, this.olderBtn), this.status, this.list, this.outList);
+    }, h("div", { class: "older" }, this.olderBtn), this.status, this.list, this.newer, this.outList);
     this.composer = renderComposer(ctx, conv, 0, (box, upd) => extras().then((m) => m.autocomplete(ctx, conv, box, upd)));
     this.notMember = h("p", { class: "composer-note muted hidden", role: "status", "data-test": "not-member" },
       "You are no longer a member of this conversation: you can read what you saw, not write.");
@@ -114,7 +124,8 @@ class TimelineView {
     this.drawTitle();
     queueMicrotask(() => {
       this.reset();
-      client.openTimeline(conv);
+      if (at) client.openAt(conv, at);
+      else client.openTimeline(conv);
       this.composer.focusBox();
     });
     // Fetch the on-demand screens once the timeline is up, so editing and
@@ -129,10 +140,11 @@ class TimelineView {
         if (c !== this.conv) return;
         switch (change.kind) {
           case "reset": return this.reset();
-          case "append": return this.append(change.events);
+          case "append": return this.append(change.events, change.newer);
           case "prepend": return this.prepend(change.events);
           case "update": return this.update(change.ev);
           case "outbox": return this.drawOutgoing();
+          case "focus": return this.focus(change.seq);
         }
       }),
       this.client.on("convs", () => this.drawTitle()),
@@ -296,15 +308,35 @@ class TimelineView {
       this.status.textContent = "Loading…";
     }
     this.olderBtn.classList.toggle("hidden", !(tl.state === "ready" && tl.hasOlder));
+    this.newer.classList.toggle("hidden", !(tl.state === "ready" && tl.hasNewer));
+    this.focused = null;
     this.drawOutgoing();
-    this.toBottom();
+    if (tl.state === "ready" && tl.focus && this.nodes.has(tl.focus)) this.focus(tl.focus);
+    else this.toBottom();
     this.fillUp();
   }
 
-  append(events) {
+  /** focus scrolls to a loaded message and marks it (the one a search hit opened). */
+  focus(seq) {
+    const li = this.nodes.get(seq);
+    if (!li) return;
+    if (this.focused) {
+      this.focused.classList.remove("focused");
+      this.focused.removeAttribute("data-focus");
+    }
+    li.classList.add("focused");
+    li.setAttribute("data-focus", "true");
+    this.focused = li;
+    li.scrollIntoView({ block: "center" });
+  }
+
+  /** append adds events at the end; a newer page (of a timeline opened at a message) keeps the scroll position. */
+  append(events, newer) {
+    const tl = this.client.timeline(this.conv);
+    this.newer.classList.toggle("hidden", !tl.hasNewer);
     const evs = events.filter(visible);
     if (!evs.length) return;
-    const stick = this.nearBottom();
+    const stick = !newer && this.nearBottom();
     const b = this.build(evs, this.lastEv);
     this.list.appendChild(b.frag);
     if (!this.firstEv) {
@@ -341,6 +373,10 @@ class TimelineView {
     old.replaceWith(li);
     this.observer.unobserve(old);
     this.nodes.set(ev.seq, li);
+    if (this.focused === old) {
+      this.focused = null;
+      this.focus(ev.seq);
+    }
   }
 
   drawOutgoing() {
@@ -403,6 +439,22 @@ class TimelineView {
     this.fillUp();
   }
 
+  async loadNewer() {
+    if (this.loadingNewer) return;
+    this.loadingNewer = true;
+    try {
+      await this.client.loadNewer(this.conv);
+    } catch (e) {
+      if (e.code === "RATE_LIMITED" || e.code === "UNAVAILABLE") {
+        setTimeout(() => this.onScroll(), retryDelay(e, 1000, 1000));
+      } else {
+        this.ctx.toast("Could not load newer messages (" + (e.code || e) + ")");
+      }
+    } finally {
+      this.loadingNewer = false;
+    }
+  }
+
   /** fillUp loads older pages while the loaded ones do not fill the pane (nothing to scroll yet). */
   fillUp() {
     const tl = this.client.timeline(this.conv);
@@ -413,7 +465,9 @@ class TimelineView {
   }
 
   onScroll() {
-    if (this.scroller.scrollTop < 300) this.loadOlder();
+    const s = this.scroller;
+    if (s.scrollTop < 300) this.loadOlder();
+    if (this.client.timeline(this.conv).hasNewer && s.scrollHeight - s.scrollTop - s.clientHeight < 300) this.loadNewer();
   }
 
   seen(entries) {
