@@ -140,11 +140,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
 	rt.route("GET /api/search", user(ratelimit.BucketSearch), handleSearch(c))
 
-	// Edits, reactions, versions.
-	rt.route("PATCH /api/convs/{id}/messages/{seq}", user(ratelimit.BucketEdit, http.StatusCreated), handleEdit(c))
-	rt.route("PUT /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, true))
-	rt.route("DELETE /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, false))
-	rt.route("GET /api/convs/{id}/messages/{seq}/versions", user(ratelimit.BucketRead), handleVersions(c))
+	rt.routeDerived(c)
 
 	// Operations (admin permission rule).
 	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
@@ -186,6 +182,14 @@ func NewHandler(d Deps) http.Handler {
 		return hsts(nosniff(rt.mux))
 	}
 	return nosniff(rt.mux)
+}
+
+// routeDerived mounts the routes of edits, reactions and versions.
+func (rt router) routeDerived(c calls) {
+	rt.route("PATCH /api/convs/{id}/messages/{seq}", user(ratelimit.BucketEdit, http.StatusCreated), handleEdit(c))
+	rt.route("PUT /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, true))
+	rt.route("DELETE /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, false))
+	rt.route("GET /api/convs/{id}/messages/{seq}/versions", user(ratelimit.BucketRead), handleVersions(c))
 }
 
 // routeAccount mounts the routes of the account a person manages.

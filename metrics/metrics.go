@@ -118,14 +118,6 @@ func New(opts Options) *Metrics {
 			Name: NameRefused,
 			Help: "HTTP requests refused by authentication (401), authorization (403) or an outage of either (503) before their handler, by route pattern and status code.",
 		}, []string{"route", "code"}),
-		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: NameSends,
-			Help: `Message sends by transport and outcome ("new", "dup" or an error code).`,
-		}, []string{"transport", "outcome"}),
-		searches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: NameSearches,
-			Help: `Message searches by transport and outcome ("ok" or an error code).`,
-		}, []string{"transport", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: NameConfigReloads,
 			Help: `Configuration reloads by result ("ok" or "error").`,
@@ -150,6 +142,7 @@ func New(opts Options) *Metrics {
 	for _, r := range LoginRefusals {
 		m.loginRefused.WithLabelValues(r)
 	}
+	m.sends, m.searches = newOutcomes()
 	m.ops = newOpsMetrics()
 	if opts.Hook != nil {
 		m.SetHook(opts.Hook)
@@ -171,6 +164,20 @@ func New(opts Options) *Metrics {
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 	return m
+}
+
+// newOutcomes makes the counters of the use cases counted by transport and
+// outcome: sends and searches.
+func newOutcomes() (sends, searches *prometheus.CounterVec) {
+	sends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameSends,
+		Help: `Message sends by transport and outcome ("new", "dup" or an error code).`,
+	}, []string{"transport", "outcome"})
+	searches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: NameSearches,
+		Help: `Message searches by transport and outcome ("ok" or an error code).`,
+	}, []string{"transport", "outcome"})
+	return sends, searches
 }
 
 // SetHook replaces the hook given in Options; nil removes it. It is safe
