@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parleychat/parley"
+)
+
+// searchFixture creates ana and ben, their groups g1 and g2 with a few
+// messages each (English and Chinese), and returns the store.
+func searchFixture(t *testing.T, b backend) parley.Store {
+	t.Helper()
+	ctx := context.Background()
+	s := b.store(t)
+	seed(t, s)
+	if _, err := s.CreateConversation(ctx, parley.Principal{User: "ben"}, parley.NewConversation{ID: "g2", Kind: parley.KindGroup, Title: "g2", Members: []string{"ana", "ben"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []struct{ conv, user, body string }{
+		{"g1", "ana", "the quarterly report is ready"},
+		{"g1", "ben", "上海的会议改到明天下午"},
+		{"g1", "ana", "thanks 👍"},
+		{"g2", "ben", "the report for g2 is late"},
+		{"g2", "ana", "明天见"},
+	} {
+		if _, err := s.Send(ctx, parley.Principal{User: m.user, DeviceID: "d"}, parley.SendRequest{Conv: m.conv, CMID: "m" + string(rune('a'+i)), Body: m.body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// unbuildSearch makes conv's index as an upgrade leaves it: no rows, the
+// conversation marked not built.
+func unbuildSearch(t *testing.T, b backend, conv string) {
+	t.Helper()
+	stmts := []string{
+		`DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE conv_id = $1)`,
+		`DELETE FROM search_docs WHERE conv_id = $1`,
+		`INSERT INTO search_pending (conv_id) VALUES ($1)`,
+	}
+	ctx := context.Background()
+	if b.name == "sqlite" {
+		raw, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(b.db, "sqlite:")+"?_pragma=busy_timeout(10000)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		for _, q := range stmts {
+			if _, err := raw.ExecContext(ctx, strings.ReplaceAll(q, "$1", "?"), conv); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		return
+	}
+	conn, err := pgx.Connect(ctx, b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range stmts[1:] {
+		if _, err := conn.Exec(ctx, q, conv); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// searchBodies returns the bodies user finds for q, newest first.
+func searchBodies(t *testing.T, s parley.Store, user, q string) ([]string, error) {
+	t.Helper()
+	page, err := s.Search(context.Background(), parley.Principal{User: user}, parley.SearchRequest{Query: q})
+	var out []string
+	for _, h := range page.Hits {
+		out = append(out, h.Event.Body)
+	}
+	return out, err
+}
+
+// TestSearchRebuild: `parley search rebuild --conv ID` and `parley search
+// rebuild` build what an upgrade left unbuilt, each audited as
+// search.rebuild (pending, then ok) with the operator "cli:" + the OS
+// user, with progress lines on stderr; search answers UNAVAILABLE before
+// and finds the messages after. A bad id is a usage error and audits
+// nothing; an unknown conversation is NOT_FOUND, audited, exit status 1.
+// Both stores.
+func TestSearchRebuild(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s := searchFixture(t, b)
+		unbuildSearch(t, b, "g1")
+		if _, err := searchBodies(t, s, "ben", "report"); parley.ErrorCode(err) != parley.CodeUnavailable {
+			t.Fatalf("search over a conversation not built: %v, want UNAVAILABLE", err)
+		}
+		env := map[string]string{"PARLEY_DB": b.db, "PARLEY_DATA_DIR": b.dir, "SUDO_USER": "alice"}
+		cli := func(args ...string) (stdout, stderr string, err error) {
+			var out, errOut strings.Builder
+			getenv := func(k string) string {
+				if k == "PARLEY_SECRET_KEY_FILE" {
+					return testKeyFile()
+				}
+				return env[k]
+			}
+			err = run(ctx, append([]string{"parley"}, args...), getenv, strings.NewReader(""), &out, &errOut)
+			return out.String(), errOut.String(), err
+		}
+		progress := regexp.MustCompile(`(?m)^search rebuild: (\d+)/(\d+) conversations, (\d+) rows$`)
+
+		out, errOut, err := cli("search", "rebuild", "--conv", "g1")
+		if err != nil {
+			t.Fatalf("search rebuild --conv g1: %v\n%s", err, errOut)
+		}
+		if m := progress.FindAllStringSubmatch(errOut, -1); len(m) == 0 || m[len(m)-1][1] != "1" || m[len(m)-1][2] != "1" || m[len(m)-1][3] != "3" {
+			t.Errorf("stderr %q: want a last progress line of 1/1 conversations, 3 rows", errOut)
+		}
+		if !strings.HasPrefix(out, "rebuilt the search index of 1 conversations (3 rows)") {
+			t.Errorf("stdout %q", out)
+		}
+		got, err := searchBodies(t, s, "ben", "report")
+		if want := []string{"the report for g2 is late", "the quarterly report is ready"}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("search report after the rebuild: %q, %v; want %q", got, err, want)
+		}
+		if got, err := searchBodies(t, s, "ana", "会议"); err != nil || len(got) != 1 || got[0] != "上海的会议改到明天下午" {
+			t.Errorf("search 会议 after the rebuild: %q, %v", got, err)
+		}
+
+		out, errOut, err = cli("search", "rebuild")
+		if err != nil {
+			t.Fatalf("search rebuild: %v\n%s", err, errOut)
+		}
+		m := progress.FindAllStringSubmatch(errOut, -1)
+		if len(m) == 0 || m[len(m)-1][1] != m[len(m)-1][2] || m[len(m)-1][3] != "5" {
+			t.Errorf("stderr %q: want a last progress line of every conversation, 5 rows", errOut)
+		}
+		if !strings.Contains(out, "(5 rows)") {
+			t.Errorf("stdout %q", out)
+		}
+		if got, err := searchBodies(t, s, "ana", "明天"); err != nil || len(got) != 2 {
+			t.Errorf("search 明天 after rebuilding all: %q, %v; want both messages", got, err)
+		}
+
+		// Refusals: a malformed id changes and audits nothing; an unknown
+		// one is the store's NOT_FOUND, audited.
+		for _, args := range [][]string{{"search"}, {"search", "frob"}, {"search", "rebuild", "extra"}, {"search", "rebuild", "--conv", "no such id"}} {
+			var ue usageError
+			if _, _, err := cli(args...); !errors.As(err, &ue) {
+				t.Errorf("parley %q: %v, want a usage error", args, err)
+			}
+		}
+		if _, _, err := cli("search", "rebuild", "--conv", "ghost"); parley.ErrorCode(err) != parley.CodeNotFound {
+			t.Errorf("search rebuild --conv ghost: %v, want NOT_FOUND", err)
+		}
+
+		entries, err := s.Audit(ctx, parley.AuditQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := cliOperator(os.Getenv)
+		type entry struct{ Operator, Action, Target, Outcome string }
+		var gotAudit []entry
+		for _, e := range slices.Backward(entries) { // oldest first
+			gotAudit = append(gotAudit, entry{e.Operator, e.Action, e.Target, e.Outcome})
+			if !strings.Contains(e.Params, `"sudo_user":"alice"`) {
+				t.Errorf("entry %d params %s: no sudo_user", e.ID, e.Params)
+			}
+		}
+		want := []entry{
+			{op, "search.rebuild", "g1", "ok"},
+			{op, "search.rebuild", "", "ok"},
+			{op, "search.rebuild", "ghost", "NOT_FOUND"},
+		}
+		if !slices.Equal(gotAudit, want) {
+			t.Errorf("audit log %+v, want %+v", gotAudit, want)
+		}
+	})
+}
+
+// TestServeBuildsPendingSearch: `parley serve` on a store an upgrade left
+// with a conversation not built serves at once and builds it in the
+// background, logging its start and its end; then search finds its
+// messages. Both stores.
+func TestServeBuildsPendingSearch(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		s := searchFixture(t, b)
+		unbuildSearch(t, b, "g1")
+		p := serve(t, b.db, b.dir)
+		p.waitLog("search index: built", 30*time.Second)
+		log := p.stderr()
+		if !strings.Contains(log, "search index: building the conversations not built yet") || !regexp.MustCompile(`search index: built convs=1 rows=3 `).MatchString(log) {
+			t.Errorf("server log:\n%s\nwant the build's start and its end with convs=1 rows=3", log)
+		}
+		got, err := searchBodies(t, s, "ben", "report")
+		if want := []string{"the report for g2 is late", "the quarterly report is ready"}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("search report after serve's build: %q, %v; want %q", got, err, want)
+		}
+		// Nothing left to build: the next start says nothing about it.
+		p.kill()
+		p = serve(t, b.db, b.dir)
+		time.Sleep(500 * time.Millisecond)
+		if strings.Contains(p.stderr(), "search index:") {
+			t.Errorf("a start with nothing to build logged:\n%s", p.stderr())
+		}
+	})
+}
