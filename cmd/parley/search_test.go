@@ -211,3 +211,37 @@ func TestServeBuildsPendingSearch(t *testing.T) {
 		}
 	})
 }
+
+// TestRebuildProgress: progress lines come at most once per interval, the
+// last report of a conversation count always, and flush prints a report
+// held back, once.
+func TestRebuildProgress(t *testing.T) {
+	now := time.Unix(0, 0)
+	var printed []parley.SearchRebuild
+	p := &rebuildProgress{every: time.Second, now: func() time.Time { return now }, print: func(r parley.SearchRebuild) { printed = append(printed, r) }}
+	steps := []struct {
+		after time.Duration
+		r     parley.SearchRebuild
+	}{
+		{time.Second, parley.SearchRebuild{Convs: 1, Total: 5, Rows: 10}},            // printed: a second since the start
+		{100 * time.Millisecond, parley.SearchRebuild{Convs: 2, Total: 5, Rows: 20}}, // held
+		{100 * time.Millisecond, parley.SearchRebuild{Convs: 3, Total: 5, Rows: 30}}, // held
+		{time.Second, parley.SearchRebuild{Convs: 4, Total: 5, Rows: 40}},            // printed
+		{time.Millisecond, parley.SearchRebuild{Convs: 5, Total: 5, Rows: 50}},       // printed: the last
+	}
+	for _, s := range steps {
+		now = now.Add(s.after)
+		p.report(s.r)
+	}
+	p.flush()
+	want := []parley.SearchRebuild{steps[0].r, steps[3].r, steps[4].r}
+	if !slices.Equal(printed, want) {
+		t.Errorf("printed %+v, want %+v", printed, want)
+	}
+	p.report(parley.SearchRebuild{Convs: 1, Total: 2, Rows: 1}) // within the second: held
+	p.flush()
+	p.flush()
+	if len(printed) != 4 || printed[3].Convs != 1 {
+		t.Errorf("after a held report and two flushes: %+v", printed)
+	}
+}
