@@ -47,6 +47,8 @@ func (db *DB) Edit(ctx context.Context, p parley.Principal, r parley.EditRequest
 		return parley.Edited{}, err
 	}
 	hash := parley.EditFingerprint(r.Conv, r.Target, r.Body)
+	// Only the sender edits: the version's sender is the caller.
+	terms := searchTerms(r.Conv, p.User, r.Body)
 	if err := fault.Hit(fault.StoreBeforeInsert); err != nil {
 		return parley.Edited{}, err
 	}
@@ -58,10 +60,11 @@ func (db *DB) Edit(ctx context.Context, p parley.Principal, r parley.EditRequest
 			return err
 		}
 		var t parley.EditTarget
+		var sentAt int64
 		err = tx.QueryRowContext(ctx, `SELECT e.kind, `+visibleTo+`, e.sender_user, e.recall_seq IS NOT NULL,
-			?4 > 0 AND `+nowMS+` > e.created_at + ?4
+			?4 > 0 AND `+nowMS+` > e.created_at + ?4, e.created_at
 			FROM events e WHERE e.conv_id = ?1 AND e.seq = ?3`, r.Conv, p.User, r.Target, r.Window.Milliseconds()).
-			Scan(&t.Kind, &t.Visible, &t.Sender, &t.Recalled, &t.Expired)
+			Scan(&t.Kind, &t.Visible, &t.Sender, &t.Recalled, &t.Expired, &sentAt)
 		if t.Found = err == nil; err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -77,6 +80,10 @@ func (db *DB) Edit(ctx context.Context, p parley.Principal, r parley.EditRequest
 			return err
 		}
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+			return err
+		}
+		// The new version's index row sorts at the message's time.
+		if err := indexVersion(ctx, tx, r.Conv, r.Target, ev.Seq, p.User, sentAt, terms); err != nil {
 			return err
 		}
 		out = parley.Edited{Conv: r.Conv, Seq: ev.Seq}
@@ -366,8 +373,13 @@ func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.Direct
 }
 
 // purgeDerived deletes the derived rows of the events up to cut (and of
-// their targets): a purge removes them with their events.
+// their targets): a purge removes them with their events. The search index
+// loses every version of the purged messages, those made by a kept edit
+// too.
 func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error {
+	if err := unindex(ctx, tx, convID, 0, cut); err != nil {
+		return err
+	}
 	for _, q := range []string{
 		`DELETE FROM reactions WHERE conv_id = ? AND target <= ?`,
 		`DELETE FROM mentions WHERE conv_id = ? AND seq <= ?`,
@@ -383,8 +395,13 @@ func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error 
 // say: mentions after it go, and a reaction row set after it returns to
 // the state of the latest reaction event at or below it (none: no row).
 // Every reaction event has its key's row except one whose target a purge
-// removed (below min_seq): those keys stay without one.
+// removed (below min_seq): those keys stay without one. The search index
+// of the conversation is rebuilt from the events that remain (a recall
+// undone, an edit removed), as RebuildSearch does.
 func rollbackDerived(ctx context.Context, tx *txn, convID string, toSeq int64) error {
+	if _, err := reindex(ctx, tx, convID); err != nil {
+		return err
+	}
 	for _, q := range []string{
 		`DELETE FROM mentions WHERE conv_id = ?1 AND seq > ?2`,
 		`DELETE FROM reactions WHERE conv_id = ?1 AND seq > ?2`,

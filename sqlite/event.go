@@ -91,10 +91,12 @@ func itemOutcome(err error) bool {
 func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.BatchResult {
 	out := make([]parley.BatchResult, len(items))
 	hashes := make([][]byte, len(items))
+	terms := make([]string, len(items))
 	valid := 0
 	for i, it := range items {
 		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err == nil {
 			hashes[i] = parley.SendFingerprint(it.Req)
+			terms[i] = searchTerms(it.Req.Conv, it.P.User, it.Req.Body)
 			valid++
 		}
 	}
@@ -109,7 +111,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 				continue
 			}
 			res[i] = parley.BatchResult{}
-			s, err := sendOne(ctx, tx, it.P, it.Req, hashes[i])
+			s, err := sendOne(ctx, tx, it.P, it.Req, hashes[i], terms[i])
 			if err != nil && !itemOutcome(err) {
 				return err
 			}
@@ -137,8 +139,9 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 	return out
 }
 
-// sendOne is one send inside a write transaction, in the contract's order.
-func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte) (parley.Sent, error) {
+// sendOne is one send inside a write transaction, in the contract's order,
+// with its search index row (terms: searchTerms of the message).
+func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte, terms string) (parley.Sent, error) {
 	c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 	if err != nil {
 		return parley.Sent{}, err
@@ -161,6 +164,9 @@ func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequ
 		return parley.Sent{}, err
 	}
 	if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
+		return parley.Sent{}, err
+	}
+	if err := indexVersion(ctx, tx, r.Conv, ev.Seq, ev.Seq, p.User, ev.At.UnixMilli(), terms); err != nil {
 		return parley.Sent{}, err
 	}
 	return parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch, At: ev.At}, nil
@@ -199,9 +205,13 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
 			return err
 		}
-		// The target and every edit of it: no version of the text is served again.
+		// The target and every edit of it: no version of the text is served
+		// or found again.
 		if _, err := tx.ExecContext(ctx, `UPDATE events SET recall_seq = ?1
 			WHERE conv_id = ?2 AND (seq = ?3 OR (kind = 'edit' AND target = ?3))`, ev.Seq, r.Conv, r.Target); err != nil {
+			return err
+		}
+		if err := unindex(ctx, tx, r.Conv, r.Target, r.Target); err != nil {
 			return err
 		}
 		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {

@@ -79,6 +79,19 @@ var behaviours = []behaviour{
 	{name: "derived_rollback", run: testDerivedRollback},
 	{name: "feed_derived_fields", run: testFeedDerivedFields},
 
+	// Full-text search (search.go).
+	{name: "search_corpus", run: testSearchCorpus},
+	{name: "search_rejections", run: testSearchRejections},
+	{name: "search_edit", run: testSearchEdit},
+	{name: "search_recall", run: testSearchRecall},
+	{name: "search_former_member", run: testSearchFormerMember},
+	{name: "search_purge", run: testSearchPurge},
+	{name: "search_rollback", run: testSearchRollback},
+	{name: "search_paging", run: testSearchPaging},
+	{name: "search_pending", run: testSearchPending},
+	{name: "search_many_convs", run: testSearchManyConvs},
+	{name: "search_batch", run: testSearchBatch},
+
 	// Direct conversations and the directory (direct.go).
 	{name: "direct_open", run: testDirectOpen},
 	{name: "direct_open_concurrent", run: testDirectOpenConcurrent},

@@ -25,6 +25,10 @@ func TestRequiredBehaviours(t *testing.T) {
 		"derived_rollback", "feed_derived_fields",
 		// Direct conversations and the directory (direct.go).
 		"direct_open", "direct_open_concurrent", "directory_listing", "directory_shared",
+		// Full-text search (search.go).
+		"search_corpus", "search_rejections", "search_edit", "search_recall", "search_former_member",
+		"search_purge", "search_rollback", "search_paging", "search_pending", "search_many_convs",
+		"search_batch",
 	}
 	have := map[string]bool{}
 	for _, b := range behaviours {
