@@ -331,6 +331,7 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 			for _, q := range []string{
 				`DELETE FROM reactions WHERE conv_id = $1 AND target <= $2`,
 				`DELETE FROM mentions WHERE conv_id = $1 AND seq <= $2`,
+				`DELETE FROM search_docs WHERE conv_id = $1 AND seq <= $2`,
 			} {
 				if _, err := tx.Exec(ctx, q, id, cut); err != nil {
 					return err
@@ -381,19 +382,8 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			return err
 		}
 		out.Removed = tag.RowsAffected()
-		// Recalls after the restore point are undone (of messages and of
-		// their edits alike); periods go back to what they were at toSeq;
-		// derived rows are rebuilt from the events that remain.
-		for _, q := range []string{
-			`UPDATE events SET recall_seq = NULL WHERE conv_id = $1 AND recall_seq > $2`,
-			`DELETE FROM periods WHERE conv_id = $1 AND from_seq > $2`,
-			`UPDATE periods SET to_seq = NULL WHERE conv_id = $1 AND to_seq > $2`,
-			`DELETE FROM mentions WHERE conv_id = $1 AND seq > $2`,
-			qRebuildReactions,
-		} {
-			if _, err := tx.Exec(ctx, q, id, toSeq); err != nil {
-				return err
-			}
+		if err := rollbackDerived(ctx, tx, id, toSeq); err != nil {
+			return err
 		}
 		then, err := openMembers(ctx, tx, id)
 		if err != nil {
@@ -426,6 +416,28 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 			WHERE id = $1 RETURNING epoch`, id, c.next).Scan(&out.Epoch)
 	})
 	return out, err
+}
+
+// rollbackDerived is Rollback's work on what the events it deleted caused,
+// after they are gone: recalls after the restore point toSeq are undone
+// (of messages and of their edits alike); periods go back to what they
+// were at toSeq; derived rows are rebuilt from the events that remain, the
+// search rows as RebuildSearch builds them (a recall undone brings its
+// message's text back).
+func rollbackDerived(ctx context.Context, tx pgx.Tx, id string, toSeq int64) error {
+	for _, q := range []string{
+		`UPDATE events SET recall_seq = NULL WHERE conv_id = $1 AND recall_seq > $2`,
+		`DELETE FROM periods WHERE conv_id = $1 AND from_seq > $2`,
+		`UPDATE periods SET to_seq = NULL WHERE conv_id = $1 AND to_seq > $2`,
+		`DELETE FROM mentions WHERE conv_id = $1 AND seq > $2`,
+		qRebuildReactions,
+	} {
+		if _, err := tx.Exec(ctx, q, id, toSeq); err != nil {
+			return err
+		}
+	}
+	_, err := rebuildSearchConv(ctx, tx, id)
+	return err
 }
 
 // qRebuildReactions returns the reactions rows set after the restore point

@@ -30,6 +30,7 @@ type keyedReq struct {
 	emoji   string        // reaction: the reactions row to read
 	members bool          // read the open members (a text that may mention)
 	already bool          // read the mentions of the target and its edits
+	tsv     string        // a message's or an edit's search row (docLiteral; "": none)
 }
 
 // keyedState is the row of keyedStateSQL.
@@ -108,8 +109,11 @@ type keyedResult struct {
 }
 
 // appendChatSQL inserts an event with the columns of migration 0009 at the
-// locked conversation's next seq, a mentions row per user of $14, and
-// advances the head; it returns the seq and created_at.
+// locked conversation's next seq, a mentions row per user of $14, the
+// search row of tsvector literal $15 when it is not NULL (a message's: at
+// its own seq and time; an edit's: at its target's seq, sender and time,
+// vseq its own seq), and advances the head; it returns the seq and
+// created_at.
 const appendChatSQL = `WITH c AS (SELECT next_seq FROM conversations WHERE id = $1),
 ev AS (
 	INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target,
@@ -118,6 +122,12 @@ ev AS (
 	RETURNING seq, created_at),
 m AS (
 	INSERT INTO mentions (conv_id, user_id, seq) SELECT $1, u, ev.seq FROM ev, unnest($14::text[]) AS u),
+d AS (
+	INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
+	SELECT $1, coalesce(t.seq, ev.seq), ev.seq, coalesce(t.sender_user, $4),
+		floor(extract(epoch FROM coalesce(t.created_at, ev.created_at)) * 1000)::bigint, $15::text::tsvector
+	FROM ev LEFT JOIN events t ON $3 = 'edit' AND t.conv_id = $1 AND t.seq = $9
+	WHERE $15::text IS NOT NULL),
 up AS (
 	UPDATE conversations SET next_seq = ev.seq + 1, last_at = ev.created_at FROM ev WHERE id = $1)
 SELECT seq, created_at FROM ev`
@@ -181,7 +191,8 @@ func appendChat(ctx context.Context, tx pgx.Tx, q keyedReq, ev *parley.Event) (k
 		on = &ev.On
 	}
 	err := tx.QueryRow(ctx, appendChatSQL, q.conv, res.mid, string(ev.Kind), ev.Sender, ev.Device, q.cmid, q.hash,
-		ev.Body, optInt(ev.Target), optInt(ev.ReplyTo), joinMentions(ev.Mentions), optString(ev.Emoji), on, ev.Mentions).
+		ev.Body, optInt(ev.Target), optInt(ev.ReplyTo), joinMentions(ev.Mentions), optString(ev.Emoji), on, ev.Mentions,
+		optString(q.tsv)).
 		Scan(&res.seq, &res.at)
 	if err != nil {
 		return res, err
@@ -203,7 +214,7 @@ func appendChat(ctx context.Context, tx pgx.Tx, q keyedReq, ev *parley.Event) (k
 func (db *DB) sendChat(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
 	mentions := parley.HasMentionToken(r.Body)
 	q := keyedReq{op: "send", conv: r.Conv, cmid: r.CMID, kind: parley.EventMessage, hash: parley.SendFingerprint(r),
-		target: r.ReplyTo, members: mentions}
+		target: r.ReplyTo, members: mentions, tsv: docLiteral(r.Conv, p.User, r.Body)}
 	res, err := db.keyedWrite(ctx, p, q, func(s keyedState) (*parley.Event, keyedResult, error) {
 		ev := &parley.Event{Kind: parley.EventMessage, Body: r.Body}
 		if r.ReplyTo != 0 {
@@ -232,7 +243,9 @@ func (db *DB) Edit(ctx context.Context, p parley.Principal, r parley.EditRequest
 	mentions := parley.HasMentionToken(r.Body)
 	q := keyedReq{op: "edit", conv: r.Conv, cmid: r.CMID, kind: parley.EventEdit,
 		hash: parley.EditFingerprint(r.Conv, r.Target, r.Body), target: r.Target, window: r.Window,
-		members: mentions, already: mentions}
+		members: mentions, already: mentions,
+		// Only the sender edits (NOT_SENDER): the message's sender is p.User.
+		tsv: docLiteral(r.Conv, p.User, r.Body)}
 	res, err := db.keyedWrite(ctx, p, q, func(s keyedState) (*parley.Event, keyedResult, error) {
 		t := parley.EditTarget{Found: s.tKind != nil, Visible: s.tVisible, Sender: s.tSender,
 			Recalled: s.tRecall, Expired: s.tExpired}
@@ -303,9 +316,10 @@ LEFT JOIN LATERAL (
 WHERE c.id = $1`
 
 // decorate sets Derived on the messages of evs (ascending) as user reads
-// them with periods ps and AsOf asOf (parley.Decorate). again reports that
-// the conversation's epoch is no longer epoch: the caller reads again.
-func (db *DB) decorate(ctx context.Context, conv string, ps parley.Periods, user string, asOf, epoch int64, evs []parley.Event) (again bool, err error) {
+// them with periods ps and AsOf asOf (parley.Decorate), reading on q (the
+// pool, or the read transaction of a search). again reports that the
+// conversation's epoch is no longer epoch: the caller reads again.
+func (db *DB) decorate(ctx context.Context, q querier, conv string, ps parley.Periods, user string, asOf, epoch int64, evs []parley.Event) (again bool, err error) {
 	seqs := parley.MessageSeqs(evs)
 	if len(seqs) == 0 {
 		return false, nil
@@ -315,7 +329,7 @@ func (db *DB) decorate(ctx context.Context, conv string, ps parley.Periods, user
 	var rows []parley.DerivedRow
 	if len(ranges) > 0 {
 		lo, hi := splitRanges(ranges)
-		rs, err := db.pool.Query(ctx, derivedSQL, conv, lo, hi, seqs)
+		rs, err := q.Query(ctx, derivedSQL, conv, lo, hi, seqs)
 		if err != nil {
 			return false, err
 		}

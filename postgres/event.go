@@ -56,14 +56,14 @@ const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''
 	coalesce(o_epoch, 0), (extract(epoch FROM coalesce(o_at, 'epoch')) * 1000000)::bigint`
 
 // sendSQL appends a batch, of one conversation or several, in one
-// statement, its own transaction: the whole of Store.Send for every item
-// (migration 0008).
-const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7)`
+// statement, its own transaction: the whole of Store.Send for every item,
+// each new message's search row included (migrations 0008, 0013).
+const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // sendOneSQL is sendSQL for a batch of one (the common, uncontended case):
 // scalar parameters, so the driver encodes no arrays.
 const sendOneSQL = sendCols + ` FROM parley_send_many(ARRAY[$1::text], ARRAY[$2::text], ARRAY[$3::text],
-	ARRAY[$4::text], ARRAY[$5::bytea], ARRAY[$6::text], ARRAY[$7::text])`
+	ARRAY[$4::text], ARRAY[$5::bytea], ARRAY[$6::text], ARRAY[$7::text], ARRAY[$8::text])`
 
 // sendRow is one item's row of parley_send_many; zero
 // values stand for NULLs (seq 0: nothing found or inserted).
@@ -138,10 +138,12 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 	return out
 }
 
-// sendArgs are a batch's items as parley_send_many's arrays.
+// sendArgs are a batch's items as parley_send_many's arrays; tsvs are
+// the items' tsvector literals (tsvectorLiteral), made before the
+// statement so the row lock is not held while Go tokenizes.
 type sendArgs struct {
-	convs, users, devices, cmids, bodies, mids textArray
-	hashes                                     byteaArray
+	convs, users, devices, cmids, bodies, mids, tsvs textArray
+	hashes                                           byteaArray
 }
 
 // textArray and byteaArray are parley_send_many's array parameters, text[]
@@ -198,17 +200,18 @@ func (e *byteaElem) BytesValue() ([]byte, error) { return *e, nil }
 // sendItems commits items[idx] in one transaction and fills their results.
 func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int, out []parley.BatchResult) {
 	n := len(idx)
-	cols := make(textArray, 6*n) // one allocation for the six text columns
+	cols := make(textArray, 7*n) // one allocation for the seven text columns
 	a := sendArgs{
 		convs: cols[:n:n], users: cols[n : 2*n : 2*n], devices: cols[2*n : 3*n : 3*n],
-		cmids: cols[3*n : 4*n : 4*n], bodies: cols[4*n : 5*n : 5*n], mids: cols[5*n:],
-		hashes: make(byteaArray, n),
+		cmids: cols[3*n : 4*n : 4*n], bodies: cols[4*n : 5*n : 5*n], mids: cols[5*n : 6*n : 6*n],
+		tsvs: cols[6*n:], hashes: make(byteaArray, n),
 	}
 	for j, i := range idx {
 		it := items[i]
 		a.convs[j], a.users[j], a.devices[j] = textElem(it.Req.Conv), textElem(it.P.User), textElem(it.P.DeviceID)
 		a.cmids[j], a.bodies[j], a.mids[j] = textElem(it.Req.CMID), textElem(it.Req.Body), textElem(parley.NewID())
 		a.hashes[j] = parley.Fingerprint(it.Req.Conv, it.Req.Body)
+		a.tsvs[j] = textElem(docLiteral(it.Req.Conv, it.P.User, it.Req.Body))
 	}
 	var rows []sendRow
 	err := fault.Hit(fault.StoreBeforeInsert)
@@ -235,9 +238,9 @@ func sendQuery(ctx context.Context, q querier, a sendArgs) ([]sendRow, error) {
 	if n == 1 {
 		// Pointers into the arrays: a string or []byte in an interface
 		// would be an allocation each.
-		rs, err = q.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0])
+		rs, err = q.Query(ctx, sendOneSQL, &a.convs[0], &a.users[0], &a.devices[0], &a.cmids[0], &a.hashes[0], &a.bodies[0], &a.mids[0], &a.tsvs[0])
 	} else {
-		rs, err = q.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids)
+		rs, err = q.Query(ctx, sendSQL, &a.convs, &a.users, &a.devices, &a.cmids, &a.hashes, &a.bodies, &a.mids, &a.tsvs)
 	}
 	if err != nil {
 		return nil, err
@@ -561,7 +564,7 @@ func (db *DB) syncOnce(ctx context.Context, p parley.Principal, r parley.SyncReq
 	if n := len(page.Events); n > 0 {
 		page.NextAfter = page.Events[n-1].Seq
 	}
-	if again, err := db.decorate(ctx, r.Conv, v.ps, p.User, head, v.epoch, page.Events); err != nil || again {
+	if again, err := db.decorate(ctx, db.pool, r.Conv, v.ps, p.User, head, v.epoch, page.Events); err != nil || again {
 		return page, again, err
 	}
 	// A former member learns nothing above their capped head, not even
@@ -618,7 +621,7 @@ func (db *DB) Fetch(ctx context.Context, p parley.Principal, convID string, seq 
 			return parley.Event{}, err
 		}
 		evs := []parley.Event{f.ev}
-		again, err := db.decorate(ctx, convID, f.ps, p.User, f.ps.Head(f.head), f.epoch, evs)
+		again, err := db.decorate(ctx, db.pool, convID, f.ps, p.User, f.ps.Head(f.head), f.epoch, evs)
 		if err != nil {
 			return parley.Event{}, wrap("fetch", err)
 		}

@@ -32,3 +32,11 @@ var IndexedStatements = []struct {
 	{"convs: unread mentions", convsSQL, "mentions_pkey", []any{"ana", "d1", parley.UnreadCap + 1, "", int64(0), 51}},
 	{"rollback: reactions", qRebuildReactions, "events_targets", []any{"c", int64(3)}},
 }
+
+// The search's statement and literal builders, for the black-box tests
+// that run them on a server (search_test.go).
+var (
+	SearchSQL       = searchSQL
+	TsvectorLiteral = tsvectorLiteral
+	TsqueryLiteral  = tsqueryLiteral
+)
