@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -407,6 +408,11 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				return err
 			}
 			out.Tombstones, _ = res.RowsAffected()
+			// Every version of the purged messages, those made by a kept
+			// edit too, while their events still name their terms.
+			if err := unindex(ctx, tx, id, 0, cut); err != nil {
+				return err
+			}
 			res, err = tx.ExecContext(ctx, `DELETE FROM events WHERE conv_id = ? AND seq <= ?`, id, cut)
 			if err != nil {
 				return err
@@ -450,6 +456,11 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 		}
 		before, err := openMembers(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		// The search index is rebuilt after (rollbackDerived); its rows go
+		// while their events still name their terms.
+		if err := unindex(ctx, tx, id, 0, math.MaxInt64); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE conv_id = ? AND seq > ?`, id, toSeq)

@@ -373,13 +373,9 @@ func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.Direct
 }
 
 // purgeDerived deletes the derived rows of the events up to cut (and of
-// their targets): a purge removes them with their events. The search index
-// loses every version of the purged messages, those made by a kept edit
-// too.
+// their targets): a purge removes them with their events. (The search
+// index rows go before the events: unindex.)
 func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error {
-	if err := unindex(ctx, tx, convID, 0, cut); err != nil {
-		return err
-	}
 	for _, q := range []string{
 		`DELETE FROM reactions WHERE conv_id = ? AND target <= ?`,
 		`DELETE FROM mentions WHERE conv_id = ? AND seq <= ?`,
@@ -397,7 +393,8 @@ func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error 
 // Every reaction event has its key's row except one whose target a purge
 // removed (below min_seq): those keys stay without one. The search index
 // of the conversation is rebuilt from the events that remain (a recall
-// undone, an edit removed), as RebuildSearch does.
+// undone, an edit removed), as RebuildSearch does; its old rows went
+// before the events (unindex).
 func rollbackDerived(ctx context.Context, tx *txn, convID string, toSeq int64) error {
 	if _, err := reindex(ctx, tx, convID); err != nil {
 		return err

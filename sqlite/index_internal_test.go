@@ -26,4 +26,13 @@ var IndexedStatements = []struct {
 	{"derived: edits and reactions", derivedSQL, "events_targets", 4},
 	{"derived: replies", derivedSQL, "events_replies", 4},
 	{"convs: mentions unread", convsSQL, "sqlite_autoindex_mentions_1 (conv_id=? AND user_id=? AND seq>?", 6},
+	// Migration 0011: a search probes periods and the newer versions of
+	// each row FTS5 found; a recall or a purge finds a message's rows by
+	// the docs' unique index.
+	{"search: periods", searchSQL, "sqlite_autoindex_periods_1", 9},
+	{"search: newer version", searchSQL, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq=? AND vseq>?)", 9},
+	{"unindex: rows of messages", qUnindexRows, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq>? AND seq<?)", 4},
 }
+
+// SearchSQL is the statement of one page of search hits (TestSearchPlan).
+var SearchSQL = searchSQL

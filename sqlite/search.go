@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/parleychat/parley"
@@ -42,19 +43,73 @@ func indexVersion(ctx context.Context, tx *txn, convID string, seq, vseq int64, 
 	return err
 }
 
+// qUnindexRows reads up to ?4 index rows of the messages of conversation
+// ?1 with ?2 <= seq <= ?3, each with what its terms were made of: its
+// sender and the body of its version's event (none: the event is gone).
+const qUnindexRows = `SELECT d.id, d.sender_user, e.seq IS NOT NULL, coalesce(e.body, '')
+	FROM search_docs d LEFT JOIN events e ON e.conv_id = d.conv_id AND e.seq = d.vseq
+	WHERE d.conv_id = ?1 AND d.seq >= ?2 AND d.seq <= ?3 ORDER BY d.seq, d.vseq LIMIT ?4`
+
+// unindexChunk is how many index rows unindex deletes per statement.
+const unindexChunk = 500
+
 // unindex deletes the index rows of the messages of conv with from <= seq
-// <= to, every version: the FTS5 rows first (by rowid; secure-delete takes
-// their tokens out of the index), then the docs rows.
+// <= to, every version, before their events leave the log (recall keeps
+// them; purge and rollback call it first). Each FTS5 row is deleted by the
+// 'delete' command with the terms it was written with, computed again from
+// its event, so secure-delete takes its tokens out of the index's pages;
+// then the docs rows go. A row whose event is already gone (an index out
+// of step with its log) loses its docs row only: its FTS5 entries can
+// match no row again, as ids are never reused.
 func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error {
-	for _, q := range []string{
-		`DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE conv_id = ?1 AND seq >= ?2 AND seq <= ?3)`,
-		`DELETE FROM search_docs WHERE conv_id = ?1 AND seq >= ?2 AND seq <= ?3`,
-	} {
-		if _, err := tx.ExecContext(ctx, q, convID, from, to); err != nil {
+	for {
+		var ids []int64
+		var ftsArgs []any
+		rows, err := tx.QueryContext(ctx, qUnindexRows, convID, from, to, unindexChunk)
+		if err != nil {
 			return err
 		}
+		for rows.Next() {
+			var id int64
+			var sender, body string
+			var hasEvent bool
+			if err := rows.Scan(&id, &sender, &hasEvent, &body); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+			if hasEvent {
+				ftsArgs = append(ftsArgs, id, searchTerms(convID, sender, body))
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(ftsArgs) > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO search_fts (search_fts, rowid, terms) VALUES `+
+				valueRows(len(ftsArgs)/2, "('delete', ?, ?)"), ftsArgs...); err != nil {
+				return err
+			}
+		}
+		if len(ids) > 0 {
+			list, err := json.Marshal(ids)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
+				return err
+			}
+		}
+		if len(ids) < unindexChunk {
+			return nil
+		}
 	}
-	return nil
+}
+
+// valueRows is n copies of row, comma separated: a multi-row VALUES list.
+func valueRows(n int, row string) string {
+	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
 // reindexChunk is how many events a rebuild reads, and rows it inserts,
@@ -84,13 +139,7 @@ type searchDoc struct {
 // caller's write transaction (RebuildSearch, Rollback) and clears its
 // not-built mark; it returns the rows written.
 func reindex(ctx context.Context, tx *txn, convID string) (int64, error) {
-	if err := unindex(ctx, tx, convID, 0, 1<<62); err != nil {
-		return 0, err
-	}
-	// Ids are given here, so that a chunk is two multi-row inserts: the
-	// writer holds the database's lock, no one else takes an id meanwhile.
-	var next int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM search_docs`).Scan(&next); err != nil {
+	if err := unindex(ctx, tx, convID, 0, math.MaxInt64); err != nil {
 		return 0, err
 	}
 	var written int64
@@ -99,10 +148,9 @@ func reindex(ctx context.Context, tx *txn, convID string) (int64, error) {
 		if err != nil {
 			return written, err
 		}
-		if err := insertDocs(ctx, tx, convID, next, docs); err != nil {
+		if err := insertDocs(ctx, tx, convID, docs); err != nil {
 			return written, err
 		}
-		next += int64(len(docs))
 		written += int64(len(docs))
 		if n < reindexChunk {
 			break
@@ -146,26 +194,41 @@ func reindexEvents(ctx context.Context, tx *txn, convID string, after int64) (do
 	return docs, last, n, rows.Err()
 }
 
-// insertDocs writes docs with ids from first on, two statements in all.
-func insertDocs(ctx context.Context, tx *txn, convID string, first int64, docs []searchDoc) error {
+// insertDocs writes docs, two statements in all: the docs rows, whose ids
+// come back with their (seq, vseq), then the FTS5 rows under those ids.
+func insertDocs(ctx context.Context, tx *txn, convID string, docs []searchDoc) error {
 	if len(docs) == 0 {
 		return nil
 	}
-	docArgs := make([]any, 0, 6*len(docs))
-	ftsArgs := make([]any, 0, 2*len(docs))
-	for i, d := range docs {
-		id := first + int64(i)
-		docArgs = append(docArgs, id, convID, d.seq, d.vseq, d.sender, d.at)
-		ftsArgs = append(ftsArgs, id, d.terms)
+	args := make([]any, 0, 5*len(docs))
+	terms := make(map[[2]int64]string, len(docs))
+	for _, d := range docs {
+		args = append(args, convID, d.seq, d.vseq, d.sender, d.at)
+		terms[[2]int64{d.seq, d.vseq}] = d.terms
 	}
-	values := func(n int, row string) string {
-		return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO search_docs (id, conv_id, seq, vseq, sender_user, at) VALUES `+
-		values(len(docs), "(?, ?, ?, ?, ?, ?)"), docArgs...); err != nil {
+	rows, err := tx.QueryContext(ctx, `INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at) VALUES `+
+		valueRows(len(docs), "(?, ?, ?, ?, ?)")+` RETURNING id, seq, vseq`, args...)
+	if err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO search_fts (rowid, terms) VALUES `+values(len(docs), "(?, ?)"), ftsArgs...)
+	ftsArgs := make([]any, 0, 2*len(docs))
+	for rows.Next() {
+		var id int64
+		var key [2]int64
+		if err := rows.Scan(&id, &key[0], &key[1]); err != nil {
+			rows.Close()
+			return err
+		}
+		ftsArgs = append(ftsArgs, id, terms[key])
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(ftsArgs) != 2*len(docs) {
+		return fmt.Errorf("search index: %d ids for %d rows", len(ftsArgs)/2, len(docs))
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO search_fts (rowid, terms) VALUES `+valueRows(len(docs), "(?, ?)"), ftsArgs...)
 	return err
 }
 

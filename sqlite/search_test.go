@@ -1,0 +1,273 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sqlite"
+	"github.com/parleychat/parley/storetest"
+)
+
+// searchEnv is a fresh store with ana and ben in c-ab, and raw access.
+func searchEnv(t *testing.T) (*handle, parley.Principal, parley.Principal) {
+	t.Helper()
+	h := backend{}.New(t, parley.Options{}).(*handle)
+	ctx := context.Background()
+	for _, id := range []string{"ana", "ben"} {
+		if _, err := h.store.CreateUser(ctx, parley.NewUser{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ana := parley.Principal{User: "ana", Role: parley.RoleUser, DeviceID: "d1", InstallID: "i1"}
+	ben := parley.Principal{User: "ben", Role: parley.RoleUser, DeviceID: "d1", InstallID: "i1"}
+	if _, err := h.store.CreateConversation(ctx, ana, parley.NewConversation{ID: "c-ab", Kind: parley.KindGroup, Members: []string{"ben"}}); err != nil {
+		t.Fatal(err)
+	}
+	return h, ana, ben
+}
+
+func send(t *testing.T, s parley.Store, p parley.Principal, conv, cmid, body string) int64 {
+	t.Helper()
+	r, err := s.Send(context.Background(), p, parley.SendRequest{Conv: conv, CMID: cmid, Body: body})
+	if err != nil {
+		t.Fatalf("send %s: %v", cmid, err)
+	}
+	return r.Seq
+}
+
+// hitSeqs searches and returns the seqs of the hits, which must succeed.
+func hitSeqs(t *testing.T, s parley.Store, p parley.Principal, query string) []int64 {
+	t.Helper()
+	pg, err := s.Search(context.Background(), p, parley.SearchRequest{Query: query, Limit: parley.MaxSearchPage})
+	if err != nil {
+		t.Fatalf("search %q: %v", query, err)
+	}
+	out := make([]int64, len(pg.Hits))
+	for i, h := range pg.Hits {
+		out[i] = h.Event.Seq
+	}
+	return out
+}
+
+// TestSearchBrokenIndex: a search over a missing index table, or an index
+// that names a message the log no longer has, fails with an internal error
+// (no protocol code: UNAVAILABLE to clients, who retry), never an empty
+// page that would read as "no such message".
+func TestSearchBrokenIndex(t *testing.T) {
+	for _, tc := range []struct{ name, breakIt string }{
+		{"fts_dropped", "DROP TABLE search_fts"},
+		{"docs_dropped", "DROP TABLE search_docs"},
+		{"event_gone", "DELETE FROM events WHERE conv_id = 'c-ab' AND seq = 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, ana, _ := searchEnv(t)
+			send(t, h.store, ana, "c-ab", "k3", "hello world")
+			if got := hitSeqs(t, h.store, ana, "hello"); len(got) != 1 {
+				t.Fatalf("before: hits %v", got)
+			}
+			h.Exec(t, tc.breakIt)
+			pg, err := h.store.Search(context.Background(), ana, parley.SearchRequest{Query: "hello"})
+			var pe *parley.Error
+			if err == nil || errors.As(err, &pe) || parley.ErrorCode(err) != parley.CodeUnavailable {
+				t.Fatalf("search over a broken index: %+v, %v (code %s); want an internal error", pg, err, parley.ErrorCode(err))
+			}
+			if len(pg.Hits) != 0 || pg.Next != "" {
+				t.Errorf("an error with a page: %+v", pg)
+			}
+			if msg := parley.ErrorMessage(err); msg != parley.InternalMessage {
+				t.Errorf("client message %q leaks the cause", msg)
+			}
+		})
+	}
+}
+
+// TestSearchPending: a conversation marked not built answers
+// ErrSearchBuilding until RebuildSearch; the migration marks every
+// conversation that had a message before the index existed.
+func TestSearchPending(t *testing.T) {
+	h, ana, ben := searchEnv(t)
+	ctx := context.Background()
+	send(t, h.store, ana, "c-ab", "k3", "before the index")
+	if _, err := h.store.CreateConversation(ctx, ana, parley.NewConversation{ID: "c-empty", Kind: parley.KindGroup}); err != nil {
+		t.Fatal(err)
+	}
+	// Undo migration 0011 and reopen: the database is one from before it.
+	h.store.Close()
+	h.Exec(t, "DROP TABLE search_fts")
+	h.Exec(t, "DROP TABLE search_docs")
+	h.Exec(t, "DROP TABLE search_pending")
+	h.Exec(t, "DELETE FROM schema_migrations WHERE version = 11")
+	db, err := sqlite.Open(ctx, h.file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := h.Text(t, "SELECT group_concat(conv_id) FROM search_pending"); got != "c-ab" {
+		t.Fatalf("pending after the migration: %q, want c-ab (c-empty has no message)", got)
+	}
+	for _, r := range []parley.SearchRequest{{Query: "index"}, {Query: "index", Conv: "c-ab"}, {Query: "from:ana"}} {
+		_, err := db.Search(ctx, ben, r)
+		var pe *parley.Error
+		if !errors.As(err, &pe) || pe.Code != parley.CodeUnavailable || pe.Msg != parley.ErrorMessage(parley.ErrSearchBuilding()) {
+			t.Errorf("search %+v of a pending conversation: %v, want ErrSearchBuilding", r, err)
+		}
+	}
+	if got := hitSeqs(t, db, ana, "in:c-empty"); len(got) != 0 {
+		t.Errorf("c-empty: %v", got)
+	}
+	send(t, db, ana, "c-ab", "k4", "after the index")
+	res, err := db.RebuildSearch(ctx, "", nil)
+	if err != nil || res != (parley.SearchRebuild{Convs: 2, Total: 2, Rows: 2}) {
+		t.Fatalf("rebuild: %+v %v", res, err)
+	}
+	if got := fmt.Sprint(hitSeqs(t, db, ben, "index")); got != "[4 3]" {
+		t.Errorf("after the rebuild: %s, want [4 3]", got)
+	}
+}
+
+// TestSearchSecureDelete: a recall takes the recalled text's tokens (every
+// version's) out of the FTS5 index at once, as fts5vocab reads it; the
+// tokens of other messages stay.
+func TestSearchSecureDelete(t *testing.T) {
+	h, ana, ben := searchEnv(t)
+	ctx := context.Background()
+	seq := send(t, h.store, ana, "c-ab", "k3", "xylophone quartz 上海")
+	send(t, h.store, ben, "c-ab", "k4", "quartz stays")
+	if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-ab", Target: seq, CMID: "e5", Body: "zeppelin"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := h.raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `CREATE VIRTUAL TABLE temp.search_vocab USING fts5vocab(main, search_fts, row)`); err != nil {
+		t.Fatal(err)
+	}
+	docs := func(term string) int64 {
+		t.Helper()
+		var n sql.NullInt64
+		if err := conn.QueryRowContext(ctx, `SELECT doc FROM temp.search_vocab WHERE term = ?`, term).Scan(&n); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return n.Int64
+	}
+	want := func(when string, counts map[string]int64) {
+		t.Helper()
+		for term, n := range counts {
+			if got := docs(term); got != n {
+				t.Errorf("%s: %q in %d index rows, want %d", when, term, got, n)
+			}
+		}
+	}
+	want("before the recall", map[string]int64{"xylophone": 1, "zeppelin": 1, "上海": 1, "quartz": 2, "stays": 1})
+	for _, term := range []string{"xylophone", "zeppelin", "上海"} {
+		if n := h.Int(t, `SELECT count(*) FROM search_fts_data WHERE instr(block, ?) > 0`, []byte(term)); n == 0 {
+			t.Fatalf("%q is in no page of the index before the recall", term)
+		}
+	}
+	if _, err := h.store.Recall(ctx, ana, parley.RecallRequest{Conv: "c-ab", Target: seq, CMID: "r6"}); err != nil {
+		t.Fatal(err)
+	}
+	want("after the recall", map[string]int64{"xylophone": 0, "zeppelin": 0, "上海": 0, "海": 0, "quartz": 1, "stays": 1})
+	// fts5vocab hides a deleted row either way; the index's own pages show
+	// whether the tokens left them (secure-delete) or wait for a merge.
+	for _, term := range []string{"xylophone", "zeppelin", "上海"} {
+		if n := h.Int(t, `SELECT count(*) FROM search_fts_data WHERE instr(block, ?) > 0`, []byte(term)); n != 0 {
+			t.Errorf("%q is still in %d pages of the index", term, n)
+		}
+	}
+	if n := h.Int(t, `SELECT count(*) FROM search_fts_data WHERE instr(block, ?) > 0`, []byte("stays")); n != 1 {
+		t.Errorf("the kept text's token in %d pages of the index, want 1", n)
+	}
+	if n := docs(parley.SenderToken("ana")); n != 0 {
+		t.Errorf("ana's sender token in %d index rows; her only message is recalled", n)
+	}
+	if n := docs(parley.SenderToken("ben")); n != 1 {
+		t.Errorf("ben's sender token in %d index rows, want 1", n)
+	}
+}
+
+// TestSearchRebuildChunks: a rebuild reads and writes a conversation in
+// chunks; one much longer than a chunk is indexed whole, edits included.
+func TestSearchRebuildChunks(t *testing.T) {
+	h, ana, ben := searchEnv(t)
+	ctx := context.Background()
+	const n = 1234
+	first, last := storetest.Fill(t, h, ana, "c-ab", n)
+	if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-ab", Target: first + 700, CMID: "e", Body: "fill edited"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.store.RebuildSearch(ctx, "c-ab", nil)
+	if err != nil || res.Rows != n+1 {
+		t.Fatalf("rebuild: %+v %v, want %d rows", res, err, n+1)
+	}
+	for _, tc := range []struct {
+		query string
+		want  []int64
+	}{
+		{"fill 0", []int64{first}},
+		{"fill 499", []int64{first + 499}},
+		{"fill 500", []int64{first + 500}},
+		{"fill 1233", []int64{last}},
+		{"edited", []int64{first + 700}},
+		{"fill 700", nil},
+	} {
+		if got := hitSeqs(t, h.store, ben, tc.query); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("search %q: %v, want %v", tc.query, got, tc.want)
+		}
+	}
+}
+
+// TestSearchPlan asks SQLite's planner how it runs a search: FTS5 first,
+// then each row it found by search_docs' rowid, never a scan of the docs
+// table (whose size is every version of every message).
+func TestSearchPlan(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "parley.db")
+	db, err := sqlite.Open(context.Background(), file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	raw, err := sql.Open("sqlite", "file:"+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	args := []any{`"x"`, "", "", nil, nil, "", 0, "ana", 21}
+	rows, err := raw.Query("EXPLAIN QUERY PLAN "+sqlite.SearchSQL, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN search_fts VIRTUAL TABLE") {
+		t.Errorf("the plan does not start with the FTS5 match:\n%s", text)
+	}
+	if !strings.Contains(text, "SEARCH d USING INTEGER PRIMARY KEY (rowid=?)") {
+		t.Errorf("the plan does not read docs rows by rowid:\n%s", text)
+	}
+	for _, line := range plan {
+		if strings.HasPrefix(line, "SCAN d") || strings.HasPrefix(line, "SCAN n") || strings.HasPrefix(line, "SCAN search_docs") || strings.HasPrefix(line, "SCAN p") {
+			t.Errorf("the plan scans a table: %q in\n%s", line, text)
+		}
+	}
+}
