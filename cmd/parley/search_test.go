@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -40,36 +41,39 @@ func searchFixture(t *testing.T, b backend) parley.Store {
 	return s
 }
 
-// unbuildSearch makes conv's index as an upgrade leaves it: no rows, the
-// conversation marked not built.
-func unbuildSearch(t *testing.T, b backend, conv string) {
+// unbuildSearch leaves the index as an upgrade does: no rows, and every
+// conversation with a message marked not built.
+func unbuildSearch(t *testing.T, b backend) {
 	t.Helper()
-	stmts := []string{
-		`DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE conv_id = $1)`,
-		`DELETE FROM search_docs WHERE conv_id = $1`,
-		`INSERT INTO search_pending (conv_id) VALUES ($1)`,
-	}
 	ctx := context.Background()
+	mark := `INSERT INTO search_pending (conv_id) SELECT DISTINCT conv_id FROM events WHERE kind = 'message'`
 	if b.name == "sqlite" {
 		raw, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(b.db, "sqlite:")+"?_pragma=busy_timeout(10000)")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer raw.Close()
-		for _, q := range stmts {
-			if _, err := raw.ExecContext(ctx, strings.ReplaceAll(q, "$1", "?"), conv); err != nil {
+		for _, q := range []string{`INSERT INTO search_fts (search_fts) VALUES ('delete-all')`, `DELETE FROM search_docs`, mark} {
+			if _, err := raw.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
 		return
 	}
-	conn, err := pgx.Connect(ctx, b.db)
+	u, err := url.Parse(b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("pool_max_conns") // the store's pool setting, not PostgreSQL's
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	for _, q := range stmts[1:] {
-		if _, err := conn.Exec(ctx, q, conv); err != nil {
+	for _, q := range []string{`DELETE FROM search_docs`, mark} {
+		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
@@ -79,6 +83,9 @@ func unbuildSearch(t *testing.T, b backend, conv string) {
 func searchBodies(t *testing.T, s parley.Store, user, q string) ([]string, error) {
 	t.Helper()
 	page, err := s.Search(context.Background(), parley.Principal{User: user}, parley.SearchRequest{Query: q})
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, h := range page.Hits {
 		out = append(out, h.Event.Body)
@@ -89,17 +96,17 @@ func searchBodies(t *testing.T, s parley.Store, user, q string) ([]string, error
 // TestSearchRebuild: `parley search rebuild --conv ID` and `parley search
 // rebuild` build what an upgrade left unbuilt, each audited as
 // search.rebuild (pending, then ok) with the operator "cli:" + the OS
-// user, with progress lines on stderr; search answers UNAVAILABLE before
-// and finds the messages after. A bad id is a usage error and audits
+// user, with progress lines on stderr; a search answers UNAVAILABLE while
+// a conversation it covers is not built, and finds the messages after. A bad id is a usage error and audits
 // nothing; an unknown conversation is NOT_FOUND, audited, exit status 1.
 // Both stores.
 func TestSearchRebuild(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s := searchFixture(t, b)
-		unbuildSearch(t, b, "g1")
+		unbuildSearch(t, b)
 		if _, err := searchBodies(t, s, "ben", "report"); parley.ErrorCode(err) != parley.CodeUnavailable {
-			t.Fatalf("search over a conversation not built: %v, want UNAVAILABLE", err)
+			t.Fatalf("search over conversations not built: %v, want UNAVAILABLE", err)
 		}
 		env := map[string]string{"PARLEY_DB": b.db, "PARLEY_DATA_DIR": b.dir, "SUDO_USER": "alice"}
 		cli := func(args ...string) (stdout, stderr string, err error) {
@@ -125,12 +132,14 @@ func TestSearchRebuild(t *testing.T) {
 		if !strings.HasPrefix(out, "rebuilt the search index of 1 conversations (3 rows)") {
 			t.Errorf("stdout %q", out)
 		}
-		got, err := searchBodies(t, s, "ben", "report")
-		if want := []string{"the report for g2 is late", "the quarterly report is ready"}; err != nil || !slices.Equal(got, want) {
-			t.Errorf("search report after the rebuild: %q, %v; want %q", got, err, want)
+		if got, err := searchBodies(t, s, "ben", "report in:g1"); err != nil || !slices.Equal(got, []string{"the quarterly report is ready"}) {
+			t.Errorf("search report in:g1 after its rebuild: %q, %v", got, err)
 		}
-		if got, err := searchBodies(t, s, "ana", "会议"); err != nil || len(got) != 1 || got[0] != "上海的会议改到明天下午" {
-			t.Errorf("search 会议 after the rebuild: %q, %v", got, err)
+		if got, err := searchBodies(t, s, "ana", "会议 in:g1"); err != nil || !slices.Equal(got, []string{"上海的会议改到明天下午"}) {
+			t.Errorf("search 会议 in:g1 after its rebuild: %q, %v", got, err)
+		}
+		if _, err := searchBodies(t, s, "ben", "report"); parley.ErrorCode(err) != parley.CodeUnavailable {
+			t.Errorf("search over g1 and g2, g2 not built: %v, want UNAVAILABLE", err)
 		}
 
 		out, errOut, err = cli("search", "rebuild")
@@ -144,7 +153,11 @@ func TestSearchRebuild(t *testing.T) {
 		if !strings.Contains(out, "(5 rows)") {
 			t.Errorf("stdout %q", out)
 		}
-		if got, err := searchBodies(t, s, "ana", "明天"); err != nil || len(got) != 2 {
+		got, err := searchBodies(t, s, "ben", "report")
+		if want := []string{"the report for g2 is late", "the quarterly report is ready"}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("search report after rebuilding all: %q, %v; want %q", got, err, want)
+		}
+		if got, err := searchBodies(t, s, "ana", "明天"); err != nil || !slices.Equal(got, []string{"明天见", "上海的会议改到明天下午"}) {
 			t.Errorf("search 明天 after rebuilding all: %q, %v; want both messages", got, err)
 		}
 
@@ -185,18 +198,18 @@ func TestSearchRebuild(t *testing.T) {
 }
 
 // TestServeBuildsPendingSearch: `parley serve` on a store an upgrade left
-// with a conversation not built serves at once and builds it in the
-// background, logging its start and its end; then search finds its
+// with conversations not built serves at once and builds them in the
+// background, logging its start and its end; then search finds their
 // messages. Both stores.
 func TestServeBuildsPendingSearch(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		s := searchFixture(t, b)
-		unbuildSearch(t, b, "g1")
+		unbuildSearch(t, b)
 		p := serve(t, b.db, b.dir)
 		p.waitLog("search index: built", 30*time.Second)
 		log := p.stderr()
-		if !strings.Contains(log, "search index: building the conversations not built yet") || !regexp.MustCompile(`search index: built convs=1 rows=3 `).MatchString(log) {
-			t.Errorf("server log:\n%s\nwant the build's start and its end with convs=1 rows=3", log)
+		if !strings.Contains(log, "search index: building the conversations not built yet") || !regexp.MustCompile(`search index: built convs=2 rows=5 `).MatchString(log) {
+			t.Errorf("server log:\n%s\nwant the build's start and its end with convs=2 rows=5", log)
 		}
 		got, err := searchBodies(t, s, "ben", "report")
 		if want := []string{"the report for g2 is late", "the quarterly report is ready"}; err != nil || !slices.Equal(got, want) {
