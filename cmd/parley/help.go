@@ -36,6 +36,12 @@ characters). Every token of the user is revoked. Audited as user.passwd.`},
 	"conv list": {"conv list [--db DSN]", `List every conversation: id, kind, members now, head, retention, title.`},
 	"conv show": {"conv show ID [--db DSN]", `Show one conversation: kind, title, owner, members now, head, min_seq,
 epoch, retention, created.`},
+	"search rebuild": {"search rebuild [--conv ID] [--db DSN]", `Rebuild the search index from the log: of one conversation (--conv) or of
+every one, each in one transaction that holds the conversation's lock, so
+the server may keep running. Progress on stderr (conversations done/total,
+index rows written), the total on stdout. Audited as search.rebuild.
+"parley serve" builds the conversations not built yet (after an upgrade) by
+itself at start; this command is for doing it ahead of time, or again.`},
 	"export": {"export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]", `Export what a user can see as gzipped JSON lines: create the job
 (idempotent), follow its progress, download with resume and check its
 sha256. The password is read from stdin (--password-stdin) or
@@ -60,6 +66,14 @@ commands:
   passwd ID --password-stdin                      set a new password (its tokens stop)
   list                                            list every account
 `,
+	"search": `usage: parley search rebuild [--conv ID] [flags]   (parley search rebuild --help: its flags)
+
+The search index, changed directly in the store (--db, as serve's). Every
+rebuild is written to the audit log with the operator "cli:" + the OS user.
+
+commands:
+  rebuild [--conv ID]   rebuild the index of one conversation, or of every one
+`,
 	"conv": `usage: parley conv COMMAND [ID] [flags]   (parley conv COMMAND --help: its flags)
 
 Conversations, read directly from the store (--db, as serve's).
@@ -82,6 +96,7 @@ usage:
   parley user list [--db ...]
   parley conv list [--db ...]
   parley conv show ID [--db ...]
+  parley search rebuild [--conv ID] [--db ...]
   parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
   parley bench --server URL[,URL...] | --spawn N --db DSN --admin LOGIN:PASSWORD [flags]
   parley version
@@ -92,6 +107,7 @@ commands:
   migrate   apply the store's migrations and exit
   user      add, disable, enable, list accounts; set a password (audited)
   conv      list conversations; show one
+  search    rebuild the search index (audited)
   export    export what a user can see into a file
   bench     load generator and acceptance check
   version   print the version, VCS revision and Go version

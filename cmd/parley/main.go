@@ -7,6 +7,7 @@
 //	parley user passwd ID --password-stdin [--db …]
 //	parley user list [--db …]
 //	parley conv list|show [ID] [--db …]
+//	parley search rebuild [--conv ID] [--db …]
 //	parley version
 //	parley bench --server URL[,URL…] | --spawn N --db DSN [--admin LOGIN:PASSWORD] […]
 //	parley export --server URL --login LOGIN [--scope all|conv:ID] --out FILE [--password-stdin]
@@ -68,7 +69,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("no command (see parley --help)")
 	}
 	cmd, rest := args[1], args[2:]
-	if cmd != "user" && cmd != "conv" && wantsHelp(rest) {
+	if cmd != "user" && cmd != "conv" && cmd != "search" && wantsHelp(rest) {
 		rest = []string{"--help"} // parley bench help, as before
 	}
 	switch cmd {
@@ -80,6 +81,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runUser(ctx, rest, getenv, stdin, stdout)
 	case "conv":
 		return runConv(ctx, rest, getenv, stdout)
+	case "search":
+		return runSearch(ctx, rest, getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, getenv, stdout, stderr)
 	case "export":

@@ -67,6 +67,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"conv", "list", "--help"}, "usage: parley conv list", map[string]string{"db": `""`}, "PARLEY_DB"},
 		{[]string{"conv", "show", "--help"}, "usage: parley conv show ID", map[string]string{"db": `""`}, "PARLEY_DB"},
 		{[]string{"help", "conv", "show"}, "usage: parley conv show ID", map[string]string{"db": `""`}, "PARLEY_DB"},
+		{[]string{"search", "rebuild", "--help"}, "usage: parley search rebuild", map[string]string{"conv": `""`, "db": `""`}, "PARLEY_CONV"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
@@ -124,6 +125,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"user", "--help"}, []string{"usage: parley user", "add ID", "disable ID", "enable ID", "passwd ID", "list", "cli:"}},
 		{[]string{"user", "help"}, []string{"usage: parley user"}},
 		{[]string{"conv", "--help"}, []string{"usage: parley conv", "list", "show ID"}},
+		{[]string{"search", "--help"}, []string{"usage: parley search", "rebuild [--conv ID]", "cli:"}},
+		{[]string{"--help"}, []string{"parley search rebuild"}},
 		{[]string{"version", "--help"}, []string{"usage: parley version"}},
 	} {
 		out, err := runIn(t, nil, "", tc.args...)

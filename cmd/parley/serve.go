@@ -199,11 +199,12 @@ type server struct {
 	stdout  io.Writer
 	closers []func() // of what is built so far, run last first by close
 
-	log   *slog.Logger
-	m     *metrics.Metrics
-	cfg   *config.Watcher
-	kind  string // of the store: sqlite or postgres
-	store parley.Store
+	log     *slog.Logger
+	m       *metrics.Metrics
+	cfg     *config.Watcher
+	kind    string // of the store: sqlite or postgres
+	store   parley.Store
+	pending searchPending // the store's list of search indexes not built
 
 	ln       net.Listener
 	front    *swapHandler // the starting answers, then the API
@@ -253,6 +254,7 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 		}
 	}
 	registerSendMetrics(s.m, s.store)
+	s.pending, _ = s.store.(searchPending) // the metrics wrapper hides it
 	s.store = instrument(s.m, s.store)
 	if err := s.newHub(); err != nil {
 		return nil, err
@@ -509,8 +511,8 @@ func (s *server) exportLink(job, user string, exp time.Time) string {
 }
 
 // startBackground starts the goroutines the server owns: the gateway, the
-// configuration watcher, the token sweeper, the retention worker and the
-// export workers. stopBackground (or close) ends them and waits for them.
+// configuration watcher, the token sweeper, the retention worker, the
+// export workers and the build of the search indexes not built yet. stopBackground (or close) ends them and waits for them.
 func (s *server) startBackground() {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopBackground = func() {
@@ -537,6 +539,11 @@ func (s *server) startBackground() {
 			}
 		})
 	}
+	if s.pending == nil {
+		s.log.Warn("search index: this store cannot list the conversations not built; run parley search rebuild after an upgrade")
+		return
+	}
+	s.background.Go(func() { buildPendingSearch(ctx, s.pending, s.store, s.log) })
 }
 
 // run starts the background goroutines and serves api until the listener
