@@ -109,15 +109,9 @@ func (p *rebuildProgress) flush() {
 	}
 }
 
-// searchPending is a store that lists the conversations whose search index
-// is not built (their messages predate the index: after an upgrade), in no
-// particular order. Both stores keep that list (search_pending).
-type searchPending interface {
+// searchBuilder is what serve's rebuild at start needs of the store.
+type searchBuilder interface {
 	SearchPending(ctx context.Context) ([]string, error)
-}
-
-// searchRebuilder is what serve's rebuild at start needs of the store.
-type searchRebuilder interface {
 	RebuildSearch(ctx context.Context, conv string, progress parley.SearchProgress) (parley.SearchRebuild, error)
 }
 
@@ -133,8 +127,8 @@ const searchLogEvery = 10 * time.Second
 // whole replacement under the conversation's lock). A conversation whose
 // rebuild fails stays pending: logged, and the next start or `parley search
 // rebuild` builds it. It returns when done or when ctx ends.
-func buildPendingSearch(ctx context.Context, pending searchPending, store searchRebuilder, log *slog.Logger) {
-	convs, err := pending.SearchPending(ctx)
+func buildPendingSearch(ctx context.Context, store searchBuilder, log *slog.Logger) {
+	convs, err := store.SearchPending(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("search index: cannot list the conversations not built; run parley search rebuild", "err", err)

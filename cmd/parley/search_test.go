@@ -208,7 +208,7 @@ func TestServeBuildsPendingSearch(t *testing.T) {
 		p := serve(t, b.db, b.dir)
 		p.waitLog("search index: built", 30*time.Second)
 		log := p.stderr()
-		if !strings.Contains(log, "search index: building the conversations not built yet") || !regexp.MustCompile(`search index: built convs=2 rows=5 `).MatchString(log) {
+		if !strings.Contains(log, "search index: building the conversations not built yet") || !regexp.MustCompile(`search index: built"? convs=2 rows=5 `).MatchString(log) {
 			t.Errorf("server log:\n%s\nwant the build's start and its end with convs=2 rows=5", log)
 		}
 		got, err := searchBodies(t, s, "ben", "report")

@@ -199,12 +199,11 @@ type server struct {
 	stdout  io.Writer
 	closers []func() // of what is built so far, run last first by close
 
-	log     *slog.Logger
-	m       *metrics.Metrics
-	cfg     *config.Watcher
-	kind    string // of the store: sqlite or postgres
-	store   parley.Store
-	pending searchPending // the store's list of search indexes not built
+	log   *slog.Logger
+	m     *metrics.Metrics
+	cfg   *config.Watcher
+	kind  string // of the store: sqlite or postgres
+	store parley.Store
 
 	ln       net.Listener
 	front    *swapHandler // the starting answers, then the API
@@ -254,7 +253,6 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 		}
 	}
 	registerSendMetrics(s.m, s.store)
-	s.pending, _ = s.store.(searchPending) // the metrics wrapper hides it
 	s.store = instrument(s.m, s.store)
 	if err := s.newHub(); err != nil {
 		return nil, err
@@ -539,11 +537,7 @@ func (s *server) startBackground() {
 			}
 		})
 	}
-	if s.pending == nil {
-		s.log.Warn("search index: this store cannot list the conversations not built; run parley search rebuild after an upgrade")
-		return
-	}
-	s.background.Go(func() { buildPendingSearch(ctx, s.pending, s.store, s.log) })
+	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
 }
 
 // run starts the background goroutines and serves api until the listener
