@@ -3,6 +3,8 @@ package parley
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -332,4 +334,49 @@ func CheckAttachments(ids []string) error {
 // sender's own.
 func ErrNotAttachable(id string) error {
 	return Errorf(CodeNotFound, "attachment %s is not a finished upload of yours", id)
+}
+
+// attachmentJSON is an attachment as the stores keep it in an event's
+// attachments column.
+type attachmentJSON struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	MIME   string `json:"mime"`
+	SHA256 string `json:"sha256"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+}
+
+// EncodeAttachments is the text both stores keep for an event's
+// attachments: a JSON array; "" for none (the column is then NULL).
+func EncodeAttachments(as []Attachment) string {
+	if len(as) == 0 {
+		return ""
+	}
+	out := make([]attachmentJSON, len(as))
+	for i, a := range as {
+		out[i] = attachmentJSON(a)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		panic(err) // strings and integers always marshal
+	}
+	return string(b)
+}
+
+// DecodeAttachments reads what EncodeAttachments wrote ("" is none).
+func DecodeAttachments(text string) ([]Attachment, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var in []attachmentJSON
+	if err := json.Unmarshal([]byte(text), &in); err != nil {
+		return nil, fmt.Errorf("attachments column: %w", err)
+	}
+	out := make([]Attachment, len(in))
+	for i, a := range in {
+		out[i] = Attachment(a)
+	}
+	return out, nil
 }
