@@ -188,12 +188,14 @@ func testFileCreate(t *testing.T, e *env) {
 	long := e.createUpload(t, ana, " "+strings.Repeat("é", 255)+" ", 1000) // the name trimmed; size = max
 	e.canRead(t, ana, long)
 	empty := e.createUpload(t, ana, "empty.txt", 0)
-	done := e.upload(t, ana, strings.Repeat("x", 1000)) // a ready file counts too: 2000 of 2500 used
+	done := e.createUpload(t, ana, "done.bin", 1000)
+	_, err := e.st.FinishUpload(ctx(t), ana, done.ID, metaOf("done")) // a ready file counts too: 2000 of 2500 used
+	ok(t, err, "finish done.bin")
 	if long.ID == empty.ID || long.ID == done.ID || empty.ID == done.ID {
 		t.Fatalf("ids %s %s %s: want three", long.ID, empty.ID, done.ID)
 	}
 	before = e.fileRows(t)
-	_, err := e.st.CreateUpload(ctx(t), ana, limits("over.bin", 501))
+	_, err = e.st.CreateUpload(ctx(t), ana, limits("over.bin", 501))
 	if wantCode(t, err, parley.CodeTooLarge) && err.Error() != parley.ErrQuotaExceeded(2500).Error() {
 		t.Errorf("over quota: %v, want %v", err, parley.ErrQuotaExceeded(2500))
 	}
