@@ -880,3 +880,33 @@ func testFileDelete(t *testing.T, e *env) {
 	e.cannotRead(t, ana, r.ID, "a deleted file")
 	wantAttachments(t, "the recalled message", e.fetch(t, ben, c, 4))
 }
+
+// testAttachExport: an export's messages carry their attachments as of
+// the export's snapshot: none for a message recalled before it, all for
+// one recalled after it (the recall is past the snapshot).
+func testAttachExport(t *testing.T, e *env) {
+	ps := e.users(t, "ana", "ben")
+	ana, ben := ps[0], ps[1]
+	const c = "c-ab"
+	e.group(t, ana, c, "ben") // 1, 2
+	f := e.upload(t, ana, "f.txt")
+	g := e.upload(t, ana, "g.txt")
+	e.sendFiles(t, ana, c, "k3", "both", f.ID, g.ID) // 3
+	e.sendFiles(t, ana, c, "k4", "gone", g.ID)       // 4
+	e.send(t, ana, c, "k5", "plain")                 // 5
+	e.sendFiles(t, ana, c, "k6", "", f.ID)           // 6
+	e.recall(t, ana, c, 4, "r7")                     // 7
+	j := e.newExport(t, ben, "k-ben", "conv:"+c)
+	e.recall(t, ana, c, 6, "r8") // 8: after the snapshot
+	for _, limit := range []int{parley.MaxPage, 1} {
+		evs := exportEvents(t, e.st, j.ID, c, limit)
+		what := fmt.Sprintf("export, pages of %d", limit)
+		if got := seqs(evs); !slices.Equal(got, []int64{3, 4, 5, 6}) {
+			t.Fatalf("%s: seqs %v, want 3..6", what, got)
+		}
+		wantAttachments(t, what, evs[0], f, g)
+		wantAttachments(t, what+": recalled before the snapshot", evs[1])
+		wantAttachments(t, what, evs[2])
+		wantAttachments(t, what+": recalled after the snapshot", evs[3], f)
+	}
+}

@@ -105,6 +105,7 @@ var behaviours = []behaviour{
 	{name: "attach_reads", run: testAttachReads},
 	{name: "attach_concurrent", run: testAttachConcurrent},
 	{name: "attach_batch", run: testAttachBatch},
+	{name: "attach_export", run: testAttachExport},
 	{name: "file_stale", run: testFileStale},
 	{name: "file_delete", run: testFileDelete},
 

@@ -32,7 +32,7 @@ func TestRequiredBehaviours(t *testing.T) {
 		// Uploaded files and attachments (file.go).
 		"file_create", "file_quota_concurrent", "file_usage", "file_finish", "file_access",
 		"file_access_recall", "file_access_purge", "file_access_rollback", "attach_rejections",
-		"attach_reads", "attach_concurrent", "attach_batch", "file_stale", "file_delete",
+		"attach_reads", "attach_concurrent", "attach_batch", "attach_export", "file_stale", "file_delete",
 	}
 	have := map[string]bool{}
 	for _, b := range behaviours {
