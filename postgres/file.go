@@ -99,12 +99,19 @@ func (db *DB) FinishUpload(ctx context.Context, p parley.Principal, id string, m
 
 // fileSQL reads file $1 for user $2: theirs, or ready and linked at a seq
 // inside one of their periods of the link's conversation (rule 2, in the
-// query: over file_links_pkey and periods_pkey).
+// query). The plan is the file's links (file_links_pkey), each probing the
+// user's periods of its conversation (periods_by_user): the links are
+// those of $1 rather than of f.id, and the periods a LATERAL per link,
+// since under the OR the planner would otherwise hash every link of the
+// user's conversations, or every period of the user.
 const fileSQL = `SELECT ` + fileCols + ` FROM files f
 WHERE f.id = $1 AND (f.owner = $2 OR f.state = 'ready' AND EXISTS (
 	SELECT 1 FROM file_links l
-	JOIN periods p ON p.conv_id = l.conv_id AND p.user_id = $2 AND p.from_seq <= l.seq
-	WHERE l.file_id = f.id AND (p.to_seq IS NULL OR l.seq <= p.to_seq)))`
+	CROSS JOIN LATERAL (
+		SELECT 1 FROM periods p
+		WHERE p.conv_id = l.conv_id AND p.user_id = $2 AND p.from_seq <= l.seq AND (p.to_seq IS NULL OR l.seq <= p.to_seq)
+		LIMIT 1) p
+	WHERE l.file_id = $1))`
 
 // File implements parley.Store in one statement (fileSQL).
 func (db *DB) File(ctx context.Context, p parley.Principal, id string) (parley.File, error) {
