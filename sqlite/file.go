@@ -26,12 +26,14 @@ const (
 	qAttachable = `SELECT ` + fileColumns + ` FROM files WHERE id = ?1 AND owner = ?2 AND state = 'ready'`
 	// qFileAccess reads file ?1 for user ?2: their own, or a ready file
 	// with a link whose seq lies in one of the user's periods of the
-	// link's conversation (rule 2, inside the query: a probe of
-	// file_links' primary key and, per link, of periods').
+	// link's conversation (rule 2, inside the query: the file's links by
+	// file_links' primary key, then per link a probe of periods'; CROSS
+	// JOIN keeps that order, or SQLite walks all of the reader's periods).
 	qFileAccess = `SELECT ` + fileColumns + ` FROM files f
 		WHERE f.id = ?1 AND (f.owner = ?2 OR (f.state = 'ready' AND EXISTS (
-			SELECT 1 FROM file_links l JOIN periods p ON p.conv_id = l.conv_id AND p.user_id = ?2
-			WHERE l.file_id = f.id AND p.from_seq <= l.seq AND (p.to_seq IS NULL OR l.seq <= p.to_seq))))`
+			SELECT 1 FROM file_links l CROSS JOIN periods p
+			WHERE l.file_id = f.id AND p.conv_id = l.conv_id AND p.user_id = ?2
+			AND p.from_seq <= l.seq AND (p.to_seq IS NULL OR l.seq <= p.to_seq))))`
 	// qStaleFiles lists the collector's files oldest first: each arm a
 	// walk of files_stale in created_at order, merged. Arguments:
 	// uploading before, unlinked before (Unix ms), limit.
@@ -54,11 +56,13 @@ const (
 	qUnlinkUpTo    = `DELETE FROM file_links WHERE conv_id = ? AND seq <= ?`
 	qUnlinkConv    = `DELETE FROM file_links WHERE conv_id = ?`
 	// qRelink rebuilds a conversation's links from its messages that are
-	// not recalled and attach files (over events_attachments), for the
-	// files that still exist (a recalled message's file may have been
-	// collected before a rollback undid the recall).
+	// not recalled and attach files, for the files that still exist (a
+	// recalled message's file may have been collected before a rollback
+	// undid the recall). A message lists a file once, so the rows are
+	// distinct. INDEXED BY: without statistics the planner takes the
+	// primary key and walks every event of the conversation.
 	qRelink = `INSERT INTO file_links (file_id, conv_id, seq)
-		SELECT DISTINCT j.value ->> '$.id', e.conv_id, e.seq FROM events e, json_each(e.attachments) j
+		SELECT j.value ->> '$.id', e.conv_id, e.seq FROM events e INDEXED BY events_attachments, json_each(e.attachments) j
 		WHERE e.conv_id = ?1 AND e.attachments IS NOT NULL AND e.kind = 'message' AND e.recall_seq IS NULL
 		AND EXISTS (SELECT 1 FROM files f WHERE f.id = j.value ->> '$.id')`
 )

@@ -509,21 +509,21 @@ func testFileAccessRollback(t *testing.T, e *env) {
 	e.sendFiles(t, ana, c, "k3", "f", f.ID) // 3
 	e.sendFiles(t, ana, c, "k4", "h", h.ID) // 4
 	e.send(t, ana, c, "k5", "plain")        // 5
-	rollback := func(to int64) {
+	rollback := func(conv string, to int64) {
 		t.Helper()
-		rr, err := e.st.Rollback(ctx(t), c, to)
+		rr, err := e.st.Rollback(ctx(t), conv, to)
 		if err != nil || rr.Head != to {
-			t.Fatalf("rollback to %d: %+v %v", to, rr, err)
+			t.Fatalf("rollback of %s to %d: %+v %v", conv, to, rr, err)
 		}
 	}
-	rollback(3)
+	rollback(c, 3)
 	e.canRead(t, ben, f)
 	e.cannotRead(t, ben, h.ID, "the file of a rolled-back message")
 	e.canRead(t, ana, h)
 	if n, m := e.links(t, f.ID, c), e.links(t, h.ID, c); n != 1 || m != 0 {
 		t.Errorf("links after the rollback to 3: f %d, h %d; want 1, 0", n, m)
 	}
-	rollback(2)
+	rollback(c, 2)
 	e.cannotRead(t, ben, f.ID, "the file of a rolled-back message")
 	e.send(t, ana, c, "k3b", "no files at the freed seq") // 3 again
 	e.cannotRead(t, ben, f.ID, "a file linked at a seq since reused")
@@ -535,12 +535,15 @@ func testFileAccessRollback(t *testing.T, e *env) {
 	const c2 = "c-r"
 	e.group(t, ana, c2, "ben") // 1, 2
 	g := e.upload(t, ana, "g.txt")
-	e.sendFiles(t, ana, c2, "k3", "", g.ID) // 3: the restore point
+	e.sendFiles(t, ana, c2, "k3", "", g.ID) // 3
 	e.recall(t, ana, c2, 3, "r4")           // 4
-	e.cannotRead(t, ben, g.ID, "the file of a recalled message")
-	if rr, err := e.st.Rollback(ctx(t), c2, 3); err != nil || rr.Head != 3 {
-		t.Fatalf("rollback of the recall: %+v %v", rr, err)
+	e.send(t, ana, c2, "k5", "after")       // 5
+	rollback(c2, 4)
+	e.cannotRead(t, ben, g.ID, "the file of a message whose recall the rollback keeps")
+	if n := e.links(t, g.ID, c2); n != 0 {
+		t.Errorf("%d links of a message recalled before the restore point", n)
 	}
+	rollback(c2, 3)
 	e.canRead(t, ben, g)
 	if n := e.links(t, g.ID, c2); n != 1 {
 		t.Errorf("%d links after the recall was undone, want 1", n)
