@@ -53,12 +53,13 @@ func (n Notice) WithEvent(ev Event, epoch int64) Notice {
 // ids, and the event as a member sees it when the store reported its commit
 // time (sent.At), so that gateways watching the conversation push it
 // without reading the store. A replay (sent.Dup) publishes ids only: its
-// event was announced when it was committed.
+// event was announced when it was committed. So does a send with
+// attachments: what the event carries of each file is the store's.
 func SentNotice(p Principal, req SendRequest, sent Sent) Notice {
 	n := Notice{Conv: sent.Conv, Seq: sent.Seq}
-	if sent.Dup || sent.At.IsZero() || req.ReplyTo != 0 || HasMentionToken(req.Body) {
-		// A reply's root and a message's mentions are the store's to
-		// decide: the gateways read such an event back.
+	if sent.Dup || sent.At.IsZero() || req.ReplyTo != 0 || HasMentionToken(req.Body) || len(req.Attachments) > 0 {
+		// A reply's root, a message's mentions and its attachments are
+		// the store's to decide: the gateways read such an event back.
 		return n
 	}
 	return n.WithEvent(Event{

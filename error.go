@@ -30,6 +30,7 @@ const (
 	CodeAlreadyExists       Code = "ALREADY_EXISTS"
 	CodeUnavailable         Code = "UNAVAILABLE"
 	CodeRateLimited         Code = "RATE_LIMITED"
+	CodeTooLarge            Code = "TOO_LARGE"
 )
 
 // CodeInfo is one row of the error table: whether a client may retry the
@@ -62,6 +63,7 @@ var Codes = []CodeInfo{
 	{CodeAlreadyExists, false, "use the existing object or choose another id"},
 	{CodeUnavailable, true, "keep the request; retry with the same key after backoff"},
 	{CodeRateLimited, true, "keep the request; retry with the same key after retry_after_ms"},
+	{CodeTooLarge, false, "tell the user the file is larger than allowed or their quota is used up"},
 }
 
 var codeIndex = func() map[Code]CodeInfo {

@@ -37,10 +37,11 @@ type Event struct {
 	Recalled bool      // message: a recall of it has been committed; edit: of its target
 	At       time.Time // database clock, UTC, millisecond precision
 
-	ReplyTo  int64    // message: the thread root it replies to (0: none)
-	Mentions []string // message: the members it mentions; edit: those it newly mentions
-	Emoji    string   // reaction: the emoji
-	On       bool     // reaction: set (true) or removed (false)
+	ReplyTo     int64        // message: the thread root it replies to (0: none)
+	Mentions    []string     // message: the members it mentions; edit: those it newly mentions
+	Attachments []Attachment // message: the files it carries, as they were when it was sent
+	Emoji       string       // reaction: the emoji
+	On          bool         // reaction: set (true) or removed (false)
 
 	// Derived is a message's state as read (Sync, Fetch, Convs' Last,
 	// exports): nil for other kinds and for events read without it (the
@@ -58,6 +59,13 @@ type SendRequest struct {
 	// of the conversation the sender may see (else NOT_FOUND). A reply to
 	// a reply joins its thread: the event's ReplyTo is the thread's root.
 	ReplyTo int64
+
+	// Attachments names the files the message carries (at most
+	// MaxAttachments, each once): ready files of the sender's own (else
+	// NOT_FOUND, ErrNotAttachable). With attachments the body may be
+	// empty. They are part of the fingerprint: the same key with another
+	// list is IDEMPOTENCY_MISMATCH.
+	Attachments []string
 
 	// AllMax is the policy for @all (the policy file's mention_all_max):
 	// it mentions every other member only in a conversation of at most
@@ -122,13 +130,19 @@ type Recalled struct {
 }
 
 // SendFingerprint is a send's request hash: Fingerprint for a message
-// that replies to nothing, else sha256(conv || 0x00 || "reply:" || reply_to
-// || 0x00 || body) (a body holds no NUL, so the two never meet).
+// that replies to nothing and attaches nothing; for a reply
+// sha256(conv || 0x00 || "reply:" || reply_to || 0x00 || body); with
+// attachments sha256(conv || 0x00 || "files:" || ids joined by "," || 0x00
+// || "reply:" || reply_to || 0x00 || body). A body holds no NUL, so no two
+// forms meet.
 func SendFingerprint(r SendRequest) []byte {
-	if r.ReplyTo == 0 {
+	if r.ReplyTo == 0 && len(r.Attachments) == 0 {
 		return Fingerprint(r.Conv, r.Body)
 	}
-	return Fingerprint(r.Conv, "reply:"+strconv.FormatInt(r.ReplyTo, 10)+"\x00"+r.Body)
+	if len(r.Attachments) == 0 {
+		return Fingerprint(r.Conv, "reply:"+strconv.FormatInt(r.ReplyTo, 10)+"\x00"+r.Body)
+	}
+	return Fingerprint(r.Conv, "files:"+strings.Join(r.Attachments, ",")+"\x00reply:"+strconv.FormatInt(r.ReplyTo, 10)+"\x00"+r.Body)
 }
 
 // EditFingerprint is an edit's request hash:
@@ -190,8 +204,13 @@ func ValidateSend(r SendRequest) error {
 	if err := CheckCMID(r.CMID); err != nil {
 		return err
 	}
-	if err := checkBody(r.Body); err != nil {
+	if err := CheckAttachments(r.Attachments); err != nil {
 		return err
+	}
+	if len(r.Attachments) == 0 || r.Body != "" {
+		if err := checkBody(r.Body); err != nil {
+			return err
+		}
 	}
 	if r.ReplyTo < 0 {
 		return Errorf(CodeInvalidArgument, "reply_to must be a seq of at least 1")

@@ -3,8 +3,14 @@ package parley
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Files keep their bytes in a blob store, apart from the database: the
@@ -141,4 +147,236 @@ func ValidBlobPrefix(prefix string) error {
 		}
 	}
 	return nil
+}
+
+// Uploaded files are derived state under the rules of derived.go: a file
+// row belongs to its uploader, and a link row (file, conv, seq) written
+// in the transaction of the send that attaches it is what lets anyone
+// else read it. Recall, purge and rollback remove the links of the
+// messages they take away, in their own transactions; a reader's access
+// is decided by the link's seq against the reader's periods, inside the
+// query. So a file is readable exactly where the message that carries it
+// is: a former member reads the files of their periods, nobody reads the
+// file of a recalled message but its owner, and a file no message links
+// is collected after a grace period.
+
+// File bounds and defaults (the policy file may lower or raise the sizes).
+const (
+	MaxAttachments     = 10        // files per message
+	MaxFileNameChars   = 255       // code points of a file's name
+	DefaultMaxFileSize = 100 << 20 // max_file_size: 100 MiB
+	DefaultFileQuota   = 10 << 30  // file_quota: 10 GiB per user
+)
+
+// FileState is where an upload stands.
+type FileState string
+
+const (
+	FileUploading FileState = "uploading" // created; bytes still arriving
+	FileReady     FileState = "ready"     // every byte stored and measured
+)
+
+// File is one uploaded file as the store keeps it. Its ID is also its blob
+// key (ValidBlobKey holds for NewID's ids).
+type File struct {
+	ID        string
+	Owner     string
+	Name      string // as the uploader named it (CheckFileName)
+	Size      int64  // declared at creation; the stored bytes match it once ready
+	State     FileState
+	MIME      string // sniffed from the content when it finished, never the client's word
+	SHA256    string // lower-case hex, when ready
+	Width     int    // pixels, for an image whose header was read; else 0
+	Height    int
+	CreatedAt time.Time
+}
+
+// Attachment is what a message event carries of each file it attaches:
+// the file as it was when the message was sent (files never change once
+// ready).
+type Attachment struct {
+	ID     string
+	Name   string
+	Size   int64
+	MIME   string
+	SHA256 string
+	Width  int
+	Height int
+}
+
+// AttachmentOf is the attachment a ready file makes.
+func AttachmentOf(f File) Attachment {
+	return Attachment{ID: f.ID, Name: f.Name, Size: f.Size, MIME: f.MIME, SHA256: f.SHA256, Width: f.Width, Height: f.Height}
+}
+
+// NewUpload is the input of Store.CreateUpload: a name and the size the
+// client declares, with the limits in force (the policy file's).
+type NewUpload struct {
+	Name    string
+	Size    int64
+	MaxSize int64 // max_file_size: a larger Size is TOO_LARGE
+	Quota   int64 // file_quota: the user's files, this one included, may not pass it
+}
+
+// FileMeta is what the server measured of a finished upload.
+type FileMeta struct {
+	MIME   string // 1–255 bytes, type/subtype
+	SHA256 string // 64 lower-case hex digits
+	Width  int    // 0 when not an image
+	Height int
+}
+
+// StaleFiles is the collector's question (Store.StaleFiles): uploads not
+// finished, created before UploadingBefore, and ready files no message
+// links, created before UnlinkedBefore; at most Limit of them.
+type StaleFiles struct {
+	UploadingBefore time.Time
+	UnlinkedBefore  time.Time
+	Limit           int
+}
+
+// FileUsage is what a user's files take against their quota.
+type FileUsage struct {
+	Files int64
+	Bytes int64
+}
+
+// ErrTooLarge refuses an upload above max_file_size.
+func ErrTooLarge(max int64) error {
+	return Errorf(CodeTooLarge, "the file is larger than the %d bytes a file may have", max)
+}
+
+// ErrQuotaExceeded refuses an upload that would take the user's files
+// past their quota.
+func ErrQuotaExceeded(quota int64) error {
+	return Errorf(CodeTooLarge, "the file would take your files past your quota of %d bytes", quota)
+}
+
+// ErrNoSuchFile is the one answer for a file that does not exist and for a
+// file the caller may not read: the two are not told apart.
+func ErrNoSuchFile() error { return Errorf(CodeNotFound, "no such file") }
+
+// CheckFileName trims a file's name and checks it: 1–MaxFileNameChars code
+// points of valid UTF-8, no control characters, no '/' or '\' (a name is
+// shown and offered as a download name, never used as a path).
+func CheckFileName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	n := utf8.RuneCountInString(name)
+	bad := !utf8.ValidString(name) || n < 1 || n > MaxFileNameChars || strings.ContainsAny(name, `/\`)
+	for _, r := range name {
+		bad = bad || unicode.IsControl(r)
+	}
+	if bad {
+		return "", Errorf(CodeInvalidArgument, "a file name must be 1–%d characters without control characters, '/' or '\\'", MaxFileNameChars)
+	}
+	return name, nil
+}
+
+// CheckUpload validates an upload's creation and returns it with its name
+// trimmed; the size limits are checked by the store, in the order of its
+// contract.
+func CheckUpload(r NewUpload) (NewUpload, error) {
+	name, err := CheckFileName(r.Name)
+	if err != nil {
+		return r, err
+	}
+	r.Name = name
+	if r.Size < 0 {
+		return r, Errorf(CodeInvalidArgument, "a file's size must not be negative")
+	}
+	if r.MaxSize < 1 || r.Quota < 1 {
+		return r, Errorf(CodeInvalidArgument, "the file size limit and the quota must be positive")
+	}
+	return r, nil
+}
+
+// CheckFileID validates a file id (a blob key).
+func CheckFileID(id string) error {
+	if ValidBlobKey(id) != nil {
+		return Errorf(CodeInvalidArgument, "a file id is 1–%d characters of a-z, 0-9, '-' and '_'", MaxBlobKey)
+	}
+	return nil
+}
+
+// CheckFileMeta validates what FinishUpload records.
+func CheckFileMeta(m FileMeta) error {
+	typ, sub, ok := strings.Cut(m.MIME, "/")
+	if !ok || typ == "" || sub == "" || len(m.MIME) > 255 || strings.ContainsAny(m.MIME, " \t\r\n") {
+		return Errorf(CodeInvalidArgument, "a file's type must be a MIME type/subtype")
+	}
+	if len(m.SHA256) != 2*sha256.Size || strings.Trim(m.SHA256, "0123456789abcdef") != "" {
+		return Errorf(CodeInvalidArgument, "a file's sha256 must be 64 lower-case hex digits")
+	}
+	if m.Width < 0 || m.Height < 0 {
+		return Errorf(CodeInvalidArgument, "a file's pixel size must not be negative")
+	}
+	return nil
+}
+
+// CheckAttachments validates a send's attachment list: at most
+// MaxAttachments file ids, each once.
+func CheckAttachments(ids []string) error {
+	if len(ids) > MaxAttachments {
+		return Errorf(CodeInvalidArgument, "a message attaches at most %d files", MaxAttachments)
+	}
+	for i, id := range ids {
+		if err := CheckFileID(id); err != nil {
+			return err
+		}
+		if slices.Contains(ids[:i], id) {
+			return Errorf(CodeInvalidArgument, "attachment %s is listed twice", id)
+		}
+	}
+	return nil
+}
+
+// ErrNotAttachable refuses an attachment that is not a ready file of the
+// sender's own.
+func ErrNotAttachable(id string) error {
+	return Errorf(CodeNotFound, "attachment %s is not a finished upload of yours", id)
+}
+
+// attachmentJSON is an attachment as the stores keep it in an event's
+// attachments column.
+type attachmentJSON struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	MIME   string `json:"mime"`
+	SHA256 string `json:"sha256"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+}
+
+// EncodeAttachments is the text both stores keep for an event's
+// attachments: a JSON array; "" for none (the column is then NULL).
+func EncodeAttachments(as []Attachment) string {
+	if len(as) == 0 {
+		return ""
+	}
+	out := make([]attachmentJSON, len(as))
+	for i, a := range as {
+		out[i] = attachmentJSON(a)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		panic(err) // strings and integers always marshal
+	}
+	return string(b)
+}
+
+// DecodeAttachments reads what EncodeAttachments wrote ("" is none).
+func DecodeAttachments(text string) ([]Attachment, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var in []attachmentJSON
+	if err := json.Unmarshal([]byte(text), &in); err != nil {
+		return nil, fmt.Errorf("attachments column: %w", err)
+	}
+	out := make([]Attachment, len(in))
+	for i, a := range in {
+		out[i] = Attachment(a)
+	}
+	return out, nil
 }

@@ -270,6 +270,48 @@ type Store interface {
 	// server rebuilds at start.
 	SearchPending(ctx context.Context) ([]string, error)
 
+	// Files (file.go).
+
+	// CreateUpload starts an upload of r.Size bytes by p: a file row in
+	// state uploading with a new id (NewID), counted against p's quota at
+	// once, in a transaction that locks p's user row, so concurrent
+	// uploads cannot pass the quota together. Check order: CheckUpload
+	// (INVALID_ARGUMENT) → r.Size above r.MaxSize (TOO_LARGE, ErrTooLarge)
+	// → the sizes of p's files (uploading and ready) plus r.Size above
+	// r.Quota (TOO_LARGE, ErrQuotaExceeded).
+	CreateUpload(ctx context.Context, p Principal, r NewUpload) (File, error)
+
+	// FinishUpload marks p's upload id ready with what the server measured
+	// of its bytes. Finishing a ready file again with the same meta
+	// returns it unchanged (a retried finish); with other meta it is
+	// INVALID_ARGUMENT. Check order: CheckFileID, CheckFileMeta
+	// (INVALID_ARGUMENT) → a file of p's with that id (NOT_FOUND).
+	FinishUpload(ctx context.Context, p Principal, id string, meta FileMeta) (File, error)
+
+	// File returns file id if p may read it: p's own file (in any state),
+	// or a ready file linked to a message whose seq lies in p's periods
+	// (the link's seq, checked inside the query; recall, purge and
+	// rollback remove links). Anything else, a missing file included, is
+	// the same NOT_FOUND (ErrNoSuchFile). Errors: INVALID_ARGUMENT.
+	File(ctx context.Context, p Principal, id string) (File, error)
+
+	// FileUsage is what p's files take against the quota: uploading and
+	// ready files, not yet deleted.
+	FileUsage(ctx context.Context, p Principal) (FileUsage, error)
+
+	// StaleFiles lists files for the collector, oldest first: uploads not
+	// finished created before q.UploadingBefore, and ready files that no
+	// message links created before q.UnlinkedBefore; at most q.Limit
+	// (1..1000). Errors: INVALID_ARGUMENT.
+	StaleFiles(ctx context.Context, q StaleFiles) ([]File, error)
+
+	// DeleteFile deletes file id's row if it is still what StaleFiles
+	// found it to be (unfinished, or ready with no link, and created
+	// before the same bounds), in a transaction: a send that linked it
+	// meanwhile keeps it. deleted reports whether the row went; the
+	// caller deletes the blob after. Errors: INVALID_ARGUMENT.
+	DeleteFile(ctx context.Context, id string, q StaleFiles) (deleted bool, err error)
+
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time

@@ -12,6 +12,8 @@ import (
 type sendBody struct {
 	Body    string `json:"body"`
 	ReplyTo int64  `json:"reply_to"` // 0 or absent: a reply to nothing
+
+	Attachments []string `json:"attachments"` // upload ids of files the message carries
 }
 
 // handleSend posts a message, optionally a reply (reply_to): 201 for the
@@ -34,7 +36,7 @@ func handleSend(c calls) http.Handler {
 		}
 		ctx, cancel := c.ctx(r)
 		defer cancel()
-		sent, err := c.app.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body, ReplyTo: b.ReplyTo})
+		sent, err := c.app.Send(ctx, app.HTTP, caller(r), parley.SendRequest{Conv: r.PathValue("id"), CMID: key, Body: b.Body, ReplyTo: b.ReplyTo, Attachments: b.Attachments})
 		c.answerSent(w, sent, err)
 	})
 }

@@ -32,7 +32,9 @@ var StoreOps = []string{
 	"CreateConversation",
 	"CreateExport",
 	"CreateHook",
+	"CreateUpload",
 	"CreateUser",
+	"DeleteFile",
 	"DeleteHook",
 	"Directory",
 	"Edit",
@@ -49,8 +51,11 @@ var StoreOps = []string{
 	"Feed",
 	"FeedEvents",
 	"Fetch",
+	"File",
+	"FileUsage",
 	"FinishAudit",
 	"FinishExport",
+	"FinishUpload",
 	"Heads",
 	"Hook",
 	"Joined",
@@ -78,6 +83,7 @@ var StoreOps = []string{
 	"SetPassword",
 	"SetRetention",
 	"SetUserDisabled",
+	"StaleFiles",
 	"SweepTokens",
 	"Sync",
 	"User",
@@ -174,9 +180,19 @@ func (s *store) CreateHook(ctx context.Context, a1 parley.NewHook) (_ parley.Hoo
 	return s.Store.CreateHook(ctx, a1)
 }
 
+func (s *store) CreateUpload(ctx context.Context, a1 parley.Principal, a2 parley.NewUpload) (_ parley.File, err error) {
+	defer s.observe("CreateUpload", time.Now(), &err)
+	return s.Store.CreateUpload(ctx, a1, a2)
+}
+
 func (s *store) CreateUser(ctx context.Context, a1 parley.NewUser) (_ parley.User, err error) {
 	defer s.observe("CreateUser", time.Now(), &err)
 	return s.Store.CreateUser(ctx, a1)
+}
+
+func (s *store) DeleteFile(ctx context.Context, a1 string, a2 parley.StaleFiles) (_ bool, err error) {
+	defer s.observe("DeleteFile", time.Now(), &err)
+	return s.Store.DeleteFile(ctx, a1, a2)
 }
 
 func (s *store) DeleteHook(ctx context.Context, a1 string) (err error) {
@@ -259,6 +275,16 @@ func (s *store) Fetch(ctx context.Context, a1 parley.Principal, a2 string, a3 in
 	return s.Store.Fetch(ctx, a1, a2, a3)
 }
 
+func (s *store) File(ctx context.Context, a1 parley.Principal, a2 string) (_ parley.File, err error) {
+	defer s.observe("File", time.Now(), &err)
+	return s.Store.File(ctx, a1, a2)
+}
+
+func (s *store) FileUsage(ctx context.Context, a1 parley.Principal) (_ parley.FileUsage, err error) {
+	defer s.observe("FileUsage", time.Now(), &err)
+	return s.Store.FileUsage(ctx, a1)
+}
+
 func (s *store) FinishAudit(ctx context.Context, a1 int64, a2 string) (err error) {
 	defer s.observe("FinishAudit", time.Now(), &err)
 	return s.Store.FinishAudit(ctx, a1, a2)
@@ -267,6 +293,11 @@ func (s *store) FinishAudit(ctx context.Context, a1 int64, a2 string) (err error
 func (s *store) FinishExport(ctx context.Context, a1 string, a2 string, a3 string, a4 int64, a5 time.Duration) (err error) {
 	defer s.observe("FinishExport", time.Now(), &err)
 	return s.Store.FinishExport(ctx, a1, a2, a3, a4, a5)
+}
+
+func (s *store) FinishUpload(ctx context.Context, a1 parley.Principal, a2 string, a3 parley.FileMeta) (_ parley.File, err error) {
+	defer s.observe("FinishUpload", time.Now(), &err)
+	return s.Store.FinishUpload(ctx, a1, a2, a3)
 }
 
 func (s *store) Heads(ctx context.Context, a1 []string) (_ []parley.Head, err error) {
@@ -402,6 +433,11 @@ func (s *store) SetRetention(ctx context.Context, a1 string, a2 parley.Retention
 func (s *store) SetUserDisabled(ctx context.Context, a1 string, a2 bool) (err error) {
 	defer s.observe("SetUserDisabled", time.Now(), &err)
 	return s.Store.SetUserDisabled(ctx, a1, a2)
+}
+
+func (s *store) StaleFiles(ctx context.Context, a1 parley.StaleFiles) (_ []parley.File, err error) {
+	defer s.observe("StaleFiles", time.Now(), &err)
+	return s.Store.StaleFiles(ctx, a1)
 }
 
 func (s *store) SweepTokens(ctx context.Context, a1 int) (_ int, err error) {

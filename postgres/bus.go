@@ -607,10 +607,10 @@ func carriable(n parley.Notice) bool {
 	if ev.Device != "" && !validDevice(ev.Device) {
 		return false
 	}
-	// The format has no fields for a reply, mentions, a reaction or
-	// derived state: such an event travels as ids, and each gateway reads
-	// it (Feed) with all of them.
-	if ev.ReplyTo != 0 || len(ev.Mentions) > 0 || ev.Emoji != "" || ev.On || ev.Derived != nil {
+	// The format has no fields for a reply, mentions, attachments, a
+	// reaction or derived state: such an event travels as ids, and each
+	// gateway reads it (Feed) with all of them.
+	if ev.ReplyTo != 0 || len(ev.Mentions) > 0 || len(ev.Attachments) > 0 || ev.Emoji != "" || ev.On || ev.Derived != nil {
 		return false
 	}
 	return ev.At.UnixMilli() >= 0 && ev.At.Equal(time.UnixMilli(ev.At.UnixMilli()))

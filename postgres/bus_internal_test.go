@@ -227,10 +227,10 @@ func TestBackoff(t *testing.T) {
 // body the worst to escape, fits in a payload: the PostgreSQL bus carries
 // every event a publisher attaches (parley.Notice.WithEvent).
 func TestNoticeCodecLargestCarried(t *testing.T) {
-	// 11 carried fields, and 5 (ReplyTo, Mentions, Emoji, On, Derived)
-	// whose events travel as ids (carriable).
-	if n := reflect.TypeFor[parley.Event]().NumField(); n != 16 {
-		t.Fatalf("parley.Event has %d fields, the payload format knows 16: carry the new ones", n)
+	// 11 carried fields, and 6 (ReplyTo, Mentions, Attachments, Emoji,
+	// On, Derived) whose events travel as ids (carriable).
+	if n := reflect.TypeFor[parley.Event]().NumField(); n != 17 {
+		t.Fatalf("parley.Event has %d fields, the payload format knows 17: carry the new ones", n)
 	}
 	worstDevice := strings.Repeat("🙂", parley.MaxDeviceIDChars) // 4 bytes each, not escaped
 	long := strings.Repeat("u", 32)
@@ -303,6 +303,10 @@ func TestNoticeCodecIdsOnly(t *testing.T) {
 		}(base))},
 		{"mentions", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
 			e.Mentions = []string{"ana"}
+			return e
+		}(base))},
+		{"attachments", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {
+			e.Attachments = []parley.Attachment{{ID: "f1", Name: "a.txt", Size: 1, MIME: "text/plain", SHA256: strings.Repeat("0", 64)}}
 			return e
 		}(base))},
 		{"a reaction", carried(parley.Notice{Conv: "c", Seq: 1}, func(e parley.Event) parley.Event {

@@ -332,6 +332,7 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 				`DELETE FROM reactions WHERE conv_id = $1 AND target <= $2`,
 				`DELETE FROM mentions WHERE conv_id = $1 AND seq <= $2`,
 				`DELETE FROM search_docs WHERE conv_id = $1 AND seq <= $2`,
+				qPurgeLinks,
 			} {
 				if _, err := tx.Exec(ctx, q, id, cut); err != nil {
 					return err
@@ -423,7 +424,7 @@ func (db *DB) Rollback(ctx context.Context, id string, toSeq int64) (parley.Roll
 // (of messages and of their edits alike); periods go back to what they
 // were at toSeq; derived rows are rebuilt from the events that remain, the
 // search rows as RebuildSearch builds them (a recall undone brings its
-// message's text back).
+// message's text back, and the links its files).
 func rollbackDerived(ctx context.Context, tx pgx.Tx, id string, toSeq int64) error {
 	for _, q := range []string{
 		`UPDATE events SET recall_seq = NULL WHERE conv_id = $1 AND recall_seq > $2`,
@@ -431,6 +432,8 @@ func rollbackDerived(ctx context.Context, tx pgx.Tx, id string, toSeq int64) err
 		`UPDATE periods SET to_seq = NULL WHERE conv_id = $1 AND to_seq > $2`,
 		`DELETE FROM mentions WHERE conv_id = $1 AND seq > $2`,
 		qRebuildReactions,
+		qRollbackLinks,
+		qRebuildLinks,
 	} {
 		if _, err := tx.Exec(ctx, q, id, toSeq); err != nil {
 			return err
@@ -452,6 +455,27 @@ FROM gone g
 JOIN events e ON e.conv_id = $1 AND e.kind = 'reaction' AND e.target = g.target
 	AND e.sender_user = g.user_id AND e.emoji = g.emoji AND e.seq <= $2
 ORDER BY g.target, g.user_id, g.emoji, e.seq DESC`
+
+// The file links of a purge and a rollback, over file_links_by_event:
+// qPurgeLinks deletes those of the events purged up to $2, qRollbackLinks
+// those of the events a rollback to $2 deleted. After the rollback's
+// recalls are undone, qRebuildLinks writes the links of every message that
+// remains, not recalled, with attachments (over events_attachments) whose
+// file still exists, key-share locking the file as a send does (a
+// concurrent DeleteFile waits, then finds the link); the links already
+// there stay.
+const (
+	qPurgeLinks    = `DELETE FROM file_links WHERE conv_id = $1 AND seq <= $2`
+	qRollbackLinks = `DELETE FROM file_links WHERE conv_id = $1 AND seq > $2`
+	qRebuildLinks  = `INSERT INTO file_links (file_id, conv_id, seq)
+SELECT f.id, $1, e.seq
+FROM events e
+CROSS JOIN LATERAL jsonb_to_recordset(e.attachments::jsonb) AS a (id text)
+JOIN files f ON f.id = a.id
+WHERE e.conv_id = $1 AND e.seq <= $2 AND e.attachments IS NOT NULL AND e.kind = 'message' AND e.recall_seq IS NULL
+FOR KEY SHARE OF f
+ON CONFLICT DO NOTHING`
+)
 
 // openMembers lists the users with an open period, in id order.
 func openMembers(ctx context.Context, tx pgx.Tx, convID string) ([]string, error) {

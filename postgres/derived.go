@@ -31,6 +31,7 @@ type keyedReq struct {
 	members bool          // read the open members (a text that may mention)
 	already bool          // read the mentions of the target and its edits
 	tsv     string        // a message's or an edit's search row (docLiteral; "": none)
+	files   []string      // a message's attachments (lockAttachments)
 }
 
 // keyedState is the row of keyedStateSQL.
@@ -108,20 +109,22 @@ type keyedResult struct {
 	dup   bool
 }
 
-// appendChatSQL inserts an event with the columns of migration 0009 at the
-// locked conversation's next seq, a mentions row per user of $14, the
-// search row of tsvector literal $15 when it is not NULL (a message's: at
-// its own seq and time; an edit's: at its target's seq, sender and time,
-// vseq its own seq), and advances the head; it returns the seq and
-// created_at.
+// appendChatSQL inserts an event with the columns of migration 0009 and
+// its attachments $16 at the locked conversation's next seq, a mentions
+// row per user of $14, the search row of tsvector literal $15 when it is
+// not NULL (a message's: at its own seq and time; an edit's: at its
+// target's seq, sender and time, vseq its own seq), a file_links row per
+// file of $17, and advances the head; it returns the seq and created_at.
 const appendChatSQL = `WITH c AS (SELECT next_seq FROM conversations WHERE id = $1),
 ev AS (
 	INSERT INTO events (conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target,
-		reply_to, mentions, emoji, react_on)
-	SELECT $1, c.next_seq, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM c
+		reply_to, mentions, emoji, react_on, attachments)
+	SELECT $1, c.next_seq, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $16 FROM c
 	RETURNING seq, created_at),
 m AS (
 	INSERT INTO mentions (conv_id, user_id, seq) SELECT $1, u, ev.seq FROM ev, unnest($14::text[]) AS u),
+l AS (
+	INSERT INTO file_links (file_id, conv_id, seq) SELECT f, $1, ev.seq FROM ev, unnest($17::text[]) AS f),
 d AS (
 	INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
 	SELECT $1, coalesce(t.seq, ev.seq), ev.seq, coalesce(t.sender_user, $4),
@@ -136,7 +139,9 @@ SELECT seq, created_at FROM ev`
 // order: lock (NOT_MEMBER) → request key (replay, or IDEMPOTENCY_MISMATCH)
 // → tombstone (ORIGINAL_EXPIRED) → open period (NOT_MEMBER) → decide (the
 // target's checks; it returns the event to append, or nil and the answer
-// when nothing is to be written) → insert with its derived rows. The fault
+// when nothing is to be written) → the attachments q.files (NOT_FOUND,
+// ErrNotAttachable), locked until the commit → insert with its derived
+// rows. The fault
 // points sit where Recall has them: store.before_insert before the
 // transaction, store.before_commit after an insert.
 func (db *DB) keyedWrite(ctx context.Context, p parley.Principal, q keyedReq,
@@ -172,6 +177,11 @@ func (db *DB) keyedWrite(ctx context.Context, p parley.Principal, q keyedReq,
 				return err
 			}
 			ev.Sender, ev.Device = p.User, p.DeviceID
+			if len(q.files) > 0 {
+				if ev.Attachments, err = lockAttachments(ctx, tx, p.User, q.files); err != nil {
+					return err
+				}
+			}
 			if res, err = appendChat(ctx, tx, q, ev); err != nil {
 				return err
 			}
@@ -192,7 +202,7 @@ func appendChat(ctx context.Context, tx pgx.Tx, q keyedReq, ev *parley.Event) (k
 	}
 	err := tx.QueryRow(ctx, appendChatSQL, q.conv, res.mid, string(ev.Kind), ev.Sender, ev.Device, q.cmid, q.hash,
 		ev.Body, optInt(ev.Target), optInt(ev.ReplyTo), joinMentions(ev.Mentions), optString(ev.Emoji), on, ev.Mentions,
-		optString(q.tsv)).
+		optString(q.tsv), optString(parley.EncodeAttachments(ev.Attachments)), attachmentIDs(ev.Attachments)).
 		Scan(&res.seq, &res.at)
 	if err != nil {
 		return res, err
@@ -207,14 +217,14 @@ func appendChat(ctx context.Context, tx pgx.Tx, q keyedReq, ev *parley.Event) (k
 	return res, err
 }
 
-// sendChat is Send for a message that replies or may mention someone, in
-// its own transaction (keyedWrite): after the open period, the reply's
-// target (NOT_FOUND, ALREADY_RECALLED), stored as its thread's root; the
-// mentions against the open members.
+// sendChat is Send for a message that replies, may mention someone or
+// attaches files, in its own transaction (keyedWrite): after the open
+// period, the reply's target (NOT_FOUND, ALREADY_RECALLED), stored as its
+// thread's root; the attachments; the mentions against the open members.
 func (db *DB) sendChat(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
 	mentions := parley.HasMentionToken(r.Body)
 	q := keyedReq{op: "send", conv: r.Conv, cmid: r.CMID, kind: parley.EventMessage, hash: parley.SendFingerprint(r),
-		target: r.ReplyTo, members: mentions, tsv: docLiteral(r.Conv, p.User, r.Body)}
+		target: r.ReplyTo, members: mentions, tsv: docLiteral(r.Conv, p.User, r.Body), files: r.Attachments}
 	res, err := db.keyedWrite(ctx, p, q, func(s keyedState) (*parley.Event, keyedResult, error) {
 		ev := &parley.Event{Kind: parley.EventMessage, Body: r.Body}
 		if r.ReplyTo != 0 {

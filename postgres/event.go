@@ -30,8 +30,8 @@ func keyed[T any](op string, fn func() (T, error)) (T, error) {
 // Send implements parley.Store: concurrent sends, to one conversation or
 // several, are batched (sendqueue.Queue, laned by sendLane) into one call
 // of parley_send_many, one round trip and one commit for the batch; a
-// send that replies or may mention commits in its own transaction
-// (SendBatch).
+// send that replies, attaches files or may mention commits in its own
+// transaction (SendBatch).
 // A bad request is refused by SendBatch, item by item, without changing
 // what the other items of its batch get.
 func (db *DB) Send(ctx context.Context, p parley.Principal, r parley.SendRequest) (parley.Sent, error) {
@@ -108,9 +108,10 @@ func (k sendRow) result(conv string, hash []byte) parley.BatchResult {
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // SendBatch implements parley.SendBatcher: every valid plain item (no
-// ReplyTo, no '@' in its body), of whatever conversation, in one
-// transaction (parley_send_many: one round trip). An item that replies or
-// may mention someone needs reads parley_send_many does not make: it
+// ReplyTo, no attachments, no '@' in its body), of whatever conversation,
+// in one transaction (parley_send_many: one round trip). An item that
+// replies, attaches files or may mention someone needs reads
+// parley_send_many does not make: it
 // commits in its own transaction (sendChat), with the same checks in the
 // same order. Items are committed in item order, a run of plain items in
 // one transaction between them.
@@ -122,7 +123,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 		if out[i].Err = parley.ValidateSend(it.Req); out[i].Err != nil {
 			continue
 		}
-		if it.Req.ReplyTo == 0 && !parley.HasMentionToken(it.Req.Body) {
+		if it.Req.ReplyTo == 0 && len(it.Req.Attachments) == 0 && !parley.HasMentionToken(it.Req.Body) {
 			idx = append(idx, i)
 			continue
 		}
@@ -372,13 +373,14 @@ func eventCols(a string) string {
 		coalesce(%[1]s.sender_user, ''), coalesce(%[1]s.sender_device, ''), coalesce(%[1]s.body, ''),
 		coalesce(%[1]s.target, 0), coalesce(%[1]s.subject_user, ''), %[1]s.recall_seq IS NOT NULL,
 		coalesce(%[1]s.created_at, 'epoch'),
-		coalesce(%[1]s.reply_to, 0), %[1]s.mentions, coalesce(%[1]s.emoji, ''), coalesce(%[1]s.react_on, false)`, a)
+		coalesce(%[1]s.reply_to, 0), %[1]s.mentions, coalesce(%[1]s.emoji, ''), coalesce(%[1]s.react_on, false),
+		%[1]s.attachments`, a)
 }
 
 // eventDest returns the scan destinations of eventCols into ev.
 func eventDest(ev *parley.Event) []any {
 	return []any{&ev.Seq, &ev.MID, &ev.Kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &ev.At,
-		&ev.ReplyTo, mentionsDest{&ev.Mentions}, &ev.Emoji, &ev.On}
+		&ev.ReplyTo, mentionsDest{&ev.Mentions}, &ev.Emoji, &ev.On, attachmentsDest{&ev.Attachments}}
 }
 
 // mentionsDest scans the mentions column (user ids joined by single
@@ -392,16 +394,28 @@ func (d mentionsDest) ScanText(v pgtype.Text) error {
 	return nil
 }
 
+// attachmentsDest scans the attachments column (parley.EncodeAttachments'
+// JSON) into a list: nil for NULL.
+type attachmentsDest struct{ p *[]parley.Attachment }
+
+var _ pgtype.TextScanner = attachmentsDest{}
+
+func (d attachmentsDest) ScanText(v pgtype.Text) (err error) {
+	*d.p, err = parley.DecodeAttachments(v.String) // "" when NULL: nil
+	return err
+}
+
 // joinMentions is the mentions column of users (sorted): NULL for none.
 func joinMentions(users []string) *string { return optString(parley.JoinMentions(users)) }
 
 // finish completes a scanned event: a recalled message is served without
-// its body (the row keeps it for exports pinned before the recall).
+// its body and its attachments (the row keeps them for exports pinned
+// before the recall).
 func finish(ev *parley.Event, conv string) {
 	ev.Conv = conv
 	ev.At = ms(ev.At)
 	if ev.Recalled {
-		ev.Body = ""
+		ev.Body, ev.Attachments = "", nil
 	}
 }
 

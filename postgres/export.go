@@ -313,7 +313,7 @@ func (db *DB) ExportSnapshot(ctx context.Context, id string) ([]parley.ExportCon
 // head and the job's user, which Decorate needs.
 const exportEventsSQL = `SELECT e.seq, e.mid, e.sender_user, e.sender_device, e.body,
 	e.recall_seq IS NOT NULL AND e.recall_seq <= x.head, e.created_at, coalesce(e.reply_to, 0), coalesce(e.mentions, ''),
-	x.head, j.user_id
+	e.attachments, x.head, j.user_id
 FROM export_convs x
 JOIN export_jobs j ON j.id = x.job_id
 JOIN export_periods p ON p.job_id = x.job_id AND p.conv_id = x.conv_id AND p.to_seq > $3
@@ -366,7 +366,8 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 	var ev parley.Event
 	var mentions, user string
 	var head int64
-	dest := []any{&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &ev.At, &ev.ReplyTo, &mentions, &head, &user}
+	dest := []any{&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &ev.At, &ev.ReplyTo, &mentions,
+		attachmentsDest{&ev.Attachments}, &head, &user}
 	_, err = pgx.ForEachRow(rows, dest, func() error {
 		ev.Kind, ev.Mentions = parley.EventMessage, parley.SplitMentions(mentions)
 		finish(&ev, convID)

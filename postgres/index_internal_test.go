@@ -1,6 +1,10 @@
 package postgres
 
-import "github.com/parleychat/parley"
+import (
+	"time"
+
+	"github.com/parleychat/parley"
+)
 
 // IndexedStatements are statements the store runs that must be served by
 // an index, by the index's name: each scanned its whole table before
@@ -31,6 +35,19 @@ var IndexedStatements = []struct {
 	{"thread: replies", threadSQL, "events_replies", []any{"c", []int64{1}, []int64{100}, 51, int64(3)}},
 	{"convs: unread mentions", convsSQL, "mentions_pkey", []any{"ana", "d1", parley.UnreadCap + 1, "", int64(0), 51}},
 	{"rollback: reactions", qRebuildReactions, "events_targets", []any{"c", int64(3)}},
+	// Migration 0014: a file's access is decided over its links and the
+	// reader's periods; the quota sums the owner's files; the collector
+	// walks each state oldest first; recall, purge and rollback find a
+	// message's links by seq, and a rollback the messages with files.
+	{"file: access by link", fileSQL, "file_links_pkey", []any{"f", "ana"}},
+	{"file: access in periods", fileSQL, "periods_by_user", []any{"f", "ana"}},
+	{"upload: quota sum", createFileSQL, "files_by_owner", []any{"f", "ana", "a.txt", int64(10), int64(100)}},
+	{"stale files", staleSQL, "files_stale", []any{time.Unix(1e9, 0), time.Unix(1e9, 0), 100}},
+	{"stale files: unlinked", staleSQL, "file_links_pkey", []any{time.Unix(1e9, 0), time.Unix(1e9, 0), 100}},
+	{"send: attachments", attachSQL, "files_pkey", []any{[]string{"f"}, "ana"}},
+	{"purge: links", qPurgeLinks, "file_links_by_event", []any{"c", int64(3)}},
+	{"rollback: links", qRollbackLinks, "file_links_by_event", []any{"c", int64(3)}},
+	{"rollback: rebuild links", qRebuildLinks, "events_attachments", []any{"c", int64(3)}},
 }
 
 // The search's statement and literal builders, for the black-box tests

@@ -44,8 +44,9 @@ const (
 	qAdvanceConv = `UPDATE conversations SET next_seq = ?, last_at = ? WHERE id = ?`
 	qInsertEvent = `INSERT INTO events
 		(conv_id, seq, mid, kind, sender_user, sender_device, cmid, request_hash, body, target, subject_user,
-		reply_to, mentions, emoji, react_on, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
+		reply_to, mentions, emoji, react_on, attachments, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ` + nowMS + `) RETURNING created_at`
+	qInsertLink = `INSERT INTO file_links (file_id, conv_id, seq) VALUES (?, ?, ?)`
 )
 
 func scanConv(row interface{ Scan(...any) error }) (conv, error) {
@@ -128,7 +129,8 @@ func isOpenMember(ctx context.Context, tx *txn, convID, user string) (bool, erro
 }
 
 // appendEvent writes ev at the conversation's next seq and advances it, with
-// a mentions row per user ev mentions. It fills ev.Seq, ev.MID and ev.At.
+// a mentions row per user ev mentions and a file_links row per file it
+// attaches. It fills ev.Seq, ev.MID and ev.At.
 func appendEvent(ctx context.Context, tx *txn, c *conv, ev *parley.Event, cmid string, hash []byte) error {
 	ev.Conv, ev.Seq, ev.MID = c.id, c.next, parley.NewID()
 	var at int64
@@ -152,11 +154,17 @@ func appendEvent(ctx context.Context, tx *txn, c *conv, ev *parley.Event, cmid s
 			return err
 		}
 	}
+	for _, a := range ev.Attachments {
+		if _, err := tx.ExecContext(ctx, qInsertLink, a.ID, c.id, ev.Seq); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // eventExtras are the insert's arguments after body, NULL where ev has
-// nothing: target, subject_user, reply_to, mentions, emoji, react_on.
+// nothing: target, subject_user, reply_to, mentions, emoji, react_on,
+// attachments.
 func eventExtras(ev *parley.Event) []any {
 	var target, replyTo, on any
 	if ev.Target != 0 {
@@ -168,7 +176,8 @@ func eventExtras(ev *parley.Event) []any {
 	if ev.Kind == parley.EventReaction {
 		on = ev.On
 	}
-	return []any{target, nullText(ev.User), replyTo, nullText(parley.JoinMentions(ev.Mentions)), nullText(ev.Emoji), on}
+	return []any{target, nullText(ev.User), replyTo, nullText(parley.JoinMentions(ev.Mentions)), nullText(ev.Emoji), on,
+		nullText(parley.EncodeAttachments(ev.Attachments))}
 }
 
 // nullText is s, or NULL for "".

@@ -373,12 +373,14 @@ func (db *DB) Directory(ctx context.Context, p parley.Principal, q parley.Direct
 }
 
 // purgeDerived deletes the derived rows of the events up to cut (and of
-// their targets): a purge removes them with their events. (The search
+// their targets), file links included: a purge removes them with their
+// events. (The search
 // index rows go before the events: unindex.)
 func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error {
 	for _, q := range []string{
 		`DELETE FROM reactions WHERE conv_id = ? AND target <= ?`,
 		`DELETE FROM mentions WHERE conv_id = ? AND seq <= ?`,
+		qUnlinkUpTo,
 	} {
 		if _, err := tx.ExecContext(ctx, q, convID, cut); err != nil {
 			return err
@@ -394,10 +396,16 @@ func purgeDerived(ctx context.Context, tx *txn, convID string, cut int64) error 
 // removed (below min_seq): those keys stay without one. The search index
 // of the conversation is rebuilt from the events that remain (a recall
 // undone, an edit removed), as RebuildSearch does; its old rows went
-// before the events (unindex).
+// before the events (unindex). So are its file links: those of removed
+// messages go, those of a recall undone come back.
 func rollbackDerived(ctx context.Context, tx *txn, convID string, toSeq int64) error {
 	if _, err := reindex(ctx, tx, convID); err != nil {
 		return err
+	}
+	for _, q := range []string{qUnlinkConv, qRelink} {
+		if _, err := tx.ExecContext(ctx, q, convID); err != nil {
+			return err
+		}
 	}
 	for _, q := range []string{
 		`DELETE FROM mentions WHERE conv_id = ?1 AND seq > ?2`,

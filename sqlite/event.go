@@ -140,7 +140,10 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 }
 
 // sendOne is one send inside a write transaction, in the contract's order,
-// with its search index row (terms: searchTerms of the message).
+// with its search index row (terms: searchTerms of the message) and the
+// links of its attachments (appendEvent). Every refusal comes before the
+// first write, so a refused item of a batch leaves the transaction as it
+// found it.
 func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte, terms string) (parley.Sent, error) {
 	c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 	if err != nil {
@@ -159,6 +162,9 @@ func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequ
 			return parley.Sent{}, err
 		}
 		ev.ReplyTo = t.Root(r.ReplyTo)
+	}
+	if ev.Attachments, err = attachable(ctx, tx, p.User, r.Attachments); err != nil {
+		return parley.Sent{}, err
 	}
 	if ev.Mentions, err = mentioned(ctx, tx, r.Conv, r.Body, p.User, r.AllMax, nil); err != nil {
 		return parley.Sent{}, err
@@ -214,6 +220,10 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 		if err := unindex(ctx, tx, r.Conv, r.Target, r.Target); err != nil {
 			return err
 		}
+		// Nobody but their owners reads the files it attached.
+		if _, err := tx.ExecContext(ctx, qUnlinkMessage, r.Conv, r.Target); err != nil {
+			return err
+		}
 		if err := fault.Hit(fault.StoreBeforeCommit); err != nil {
 			return err
 		}
@@ -225,23 +235,29 @@ func (db *DB) Recall(ctx context.Context, p parley.Principal, r parley.RecallReq
 
 const eventColumns = `conv_id, seq, mid, kind, sender_user, sender_device, body, COALESCE(target, 0),
 	COALESCE(subject_user, ''), recall_seq IS NOT NULL, created_at,
-	COALESCE(reply_to, 0), COALESCE(mentions, ''), COALESCE(emoji, ''), COALESCE(react_on, 0)`
+	COALESCE(reply_to, 0), COALESCE(mentions, ''), COALESCE(emoji, ''), COALESCE(react_on, 0), COALESCE(attachments, '')`
 
 type scanner interface{ Scan(dest ...any) error }
 
+// scanEvent reads a row of eventColumns. A recalled message reads with
+// no body and no attachments.
 func scanEvent(s scanner) (parley.Event, error) {
 	var ev parley.Event
 	var kind string
 	var at int64
-	var mentions string
+	var mentions, files string
 	err := s.Scan(&ev.Conv, &ev.Seq, &ev.MID, &kind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at,
-		&ev.ReplyTo, &mentions, &ev.Emoji, &ev.On)
+		&ev.ReplyTo, &mentions, &ev.Emoji, &ev.On, &files)
+	if err != nil {
+		return ev, err
+	}
 	ev.Kind = parley.EventKind(kind)
 	ev.At = msTime(at)
 	ev.Mentions = parley.SplitMentions(mentions)
 	if ev.Recalled {
-		ev.Body = ""
+		ev.Body, files = "", ""
 	}
+	ev.Attachments, err = parley.DecodeAttachments(files)
 	return ev, err
 }
 
@@ -456,7 +472,7 @@ SELECT w.id, w.title, w.kind, w.head, w.min_seq, w.epoch, w.open, w.delivered, w
 	l.conv_id IS NOT NULL, coalesce(l.seq, 0), coalesce(l.mid, ''), coalesce(l.kind, ''), coalesce(l.sender_user, ''),
 	coalesce(l.sender_device, ''), coalesce(l.body, ''), coalesce(l.target, 0), coalesce(l.subject_user, ''),
 	l.recall_seq IS NOT NULL, coalesce(l.created_at, 0), w.activity, w.mentions_unread,
-	coalesce(l.reply_to, 0), coalesce(l.mentions, '')
+	coalesce(l.reply_to, 0), coalesce(l.mentions, ''), coalesce(l.attachments, '')
 FROM w LEFT JOIN events l ON l.conv_id = w.id AND l.seq = w.last_seq
 ORDER BY w.activity DESC, w.id`
 
@@ -484,10 +500,10 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsReque
 			var hasLast bool
 			var ev parley.Event
 			var at, activity int64
-			var mentions string
+			var mentions, files string
 			if err := rows.Scan(&s.Conv, &s.Title, &kind, &s.Head, &s.MinSeq, &s.Epoch, &s.Member, &s.Delivered, &s.Read, &s.Unread,
 				&hasLast, &ev.Seq, &ev.MID, &evKind, &ev.Sender, &ev.Device, &ev.Body, &ev.Target, &ev.User, &ev.Recalled, &at, &activity,
-				&s.MentionsUnread, &ev.ReplyTo, &mentions); err != nil {
+				&s.MentionsUnread, &ev.ReplyTo, &mentions, &files); err != nil {
 				return err
 			}
 			ev.Mentions = parley.SplitMentions(mentions)
@@ -504,7 +520,10 @@ func (db *DB) Convs(ctx context.Context, p parley.Principal, r parley.ConvsReque
 			if hasLast {
 				ev.Conv, ev.Kind, ev.At = s.Conv, parley.EventKind(evKind), msTime(at)
 				if ev.Recalled {
-					ev.Body = ""
+					ev.Body, files = "", ""
+				}
+				if ev.Attachments, err = parley.DecodeAttachments(files); err != nil {
+					return err
 				}
 				s.Last = &ev
 			}

@@ -400,11 +400,13 @@ func (db *DB) ExportEvents(ctx context.Context, id, convID string, after int64, 
 }
 
 // exportMessages appends to evs the message events with from <= seq <= to,
-// at most limit, with their reply_to and mentions; a recall counts when its
-// seq is at or below head (a recalled message shows no body and no mentions).
+// at most limit, with their reply_to, mentions and attachments; a recall
+// counts when its seq is at or below head (a recalled message shows no
+// body, no mentions and no attachments).
 func exportMessages(ctx context.Context, tx *txn, evs []parley.Event, convID string, head, from, to int64, limit int) ([]parley.Event, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT seq, mid, sender_user, sender_device, body,
-		recall_seq IS NOT NULL AND recall_seq <= ?, created_at, COALESCE(reply_to, 0), COALESCE(mentions, '')
+		recall_seq IS NOT NULL AND recall_seq <= ?, created_at, COALESCE(reply_to, 0), COALESCE(mentions, ''),
+		COALESCE(attachments, '')
 		FROM events WHERE conv_id = ? AND kind = 'message' AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
 		head, convID, from, to, limit)
 	if err != nil {
@@ -414,14 +416,18 @@ func exportMessages(ctx context.Context, tx *txn, evs []parley.Event, convID str
 	for rows.Next() {
 		ev := parley.Event{Conv: convID, Kind: parley.EventMessage}
 		var at int64
-		var mentions string
-		if err := rows.Scan(&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &at, &ev.ReplyTo, &mentions); err != nil {
+		var mentions, files string
+		if err := rows.Scan(&ev.Seq, &ev.MID, &ev.Sender, &ev.Device, &ev.Body, &ev.Recalled, &at, &ev.ReplyTo, &mentions, &files); err != nil {
 			return evs, err
 		}
 		ev.At = msTime(at)
 		ev.Mentions = parley.SplitMentions(mentions)
 		if ev.Recalled {
-			ev.Body, ev.Mentions = "", nil
+			ev.Body, ev.Mentions, files = "", nil, ""
+		}
+		var err error
+		if ev.Attachments, err = parley.DecodeAttachments(files); err != nil {
+			return evs, err
 		}
 		evs = append(evs, ev)
 	}

@@ -32,6 +32,22 @@ var IndexedStatements = []struct {
 	{"search: periods", searchSQL, "sqlite_autoindex_periods_1", 9},
 	{"search: newer version", searchSQL, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq=? AND vseq>?)", 9},
 	{"unindex: rows of messages", qUnindexRows, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq>? AND seq<?)", 4},
+	// Migration 0012: the quota sums a user's files from their index; a
+	// read of a file probes its links and, per link, the reader's periods;
+	// the collector walks each state by age; a send finds its files, and
+	// a recall, a purge or a rollback a message's links, by key.
+	{"files: quota", qFileUsage, "files_by_owner (owner=?)", 1},
+	{"files: attachable", qAttachable, "sqlite_autoindex_files_1 (id=?)", 2},
+	{"files: access by file", qFileAccess, "sqlite_autoindex_files_1 (id=?)", 2},
+	{"files: access links", qFileAccess, "sqlite_autoindex_file_links_1 (file_id=?)", 2},
+	{"files: access periods", qFileAccess, "sqlite_autoindex_periods_1 (conv_id=? AND user_id=? AND from_seq<?)", 2},
+	{"files: stale uploads", qStaleFiles, "files_stale (state=? AND created_at<?)", 3},
+	{"files: stale unlinked", qStaleFiles, "sqlite_autoindex_file_links_1 (file_id=?)", 3},
+	{"files: delete", qDeleteFile, "sqlite_autoindex_files_1 (id=?)", 3},
+	{"recall: unlink", qUnlinkMessage, "file_links_by_event (conv_id=? AND seq=?)", 2},
+	{"purge: unlink", qUnlinkUpTo, "file_links_by_event (conv_id=? AND seq<?)", 2},
+	{"rollback: unlink", qUnlinkConv, "file_links_by_event (conv_id=?)", 1},
+	{"rollback: relink", qRelink, "events_attachments (conv_id=?)", 1},
 }
 
 // SearchSQL is the statement of one page of search hits (TestSearchPlan).

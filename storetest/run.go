@@ -92,6 +92,23 @@ var behaviours = []behaviour{
 	{name: "search_many_convs", run: testSearchManyConvs},
 	{name: "search_batch", run: testSearchBatch},
 
+	// Uploaded files and attachments (file.go).
+	{name: "file_create", run: testFileCreate},
+	{name: "file_quota_concurrent", run: testFileQuotaConcurrent},
+	{name: "file_usage", run: testFileUsage},
+	{name: "file_finish", run: testFileFinish},
+	{name: "file_access", run: testFileAccess},
+	{name: "file_access_recall", run: testFileAccessRecall},
+	{name: "file_access_purge", run: testFileAccessPurge},
+	{name: "file_access_rollback", run: testFileAccessRollback},
+	{name: "attach_rejections", run: testAttachRejections},
+	{name: "attach_reads", run: testAttachReads},
+	{name: "attach_concurrent", run: testAttachConcurrent},
+	{name: "attach_batch", run: testAttachBatch},
+	{name: "attach_export", run: testAttachExport},
+	{name: "file_stale", run: testFileStale},
+	{name: "file_delete", run: testFileDelete},
+
 	// Direct conversations and the directory (direct.go).
 	{name: "direct_open", run: testDirectOpen},
 	{name: "direct_open_concurrent", run: testDirectOpenConcurrent},

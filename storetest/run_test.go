@@ -29,6 +29,10 @@ func TestRequiredBehaviours(t *testing.T) {
 		"search_corpus", "search_rejections", "search_edit", "search_recall", "search_former_member",
 		"search_purge", "search_rollback", "search_paging", "search_pending", "search_many_convs",
 		"search_batch",
+		// Uploaded files and attachments (file.go).
+		"file_create", "file_quota_concurrent", "file_usage", "file_finish", "file_access",
+		"file_access_recall", "file_access_purge", "file_access_rollback", "attach_rejections",
+		"attach_reads", "attach_concurrent", "attach_batch", "attach_export", "file_stale", "file_delete",
 	}
 	have := map[string]bool{}
 	for _, b := range behaviours {

@@ -62,6 +62,7 @@ var httpStatus = map[parley.Code]int{
 	parley.CodeAlreadyExists:       http.StatusConflict,
 	parley.CodeUnavailable:         http.StatusServiceUnavailable,
 	parley.CodeRateLimited:         http.StatusTooManyRequests,
+	parley.CodeTooLarge:            http.StatusRequestEntityTooLarge,
 }
 
 // HTTPStatus returns the HTTP status of code. A code nobody knows is read

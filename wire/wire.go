@@ -69,10 +69,11 @@ type Request struct {
 	Target *int64          `json:"target,omitempty"`
 	Before string          `json:"before,omitempty"` // convs: the next of the previous page; search: a time (RFC 3339)
 
-	ReplyTo *int64 `json:"reply_to,omitempty"` // send: the message it replies to
-	Thread  *int64 `json:"thread,omitempty"`   // sync: read one thread
-	Emoji   string `json:"emoji,omitempty"`    // react
-	On      *bool  `json:"on,omitempty"`       // react: set (true) or remove (false)
+	ReplyTo     *int64   `json:"reply_to,omitempty"`    // send: the message it replies to
+	Attachments []string `json:"attachments,omitempty"` // send: upload ids of files it carries
+	Thread      *int64   `json:"thread,omitempty"`      // sync: read one thread
+	Emoji       string   `json:"emoji,omitempty"`       // react
+	On          *bool    `json:"on,omitempty"`          // react: set (true) or remove (false)
 
 	Q      string `json:"q,omitempty"`      // search: the query
 	From   string `json:"from,omitempty"`   // search: only this sender
@@ -185,7 +186,7 @@ func (r Request) check() error {
 		case "cmid":
 			missing = r.CMID == ""
 		case "body":
-			missing = r.Body == ""
+			missing = r.Body == "" && (r.T != TSend || len(r.Attachments) == 0)
 		case "after":
 			missing = r.After == nil
 		case "seq":
@@ -216,6 +217,10 @@ func (r Request) checkChat() error {
 	switch {
 	case r.ReplyTo != nil && *r.ReplyTo < 1:
 		return parley.Errorf(parley.CodeInvalidArgument, "reply_to must be a seq of at least 1")
+	case len(r.Attachments) > 0 && r.T != TSend:
+		return parley.Errorf(parley.CodeInvalidArgument, "only a send carries attachments")
+	case len(r.Attachments) > 0:
+		return parley.CheckAttachments(r.Attachments)
 	case r.Thread != nil && *r.Thread < 1:
 		return parley.Errorf(parley.CodeInvalidArgument, "thread must be a seq of at least 1")
 	case r.T == TEdit:
@@ -231,7 +236,7 @@ func (r Request) checkChat() error {
 
 // SendRequest turns a send frame into the store's request.
 func (r Request) SendRequest() parley.SendRequest {
-	s := parley.SendRequest{Conv: r.Conv, CMID: r.CMID, Body: r.Body}
+	s := parley.SendRequest{Conv: r.Conv, CMID: r.CMID, Body: r.Body, Attachments: r.Attachments}
 	if r.ReplyTo != nil {
 		s.ReplyTo = *r.ReplyTo
 	}
@@ -344,6 +349,8 @@ type Event struct {
 	Emoji    string   `json:"emoji,omitempty"`    // reaction
 	On       *bool    `json:"on,omitempty"`       // reaction: always present
 
+	Attachments []Attachment `json:"attachments,omitempty"` // message: the files it carries
+
 	// Derived state of a message as read (parley.Derived).
 	AsOf         *int64     `json:"as_of,omitempty"`
 	EditSeq      int64      `json:"edit_seq,omitempty"`
@@ -351,6 +358,18 @@ type Event struct {
 	Reactions    []Reaction `json:"reactions,omitempty"`
 	Replies      int64      `json:"replies,omitempty"`
 	LastReplySeq int64      `json:"last_reply_seq,omitempty"`
+}
+
+// Attachment is one file a message carries (parley.Attachment); the file
+// itself is read at /api/files/{id}.
+type Attachment struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	MIME   string `json:"mime"`
+	SHA256 string `json:"sha256"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
 }
 
 // Reaction is one emoji's count on a message as read.
@@ -375,6 +394,9 @@ func FromEvent(e parley.Event) Event {
 	}
 	if e.Kind == parley.EventReaction {
 		w.On = ptr(e.On)
+	}
+	for _, a := range e.Attachments {
+		w.Attachments = append(w.Attachments, Attachment(a))
 	}
 	if d := e.Derived; d != nil {
 		w.AsOf = ptr(d.AsOf)
