@@ -54,18 +54,28 @@ func (f *seedFlags) run(ctx context.Context, store parley.Store) error {
 	}
 	start := time.Now()
 	r := rand.New(rand.NewPCG(f.seed, 7))
+	members, readerIn, err := f.conversations(ctx, store, r, reader)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f.out, "seed: %d users, %d conversations (the reader %s in %d) in %s\n", f.users+1, f.convs, reader, readerIn, time.Since(start).Round(time.Millisecond))
+	return f.messagesOf(ctx, batcher, r, members, start)
+}
+
+// conversations creates the users and the conversations: each of 3–8 of
+// the users, the reader in every (convs/memberConvs)th one.
+func (f *seedFlags) conversations(ctx context.Context, store parley.Store, r *rand.Rand, reader string) (members [][]string, readerIn int, err error) {
 	users := make([]string, f.users)
 	for i := range users {
 		users[i] = fmt.Sprintf("u%04d", i)
 	}
 	for _, u := range append([]string{reader}, users...) {
 		if _, err := store.CreateUser(ctx, parley.NewUser{ID: u}); err != nil {
-			return fmt.Errorf("create user %s: %w", u, err)
+			return nil, 0, fmt.Errorf("create user %s: %w", u, err)
 		}
 	}
-	members := make([][]string, f.convs)
+	members = make([][]string, f.convs)
 	every := f.convs / max(f.memberConvs, 1)
-	readerIn := 0
 	for i := range f.convs {
 		n := 3 + r.IntN(6)
 		seen := map[string]bool{}
@@ -84,11 +94,15 @@ func (f *seedFlags) run(ctx context.Context, store parley.Store) error {
 		owner := parley.Principal{User: members[i][0]}
 		_, err := store.CreateConversation(ctx, owner, parley.NewConversation{ID: convName(i), Kind: parley.KindGroup, Title: "conversation " + convName(i), Members: all})
 		if err != nil {
-			return fmt.Errorf("create %s: %w", convName(i), err)
+			return nil, 0, fmt.Errorf("create %s: %w", convName(i), err)
 		}
 	}
-	fmt.Fprintf(f.out, "seed: %d users, %d conversations (the reader %s in %d) in %s\n", len(users)+1, f.convs, reader, readerIn, time.Since(start).Round(time.Millisecond))
+	return members, readerIn, nil
+}
 
+// messagesOf sends f.messages messages in batches by f.workers workers,
+// reporting progress every 5 seconds.
+func (f *seedFlags) messagesOf(ctx context.Context, batcher parley.SendBatcher, r *rand.Rand, members [][]string, start time.Time) error {
 	// One producer draws the messages (the corpus is not safe for
 	// concurrent use); workers commit the batches.
 	batches := make(chan []parley.BatchSend, f.workers)
