@@ -32,8 +32,8 @@ func searchCount(t *testing.T, m *metrics.Metrics, transport, outcome string) st
 
 // TestSearchCounted: Service.Search answers the store's page and counts
 // every outcome by transport: a page ("ok"), a refused query
-// (INVALID_ARGUMENT, refused before the store is asked: it answers so
-// even with the store closed), a conversation without the caller
+// (INVALID_ARGUMENT, refused by the store's parse before any storage
+// work: it answers so even with the store closed), a conversation without the caller
 // (NOT_MEMBER), a store that fails (UNAVAILABLE, the error kept for the
 // transport to explain).
 func TestSearchCounted(t *testing.T) {
