@@ -259,11 +259,28 @@ func TestSearchFormerMember(t *testing.T) {
 // once, in order, and none that came later.
 func TestSearchPaging(t *testing.T) {
 	e := newSearchEnv(t)
-	var want []string
+	var sent []parley.Event
 	for i := range 7 {
 		conv := []string{"c-x", "c-y"}[i%2]
 		seq := e.send(t, e.ana, parley.SendRequest{Conv: conv, Body: fmt.Sprintf("note %d", i)})
-		want = append([]string{fmt.Sprintf("%s/%d note %d", conv, seq, i)}, want...)
+		ev, err := e.db.Fetch(context.Background(), e.ana, conv, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, ev)
+	}
+	// The order of results: newest first by time, then conv and seq
+	// descending (two sends may share a millisecond).
+	slices.SortFunc(sent, func(a, b parley.Event) int {
+		ca, cb := parley.CursorOf(a), parley.CursorOf(b)
+		if cb.Before(ca) {
+			return -1
+		}
+		return 1
+	})
+	var want []string
+	for _, ev := range sent {
+		want = append(want, fmt.Sprintf("%s/%d %s", ev.Conv, ev.Seq, ev.Body))
 	}
 	var got []string
 	r := parley.SearchRequest{Query: "note", Limit: 2}
