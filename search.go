@@ -480,6 +480,26 @@ type SearchRebuild struct {
 // SearchProgress is told of a rebuild's progress after each conversation.
 type SearchProgress func(SearchRebuild)
 
+// RebuildEach is the loop of Store.RebuildSearch both stores share: one
+// rebuild per conversation of ids, in order, adding up the rows each
+// wrote and telling progress (may be nil) after each; the first error
+// stops it, with what was done so far.
+func RebuildEach(ids []string, progress SearchProgress, one func(conv string) (rows int64, err error)) (SearchRebuild, error) {
+	out := SearchRebuild{Total: len(ids)}
+	for _, id := range ids {
+		n, err := one(id)
+		if err != nil {
+			return out, err
+		}
+		out.Convs++
+		out.Rows += n
+		if progress != nil {
+			progress(out)
+		}
+	}
+	return out, nil
+}
+
 // NewSearchPage makes a page of the hits evs (at most q.Limit+1 events, in
 // the order of results, decorated for the caller): the first q.Limit with
 // their highlights, and Next when one more was read.

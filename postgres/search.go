@@ -421,27 +421,16 @@ func (db *DB) RebuildSearch(ctx context.Context, conv string, progress parley.Se
 			return parley.SearchRebuild{}, wrap("rebuild search", err)
 		}
 	}
-	out := parley.SearchRebuild{Total: len(ids)}
-	for _, id := range ids {
-		var n int64
-		err := db.write(ctx, "rebuild search", func(tx pgx.Tx) error {
+	return parley.RebuildEach(ids, progress, func(id string) (n int64, err error) {
+		err = db.write(ctx, "rebuild search", func(tx pgx.Tx) error {
 			if _, err := lockConv(ctx, tx, id, lockAppend, parley.ErrConvNotFound); err != nil {
 				return err
 			}
-			var err error
 			n, err = rebuildSearchConv(ctx, tx, id)
 			return err
 		})
-		if err != nil {
-			return out, err
-		}
-		out.Convs++
-		out.Rows += n
-		if progress != nil {
-			progress(out)
-		}
-	}
-	return out, nil
+		return n, err
+	})
 }
 
 // SearchPending implements parley.Store.

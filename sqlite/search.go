@@ -246,27 +246,16 @@ func (db *DB) RebuildSearch(ctx context.Context, convID string, progress parley.
 	}); err != nil {
 		return parley.SearchRebuild{}, err
 	}
-	out := parley.SearchRebuild{Total: len(ids)}
-	for _, id := range ids {
-		var n int64
-		err := db.write(ctx, "rebuild search", func(tx *txn) error {
+	return parley.RebuildEach(ids, progress, func(id string) (n int64, err error) {
+		err = db.write(ctx, "rebuild search", func(tx *txn) error {
 			if _, err := loadConv(ctx, tx, id, parley.ErrConvNotFound); err != nil {
 				return err
 			}
-			var err error
 			n, err = reindex(ctx, tx, id)
 			return err
 		})
-		if err != nil {
-			return out, err
-		}
-		out.Convs++
-		out.Rows += n
-		if progress != nil {
-			progress(out)
-		}
-	}
-	return out, nil
+		return n, err
+	})
 }
 
 // maxConvTokens is how many conversations a search names in its FTS5
