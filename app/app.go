@@ -72,6 +72,13 @@ type Store interface {
 	CreateExport(ctx context.Context, p parley.Principal, r parley.ExportRequest) (parley.ExportJob, error)
 	ExportJob(ctx context.Context, id string) (parley.ExportJob, error)
 	RevokeExport(ctx context.Context, id string) (parley.ExportJob, error)
+
+	CreateUpload(ctx context.Context, p parley.Principal, r parley.NewUpload) (parley.File, error)
+	FinishUpload(ctx context.Context, p parley.Principal, id string, meta parley.FileMeta) (parley.File, error)
+	File(ctx context.Context, p parley.Principal, id string) (parley.File, error)
+	FileUsage(ctx context.Context, p parley.Principal) (parley.FileUsage, error)
+	StaleFiles(ctx context.Context, q parley.StaleFiles) ([]parley.File, error)
+	DeleteFile(ctx context.Context, id string, q parley.StaleFiles) (bool, error)
 }
 
 // Metrics is what the application layer counts; *metrics.Metrics
@@ -113,7 +120,10 @@ type Options struct {
 	// Config returns the policy in force (hot-reloaded), read once per
 	// request for the edit window, the @all limit and the directory
 	// policy; nil means the documented defaults (config.Default).
-	Config  func() *config.Config
+	Config func() *config.Config
+	// Blobs holds the bytes of uploaded files (blobdir.Dir, s3.Store);
+	// nil: the file use cases answer UNAVAILABLE.
+	Blobs   parley.BlobStore
 	Metrics Metrics
 	Log     *slog.Logger
 }
@@ -126,13 +136,14 @@ type Service struct {
 	revoke  Revoker
 	kick    func()
 	config  func() *config.Config
+	blobs   parley.BlobStore
 	metrics Metrics
 	log     *slog.Logger
 }
 
 // New returns a Service over o.Store.
 func New(o Options) *Service {
-	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, config: o.Config,
+	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, config: o.Config, blobs: o.Blobs,
 		metrics: o.Metrics, log: o.Log}
 	if s.publish == nil {
 		s.publish = func(parley.Notice) {}
