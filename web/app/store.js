@@ -28,7 +28,12 @@
 //   - read state from the user's other devices (read hints) clears unread;
 //   - edits and reactions are outbox items like sends (same cmid on every
 //     resend, dropped on success or a terminal code: "refused"); derived
-//     state (edits, reactions, replies) follows the fold rule of fold.js.
+//     state (edits, reactions, replies) follows the fold rule of fold.js;
+//   - files attached in the composer go into the conversation's draft item
+//     (with their Blobs) and upload at once (upload.js, loaded then); a
+//     message with files is sent, with their ids as attachments, once
+//     every one of them is uploaded: until then it waits in the outbox
+//     while the messages after it go.
 //
 // Events (on(name, fn)): "conn" (state), "auth" (code, detail), "convs" (),
 // "arrived" (convs entry, ev): a pushed event moved a known conversation's
@@ -36,7 +41,9 @@
 // "append" (events; newer: a page loadNewer read) | "prepend" (events) |
 // "update" (ev) | "outbox" | "focus" (seq: show that loaded message),
 // "thread" (thread): an open thread changed, "refused" (item, error): an
-// edit or reaction was refused with a terminal code and dropped.
+// edit or reaction was refused with a terminal code and dropped, "upload"
+// ({cmid, key, sent, size}): an attached file's upload moved, "draft"
+// (conv): a draft's files changed.
 
 import { api, ApiError, RETRYABLE } from "./api.js";
 import { Backoff, retryDelay } from "./backoff.js";
@@ -78,6 +85,10 @@ export class Client {
     this.stopped = false;
     this.convsLoaded = false;
     this.readWanted = new Map(); // conv → seq to mark read once possible
+    /** @type {Map<string, {sent: number, size: number}>} file key → how far its upload is */
+    this.progress = new Map();
+    this.uploader = null; // upload.js's Uploader, once a file is seen
+    this.draftChain = Promise.resolve();
     this.conn = new Conn({
       onPush: (f) => this.push(f),
       onOpen: () => this.opened(),
@@ -117,6 +128,7 @@ export class Client {
       this.outbox.onChange((c) => this.outboxChanged(c));
       for (const it of await this.outbox.list()) this.items.set(it.cmid, { kind: "send", ...it });
       for (const it of this.items.values()) this.emit("timeline", it.conv, { kind: "outbox" });
+      for (const it of this.items.values()) this.filesChanged(it);
     } catch (e) {
       console.error("outbox unavailable", e);
     }
@@ -131,6 +143,7 @@ export class Client {
     this.stopped = true;
     clearTimeout(this.retryTimer);
     clearTimeout(this.refreshTimer);
+    if (this.uploader) this.uploader.stop();
     this.conn.stop();
     if (this.outbox) this.outbox.close();
   }
@@ -586,7 +599,7 @@ export class Client {
     const at = Date.parse(ev.at) || 0;
     for (const it of this.items.values()) {
       if (!forward && at < it.created - 5 * 60 * 1000) continue;
-      if (it.conv === ev.conv && it.kind === "send" && it.state === "pending" && it.body === ev.body && !this.claims.has(it.cmid)) {
+      if (it.conv === ev.conv && it.kind === "send" && it.state === "pending" && it.body === ev.body && sameFiles(it, ev) && !this.claims.has(it.cmid)) {
         this.claims.set(it.cmid, ev.seq);
         return;
       }
@@ -635,7 +648,7 @@ export class Client {
     const shown = (seq) => tl && tl.events.has(seq);
     const out = [];
     for (const it of this.items.values()) {
-      if (it.conv !== conv || it.kind !== "send") continue;
+      if (it.conv !== conv || it.kind !== "send" || it.state === "draft") continue;
       const claimed = this.claims.get(it.cmid);
       if (claimed && shown(claimed)) continue;
       out.push(it);
@@ -649,15 +662,23 @@ export class Client {
   }
 
   outboxChanged(c) {
-    if (c.type === "added" || c.type === "updated") {
+    if (c.type === "progress") {
+      this.progress.set(c.key, { sent: c.sent, size: c.size });
+      this.emit("upload", c);
+    } else if (c.type === "added" || c.type === "updated") {
       if (!c.item.kind) c.item.kind = "send"; // an item written before edits existed
+      const was = this.items.get(c.item.cmid);
       this.items.set(c.item.cmid, c.item);
+      if (c.item.state === "draft" || (was && was.state === "draft")) this.emit("draft", c.item.conv);
       this.outboxEmit(c.item);
-      if (c.type === "added") this.pump();
+      this.filesChanged(c.item);
+      if (c.type === "added" || (c.item.state === "pending" && filesReady(c.item))) this.pump();
     } else if (c.type === "removed") {
       const it = this.items.get(c.cmid);
       this.items.delete(c.cmid);
       this.claims.delete(c.cmid);
+      for (const f of (it && it.files) || []) this.progress.delete(f.key);
+      if (it && it.state === "draft") this.emit("draft", it.conv);
       if (it && it.kind !== "send") {
         this.outboxEmit(it);
         const tl = this.tls.get(it.conv);
@@ -692,7 +713,81 @@ export class Client {
   async send(conv, body, replyTo) {
     const tl = this.tls.get(conv);
     if (tl && tl.hasNewer) this.openTimeline(conv); // a detached timeline goes back to the newest page, where the message will show
+    const d = this.draft(conv, replyTo);
+    if (d && d.files && d.files.length) {
+      // The draft's files go with the text: it becomes the message, sent once they are up.
+      const it = await this.serialDraft(() => this.outbox.change(d.cmid, (cur) => (cur.state === "draft" ? { ...cur, body, state: "pending", created: this.outbox.stamp() } : null)));
+      if (it) return it;
+    }
     return this.enqueue(conv, body, replyTo ? { kind: "send", reply_to: replyTo } : undefined);
+  }
+
+  // --- attached files ---
+
+  /**
+   * draft returns the conversation's (or thread's) draft: the item holding
+   * the files attached in its composer, not sent yet.
+   * @param {string} conv
+   * @param {number} [replyTo]
+   * @returns {object|undefined}
+   */
+  draft(conv, replyTo) {
+    for (const it of this.items.values()) {
+      if (it.state === "draft" && it.conv === conv && (it.reply_to || 0) === (replyTo || 0)) return it;
+    }
+    return undefined;
+  }
+
+  serialDraft(fn) {
+    const p = this.draftChain.then(fn, fn);
+    this.draftChain = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * attach adds files to the draft of a conversation (or thread, replyTo),
+   * kept in the outbox with their bytes, and starts uploading them.
+   * @param {string} conv
+   * @param {number} replyTo 0: the conversation's composer
+   * @param {File[]} files
+   * @returns {Promise<object>} the draft
+   */
+  attach(conv, replyTo, files) {
+    return import("./upload.js").then((m) => m.attach(this, conv, replyTo, files));
+  }
+
+  /**
+   * detach removes a file from a draft (its bytes from the browser, its
+   * upload from the server); a draft left without files is dropped.
+   * @param {string} cmid the draft
+   * @param {string} key the file
+   */
+  detach(cmid, key) {
+    return import("./upload.js").then((m) => m.detach(this, cmid, key));
+  }
+
+  /**
+   * redraft puts a failed message's files back into its conversation's
+   * draft ("Edit and send as new"); the text is the caller's to put back.
+   * @param {string} cmid
+   */
+  redraft(cmid) {
+    return import("./upload.js").then((m) => m.redraft(this, cmid));
+  }
+
+  /** filesChanged starts the uploads when an item has files left to upload. */
+  filesChanged(it) {
+    if (!(it.state === "pending" || it.state === "draft") || filesReady(it)) return;
+    if (this.uploader) return this.uploader.kick();
+    import("./upload.js").then((m) => {
+      if (!this.uploader && !this.stopped) {
+        this.uploader = new m.Uploader(this.outbox, {
+          ready: () => this.pump(),
+          auth: (e) => this.emit("auth", e.code, e.detail),
+        });
+      }
+      if (this.uploader) this.uploader.kick();
+    }, (e) => console.error("upload.js", e));
   }
 
   enqueue(conv, body, what) {
@@ -744,6 +839,7 @@ export class Client {
     if (it.kind === "react") return { t: "react", conv: it.conv, target: it.target, emoji: it.emoji, on: it.on, cmid: it.cmid };
     const f = { t: "send", conv: it.conv, cmid: it.cmid, body: it.body };
     if (it.reply_to) f.reply_to = it.reply_to;
+    if (it.files && it.files.length) f.attachments = it.files.map((x) => x.file.id);
     return f;
   }
 
@@ -768,7 +864,7 @@ export class Client {
       await this.outbox.exclusive(async () => {
         do {
           this.pumpAgain = false;
-          const items = (await this.outbox.list()).filter((it) => it.state === "pending");
+          const items = (await this.outbox.list()).filter((it) => it.state === "pending" && filesReady(it));
           for (const it of items) {
             if (!this.conn.online() || this.stopped) return;
             let r;
@@ -788,7 +884,10 @@ export class Client {
                 continue;
               }
               if (e.code === "ORIGINAL_EXPIRED") await this.outbox.put({ ...cur, state: "expired", reason: e.message });
-              else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
+              else if (e.code === "NOT_FOUND" && cur.files && cur.files.length && !cur.uploadedAgain) {
+                // An upload left unsent too long was deleted: send the bytes kept here again, once.
+                await this.outbox.put({ ...cur, uploadedAgain: true, files: cur.files.map((f) => ({ ...f, upload: undefined, file: undefined })) });
+              } else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
               continue;
             }
             this.retry.reset();
@@ -975,4 +1074,16 @@ export class Client {
     await this.refreshConversations().catch(() => {});
     return r.id || r.conv || "dm:" + [this.user, user].sort().join(":");
   }
+}
+
+/** filesReady reports whether every file of an item is uploaded (an item without files is). */
+export function filesReady(it) {
+  return (it.files || []).every((f) => f.file && f.file.id);
+}
+
+/** sameFiles reports whether an own event carries exactly the files of an outbox item. */
+function sameFiles(it, ev) {
+  const a = (it.files || []).map((f) => f.file && f.file.id).join(",");
+  const b = (ev.attachments || []).map((x) => x.id).join(",");
+  return a === b;
 }

@@ -1,4 +1,5 @@
-// urls.js builds every URL the page asks the server for: the HTTP API and
+// urls.js builds every URL the page asks the server for: the HTTP API (the
+// uploads' too: an upload's own URL is the Location the server answers) and
 // the export API (routes in httpapi/routes.go, described in
 // docs/protocol.md) and the WebSocket. No other module writes a server
 // path. Ids are escaped here (encodeURIComponent), so an id with "/" or "?"
@@ -58,6 +59,12 @@ export const url = Object.freeze({
   adminConvs: (limit, after) => "/api/admin/convs" + query({ limit, after }),
   adminConv: (id) => "/api/admin/convs/" + seg(id),
   adminRetention: (id) => "/api/admin/convs/" + seg(id) + "/retention",
+
+  /** uploads: where a tus upload is created (POST); each upload is at the Location the server answers. */
+  uploads: () => "/api/uploads",
+  /** file: an attached file's bytes (GET, Range); thumb: its thumbnail, a JPEG (404 when it has none; again: a number that makes a later try another URL). */
+  file: (id) => "/api/files/" + seg(id),
+  thumb: (id, again) => "/api/files/" + seg(id) + "/thumb" + query({ again }),
 
   exports: () => "/exports",
   exportJob: (id) => "/exports/" + seg(id),

@@ -6,6 +6,14 @@
 // text comes back (unless the user typed anew) with a toast. Typing "@"
 // calls suggest (the @ autocomplete of extras.js). A composer
 // with replyTo sends replies to that thread.
+//
+// Files: "Attach" (a file input, several at once), files dropped on the
+// composer (or on the timeline: attachFiles) and files pasted into the box
+// go into the client's draft (kept in IndexedDB and uploaded at once); a
+// chip per file shows its name, size and upload progress, or why it was
+// refused, with "Remove". A message may then be sent with no text.
+
+import { humanSize } from "../bytes.js";
 
 /** The server's limit on a message body, in code points. */
 export const MAX_CHARS = 4000;
@@ -32,6 +40,7 @@ export function charCount(s) {
  */
 export function renderComposer(ctx, conv, replyTo, suggest) {
   const { h, client } = ctx;
+  const t = (name) => (replyTo ? "thread-" : "") + name;
   const cid = "composer-count-" + conv + (replyTo ? "-" + replyTo : "");
   const count = h("span", { class: "count", id: cid, "aria-live": "polite", "data-test": "composer-count" }, "");
   const box = h("textarea", {
@@ -49,13 +58,58 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
           submit();
         }
       },
+      paste: (e) => {
+        const dt = e.clipboardData;
+        if (!dt || !dt.files || !dt.files.length || dt.types.includes("text/plain")) return;
+        e.preventDefault();
+        attachFiles(dt.files);
+      },
     },
   });
+  const picker = h("input", {
+    type: "file", multiple: true, class: "visually-hidden", tabindex: "-1", "aria-hidden": "true", "data-test": t("attach-input"),
+    on: { change: () => { attachFiles(picker.files); picker.value = ""; } },
+  });
+  const attachBtn = h("button", { type: "button", "data-test": t("attach"), title: "Attach files", on: { click: () => picker.click() } }, "Attach");
+  const chips = h("ul", { class: "chips", "aria-label": "Attached files", "data-test": t("chips") });
   const button = h("button", { type: "submit", class: "primary", "data-test": replyTo ? "thread-send" : "send" }, "Send");
   const form = h("form", {
     class: "composer", "aria-label": "Send a message",
-    on: { submit: (e) => { e.preventDefault(); submit(); } },
-  }, box, h("div", { class: "composer-side" }, button, h("div", null, count)));
+    on: {
+      submit: (e) => { e.preventDefault(); submit(); },
+      dragover: (e) => dragOver(e, form),
+      dragleave: () => form.classList.remove("dropping"),
+      drop: (e) => drop(e, form, attachFiles),
+    },
+  }, chips, box, h("div", { class: "composer-side" }, button, attachBtn, picker, h("div", null, count)));
+
+  function draft() {
+    return client.draft(conv, replyTo);
+  }
+
+  function attachFiles(list) {
+    const files = [...(list || [])];
+    if (!files.length) return;
+    client.attach(conv, replyTo || 0, files).catch((e) => ctx.toast("Could not keep the files: " + (e.detail || e.message || e.code)));
+  }
+
+  function drawChips() {
+    const d = draft();
+    chips.replaceChildren(...((d && d.files) || []).map((f) => fileChip(h, client, f, () => client.detach(d.cmid, f.key))));
+  }
+
+  const offs = [
+    client.on("draft", (c) => c === conv && drawChips()),
+    client.on("upload", (p) => showProgress(chips, p)),
+  ];
+  // The composer has no owner that disposes it: it lets go once it left the page.
+  const alive = () => {
+    if (form.isConnected) form.seen = true;
+    else if (form.seen) for (const off of offs) off();
+    return form.isConnected;
+  };
+  for (const name of ["draft", "upload"]) offs.push(client.on(name, alive));
+  drawChips();
 
   function update() {
     const n = charCount(box.value);
@@ -68,7 +122,13 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
 
   async function submit() {
     const body = box.value;
-    if (body.trim() === "" || charCount(body) > MAX_CHARS) return;
+    const d = draft();
+    const files = !!(d && d.files && d.files.length);
+    if ((body.trim() === "" && !files) || charCount(body) > MAX_CHARS) return;
+    if (files && d.files.some((f) => f.error)) {
+      ctx.toast("Remove the refused file before sending.");
+      return;
+    }
     // Clear at once: what the user types while the outbox writes is the next message.
     box.value = "";
     update();
@@ -87,5 +147,54 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
     box.focus();
   };
   form.focusBox = () => box.focus();
+  form.attachFiles = attachFiles;
   return form;
+}
+
+/**
+ * fileChip shows one attached file: name, size, upload progress (or the
+ * refusal), and Remove when onRemove is given.
+ * @param {Function} h
+ * @param {object} client
+ * @param {{key: string, name: string, size: number, file?: object, error?: string}} f
+ * @param {function(): void} [onRemove]
+ * @returns {HTMLElement}
+ */
+export function fileChip(h, client, f, onRemove) {
+  const p = client.progress.get(f.key);
+  const done = !!f.file;
+  const bar = h("progress", {
+    max: f.size || 1, value: done ? f.size || 1 : p ? p.sent : 0, "data-test": "upload-progress",
+    "aria-label": "Upload of " + f.name, class: done || f.error ? "hidden" : false,
+  });
+  return h("li", { class: ["chip", f.error && "refused"], "data-test": "chip", "data-key": f.key, "data-state": f.error ? "refused" : done ? "uploaded" : "uploading" },
+    h("span", { class: "chip-name", "data-test": "chip-name" }, f.name),
+    h("span", { class: "muted" }, " " + humanSize(f.size)),
+    bar,
+    f.error ? h("span", { class: "error", role: "alert", "data-test": "chip-error" }, f.error) : null,
+    onRemove ? h("button", { type: "button", class: "link", "data-test": "chip-remove", "aria-label": "Remove " + f.name, on: { click: onRemove } }, "Remove") : null);
+}
+
+/** showProgress moves the bars of one file (in every chip of it on the page). */
+export function showProgress(root, p) {
+  for (const li of root.querySelectorAll(`[data-test=chip][data-key="${p.key}"]`)) {
+    const bar = li.querySelector("progress");
+    if (bar && li.dataset.state === "uploading") bar.value = p.sent;
+  }
+}
+
+/** dragOver accepts a drag that carries files. */
+export function dragOver(e, el) {
+  if (!e.dataTransfer || ![...e.dataTransfer.types].includes("Files")) return;
+  e.preventDefault();
+  e.dataTransfer.dropEffect = "copy";
+  el.classList.add("dropping");
+}
+
+/** drop attaches the dropped files. */
+export function drop(e, el, attach) {
+  el.classList.remove("dropping");
+  if (!e.dataTransfer || !e.dataTransfer.files || !e.dataTransfer.files.length) return;
+  e.preventDefault();
+  attach(e.dataTransfer.files);
 }

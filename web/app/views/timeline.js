@@ -13,9 +13,20 @@
 // around that message, scrolls to it and marks it; newer pages load as the
 // user scrolls down (or presses "Load newer"), and "Jump to the newest"
 // goes back to the live end.
+//
+// A message's files (only those its event carries; a recalled message has
+// none) show below its text: an image as its thumbnail in a box of the
+// image's proportions reserved before it loads (no jump), opening the full
+// file; when there is no thumbnail (not made yet, or refused) a small image
+// shows itself, a large one its link; any other file as a download link
+// with its name and size. Files dropped anywhere on the screen go to the
+// composer; the user's own messages waiting in the outbox show their files
+// with the upload's progress.
 
 import { retryDelay } from "../backoff.js";
-import { renderComposer } from "./composer.js";
+import { humanSize } from "../bytes.js";
+import { url } from "../urls.js";
+import { renderComposer, fileChip, showProgress, dragOver, drop } from "./composer.js";
 import { nameEl, onNames } from "../names.js";
 
 const dayFmt = new Intl.DateTimeFormat(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
@@ -112,7 +123,10 @@ class TimelineView {
     this.composer = renderComposer(ctx, conv, 0, (box, upd) => extras().then((m) => m.autocomplete(ctx, conv, box, upd)));
     this.notMember = h("p", { class: "composer-note muted hidden", role: "status", "data-test": "not-member" },
       "You are no longer a member of this conversation: you can read what you saw, not write.");
-    this.el = h("section", { class: "conv-view", "aria-labelledby": "conv-title", "data-test": "conv-view", "data-conv": conv },
+    this.el = h("section", {
+      class: "conv-view", "aria-labelledby": "conv-title", "data-test": "conv-view", "data-conv": conv,
+      on: { dragover: (e) => dragOver(e, this.el), dragleave: () => this.el.classList.remove("dropping"), drop: (e) => drop(e, this.el, this.composer.attachFiles) },
+    },
       h("div", { class: "conv-head" },
         h("a", { class: "back", href: "/", "data-nav": "", "aria-label": "Back to the conversations" }, "←"),
         this.title,
@@ -148,6 +162,7 @@ class TimelineView {
         }
       }),
       this.client.on("convs", () => this.drawTitle()),
+      this.client.on("upload", (p) => showProgress(this.outList, p)),
       onNames(() => this.drawTitle()),
       this.client.on("refused", (it, e) => {
         if (it.conv === this.conv) this.ctx.toast((it.kind === "edit" ? "Edit" : "Reaction") + " refused: " + e.code + (e.message && e.message !== e.code ? ": " + e.message : ""));
@@ -199,7 +214,8 @@ class TimelineView {
     !inThread && ev.reply_to ? act("↳ in a thread", "in-thread", () => this.openThread(ev.reply_to)) : null,
     ev.recalled
       ? h("div", { class: "recalled-body", "data-test": "recalled" }, "message recalled")
-      : h("div", { class: "body", "data-test": "body" }, bodyNodes(h, pend.body !== null ? pend.body : ev.body, this.me)),
+      : ev.body || pend.body || !(ev.attachments || []).length ? h("div", { class: "body", "data-test": "body" }, bodyNodes(h, pend.body !== null ? pend.body : ev.body, this.me)) : null,
+    live ? attachments(h, ev.attachments) : null,
     live ? this.reactionBar(ev, pend.reactions) : null,
     h("div", { class: "meta" },
       h("time", { datetime: ev.at }, timeFmt.format(new Date(ev.at))),
@@ -408,14 +424,15 @@ class TimelineView {
         actions = [
           h("button", {
             type: "button", class: "link", "data-test": "edit-resend",
-            on: { click: () => { this.composer.setText(it.body); client.dismiss(it.cmid); } },
+            on: { click: () => { this.composer.setText(it.body); if ((it.files || []).length) client.redraft(it.cmid); else client.dismiss(it.cmid); } },
           }, "Edit and send as new"),
           h("button", { type: "button", class: "link", on: { click: () => client.dismiss(it.cmid) } }, "Dismiss"),
         ];
     }
     return h("li", { class: "msg mine", "data-test": "msg-out", "data-cmid": it.cmid, "data-state": it.state },
       h("div", { class: "who" }, "You"),
-      h("div", { class: "body", "data-test": "body" }, it.body),
+      it.body || !(it.files || []).length ? h("div", { class: "body", "data-test": "body" }, it.body) : null,
+      (it.files || []).length ? h("ul", { class: "chips" }, it.files.map((f) => fileChip(h, client, f))) : null,
       h("div", { class: "meta" }, state, actions));
   }
 
@@ -495,4 +512,60 @@ class TimelineView {
     this.composer.classList.toggle("hidden", former);
     this.notMember.classList.toggle("hidden", !former);
   }
+}
+
+/** The box a thumbnail fits in (the server's thumbnails fit 320 × 320). */
+const THUMB_W = 320;
+const THUMB_H = 240;
+/** Below this size an image without a thumbnail is shown itself. */
+const SMALL_IMAGE = 1 << 20;
+const RASTER = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+
+/**
+ * attachments renders a message's files: images as thumbnails, other files
+ * as download links.
+ * @param {Function} h
+ * @param {Array<{id: string, name: string, size: number, mime: string, width?: number, height?: number}>} [list]
+ * @returns {HTMLElement|null}
+ */
+export function attachments(h, list) {
+  if (!list || !list.length) return null;
+  return h("div", { class: "files", "data-test": "attachments" }, list.map((a) => (RASTER.has(a.mime) && a.width > 0 && a.height > 0 ? imageLink(h, a) : fileLink(h, a))));
+}
+
+function fileLink(h, a) {
+  return h("a", { href: url.file(a.id), download: a.name, class: "file", "data-test": "file-link", "data-file": a.id },
+    h("span", { class: "file-icon", "aria-hidden": "true" }, "📄"),
+    h("span", { class: "file-name" }, a.name), " ", h("span", { class: "muted" }, humanSize(a.size)));
+}
+
+/**
+ * imageLink shows an image's thumbnail in a box of the image's proportions
+ * (set before it loads) and opens the full file. Without a thumbnail it
+ * asks once more a little later (it may be in the making), then shows the
+ * image itself when it is small, else its file link.
+ */
+function imageLink(h, a) {
+  const scale = Math.min(1, THUMB_W / a.width, THUMB_H / a.height);
+  const w = Math.max(1, Math.round(a.width * scale));
+  const ht = Math.max(1, Math.round(a.height * scale));
+  let tries = 0;
+  const img = h("img", {
+    src: url.thumb(a.id), width: w, height: ht, alt: a.name, decoding: "async", "data-test": "thumb", "data-file": a.id,
+    on: {
+      error: () => {
+        tries++;
+        if (tries === 1 && a.size <= SMALL_IMAGE) {
+          img.dataset.fallback = "full";
+          img.src = url.file(a.id);
+        } else if (tries === 1) {
+          setTimeout(() => (img.src = url.thumb(a.id, 1)), 3000);
+        } else {
+          link.replaceWith(fileLink(h, a));
+        }
+      },
+    },
+  });
+  const link = h("a", { href: url.file(a.id), target: "_blank", rel: "noopener", class: "file-image", "data-test": "file-image", "data-file": a.id, title: a.name + " (" + humanSize(a.size) + ")" }, img);
+  return link;
 }
