@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -152,6 +153,35 @@ func TestBrowserFiles(t *testing.T) {
 		if s := pageSHA(ben, got.Link); s != "status 404" {
 			t.Errorf("ben's download after the recall: %s, want status 404", s)
 		}
+
+		// A file pasted into the box and one dropped on the timeline; the
+		// pasted one removed; the dropped one sent with no text.
+		devEval[bool](ana, `(() => {
+			const dt = new DataTransfer();
+			dt.items.add(new File(["pasted bytes"], "pasted.txt", {type: "text/plain"}));
+			document.querySelector("[data-test=composer]").dispatchEvent(new ClipboardEvent("paste", {clipboardData: dt, bubbles: true, cancelable: true}));
+			const dd = new DataTransfer();
+			dd.items.add(new File(["dropped bytes"], "dropped.txt", {type: "text/plain"}));
+			document.querySelector("[data-test=timeline]").dispatchEvent(new DragEvent("drop", {dataTransfer: dd, bubbles: true, cancelable: true}));
+			return true; })()`)
+		ana.waitJS("two chips, uploaded", `[...document.querySelectorAll("form.composer [data-test=chip][data-state=uploaded]")].map(c => c.querySelector("[data-test=chip-name]").textContent).sort().join() === "dropped.txt,pasted.txt"`)
+		ana.click("remove the pasted file", `[...document.querySelectorAll("form.composer [data-test=chip]")].find(c => c.textContent.includes("pasted.txt")).querySelector("[data-test=chip-remove]")`)
+		ana.waitJS("one chip left", `document.querySelectorAll("form.composer [data-test=chip]").length === 1`)
+		ana.do(chromedp.Click(`[data-test=send]`))
+		ben.waitJS("the file-only message", `[...document.querySelectorAll("[data-test=events] [data-test=msg] a[data-test=file-link]")].some(a => a.getAttribute("download") === "dropped.txt")`)
+		if n := devEval[int](ben, `[...document.querySelectorAll("[data-test=events] a[data-test=file-link]")].filter(a => a.getAttribute("download") === "pasted.txt").length`); n != 0 {
+			t.Errorf("the removed file was sent")
+		}
+		ana.waitJS("no outgoing row left", `document.querySelectorAll("[data-test=outgoing] [data-test=msg-out]").length === 0`)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got := metricLine(scrape(t, p.http), "parley_uploads_total{", `outcome="cancelled"`)
+			if strings.HasSuffix(got, " 1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%q: want the removed file's upload deleted", got)
+			}
+		}
 	})
 }
 
@@ -257,12 +287,17 @@ func TestBrowserFileResume(t *testing.T) {
 	m := scrape(t, p.http)
 	created := metricLine(m, "parley_uploads_total{", `outcome="created"`)
 	ready := metricLine(m, "parley_uploads_total{", `outcome="ready"`)
-	received := metricLine(m, "parley_upload_bytes_received_total")
+	received := ""
+	for _, l := range strings.Split(m, "\n") {
+		if strings.HasPrefix(l, "parley_upload_bytes_received_total ") {
+			received = l
+		}
+	}
 	t.Logf("HEAD offsets %v; %s; %s; %s", offs, created, ready, received)
 	if !strings.HasSuffix(created, " 1") || !strings.HasSuffix(ready, " 1") {
 		t.Errorf("uploads: %q, %q, want one created and one ready", created, ready)
 	}
-	if f := strings.Fields(received); len(f) != 2 || f[1] != strconv.Itoa(size) {
+	if f := strings.Fields(received); len(f) != 2 || f[1] != strconv.Itoa(size) && f[1] != strconv.FormatFloat(size, 'g', -1, 64) {
 		t.Errorf("%q: want each of the %d bytes received once", received, size)
 	}
 	if n := count(teamBodies(t, b.store(t)), "the big one"); n != 1 {
@@ -280,4 +315,47 @@ func TestBrowserFileResume(t *testing.T) {
 	ana.screenshot("refused")
 	ana.do(chromedp.Click(`form.composer [data-test=chip-remove]`))
 	ana.waitJS("the chip removed", `!document.querySelector("form.composer [data-test=chip]")`)
+}
+
+// TestBrowserOutboxUpgrade: a message left in the outbox of the previous
+// schema (IndexedDB version 1: one store, an item written before items had
+// a kind) survives the upgrade to the schema with files (version 2, a
+// store of Blobs) and is sent after sign-in, once.
+func TestBrowserOutboxUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	b := backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir}
+	p := chatServe(t, b)
+	browser := newBrowser(t)
+	ana := newDev(t, browser, "ana")
+	ben := newDev(t, browser, "ben")
+	ana.do(chromedp.Navigate(p.http + "/signin"))
+	ana.waitJS("the sign-in page", `!!document.querySelector("[data-test=login]")`)
+	if got := devEval[string](ana, `new Promise((done, fail) => {
+		const r = indexedDB.open("parley-ana", 1);
+		r.onupgradeneeded = () => r.result.createObjectStore("outbox", {keyPath: "cmid"}).createIndex("created", "created");
+		r.onerror = () => fail(r.error);
+		r.onsuccess = () => {
+			const t = r.result.transaction("outbox", "readwrite");
+			t.objectStore("outbox").put({cmid: "0b6c6a35-4a57-4f0e-9a51-5b0e4f3f2a11", conv: "c-team", body: "kept from version 1", created: Date.now(), state: "pending"});
+			t.oncomplete = () => { r.result.close(); done("ok"); };
+			t.onerror = () => fail(t.error);
+		};
+	})`); got != "ok" {
+		t.Fatalf("writing the old outbox: %s", got)
+	}
+	ben.signIn(p.http, "ben")
+	ben.open("c-team")
+	ana.signIn(p.http, "ana")
+	ana.open("c-team")
+	for _, d := range []*chatDev{ana, ben} {
+		d.waitOnce("kept from version 1")
+	}
+	stores := devEval[string](ana, `new Promise((done) => { const r = indexedDB.open("parley-ana");
+		r.onsuccess = () => { done(r.result.version + ":" + [...r.result.objectStoreNames].join(",")); r.result.close(); }; })`)
+	if stores != "2:blobs,outbox" {
+		t.Errorf("the outbox database after the upgrade: %s, want 2:blobs,outbox", stores)
+	}
+	if n := count(teamBodies(t, b.store(t)), "kept from version 1"); n != 1 {
+		t.Errorf("stored %d times, want once", n)
+	}
 }

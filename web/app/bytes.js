@@ -2,7 +2,7 @@
 // in a composer's chip, a message's file and an upload's refusal.
 
 /**
- * humanSize writes a byte count in decimal units: "812 B", "48.2 KB", "3.1 MB".
+ * humanSize writes a byte count in decimal units: "812 B", "48.2 KB", "312 MB".
  * @param {number} n
  * @returns {string}
  */
@@ -14,5 +14,5 @@ export function humanSize(n) {
     v /= 1000;
     i++;
   }
-  return (i === 0 ? String(v) : v.toFixed(v < 10 ? 1 : 0)) + " " + units[i];
+  return (i === 0 ? String(v) : v.toFixed(v < 100 ? 1 : 0)) + " " + units[i];
 }

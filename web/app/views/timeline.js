@@ -410,7 +410,7 @@ class TimelineView {
     let actions = [];
     switch (it.state) {
       case "pending":
-        state = h("span", { class: "state-sending", "data-test": "state" }, "sending…");
+        state = h("span", { class: "state-sending", "data-test": "state" }, (it.files || []).every((f) => f.file) ? "sending…" : "uploading…");
         break;
       case "sent":
         state = h("span", { "data-test": "state" }, "sent");
