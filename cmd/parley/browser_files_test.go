@@ -154,8 +154,9 @@ func TestBrowserFiles(t *testing.T) {
 			t.Errorf("ben's download after the recall: %s, want status 404", s)
 		}
 
-		// A file pasted into the box and one dropped on the timeline; the
-		// pasted one removed; the dropped one sent with no text.
+		// A file pasted into the box, one dropped on the timeline and one on
+		// the composer (attached once); the pasted one removed; the dropped
+		// ones sent with no text.
 		devEval[bool](ana, `(() => {
 			const dt = new DataTransfer();
 			dt.items.add(new File(["pasted bytes"], "pasted.txt", {type: "text/plain"}));
@@ -163,10 +164,13 @@ func TestBrowserFiles(t *testing.T) {
 			const dd = new DataTransfer();
 			dd.items.add(new File(["dropped bytes"], "dropped.txt", {type: "text/plain"}));
 			document.querySelector("[data-test=timeline]").dispatchEvent(new DragEvent("drop", {dataTransfer: dd, bubbles: true, cancelable: true}));
+			const dc = new DataTransfer();
+			dc.items.add(new File(["dropped on the composer"], "composer.txt", {type: "text/plain"}));
+			document.querySelector("[data-test=composer]").dispatchEvent(new DragEvent("drop", {dataTransfer: dc, bubbles: true, cancelable: true}));
 			return true; })()`)
-		ana.waitJS("two chips, uploaded", `[...document.querySelectorAll("form.composer [data-test=chip][data-state=uploaded]")].map(c => c.querySelector("[data-test=chip-name]").textContent).sort().join() === "dropped.txt,pasted.txt"`)
+		ana.waitJS("three chips, uploaded", `[...document.querySelectorAll("form.composer [data-test=chip][data-state=uploaded]")].map(c => c.querySelector("[data-test=chip-name]").textContent).sort().join() === "composer.txt,dropped.txt,pasted.txt"`)
 		ana.click("remove the pasted file", `[...document.querySelectorAll("form.composer [data-test=chip]")].find(c => c.textContent.includes("pasted.txt")).querySelector("[data-test=chip-remove]")`)
-		ana.waitJS("one chip left", `document.querySelectorAll("form.composer [data-test=chip]").length === 1`)
+		ana.waitJS("two chips left", `document.querySelectorAll("form.composer [data-test=chip]").length === 2`)
 		ana.do(chromedp.Click(`[data-test=send]`))
 		ben.waitJS("the file-only message", `[...document.querySelectorAll("[data-test=events] [data-test=msg] a[data-test=file-link]")].some(a => a.getAttribute("download") === "dropped.txt")`)
 		if n := devEval[int](ben, `[...document.querySelectorAll("[data-test=events] a[data-test=file-link]")].filter(a => a.getAttribute("download") === "pasted.txt").length`); n != 0 {

@@ -275,7 +275,7 @@ export class Uploader {
   async upload(it, f) {
     const blob = await this.outbox.blob(f.key);
     if (!blob) {
-      await this.setFile(it.cmid, f.key, { error: "“" + f.name + "” is no longer stored in this browser: attach it again." });
+      await setFile(this.outbox, it.cmid, f.key, { error: "“" + f.name + "” is no longer stored in this browser: attach it again." }, true);
       return;
     }
     let loc = f.upload;

@@ -194,7 +194,8 @@ export function dragOver(e, el) {
 /** drop attaches the dropped files. */
 export function drop(e, el, attach) {
   el.classList.remove("dropping");
-  if (!e.dataTransfer || !e.dataTransfer.files || !e.dataTransfer.files.length) return;
+  // The composer inside the timeline's screen took it already.
+  if (e.defaultPrevented || !e.dataTransfer || !e.dataTransfer.files || !e.dataTransfer.files.length) return;
   e.preventDefault();
   attach(e.dataTransfer.files);
 }
