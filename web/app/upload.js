@@ -262,7 +262,10 @@ export class Uploader {
         this.backoff.reset();
       } catch (e) {
         if (AUTH_ENDED.has(e.code)) return this.hooks.auth(e);
-        if (RETRYABLE.has(e.code) || e.code === "CURSOR_AHEAD") {
+        // Only the server refuses a file for good; anything else (a storage
+        // error of this browser) is tried again.
+        if (!(e instanceof ApiError) || RETRYABLE.has(e.code) || e.code === "CURSOR_AHEAD") {
+          if (!(e instanceof ApiError)) console.error("upload", e);
           this.timer = setTimeout(() => this.kick(), retryDelay(e, this.backoff.next()));
           return;
         }
