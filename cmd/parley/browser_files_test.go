@@ -177,6 +177,7 @@ func TestBrowserFiles(t *testing.T) {
 			t.Errorf("the removed file was sent")
 		}
 		ana.waitJS("no outgoing row left", `document.querySelectorAll("[data-test=outgoing] [data-test=msg-out]").length === 0`)
+		ben.waitJS("the list's preview of the files", `document.querySelector("[data-test=conv][data-conv='c-team'] .preview")?.textContent === "ana: 📎 2 files"`)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			got := metricLine(scrape(t, p.http), "parley_uploads_total{", `outcome="cancelled"`)
 			if strings.HasSuffix(got, " 1") {

@@ -1,5 +1,7 @@
-// bytes.js owns how the page writes a number of bytes for people, the same
-// in a composer's chip, a message's file and an upload's refusal.
+// bytes.js owns how the page writes files for people: a number of bytes,
+// the same in a composer's chip, a message's file and an upload's refusal,
+// and the line that stands for a message of files alone (the list's
+// preview, a notification).
 
 /**
  * humanSize writes a byte count in decimal units: "812 B", "48.2 KB", "312 MB".
@@ -15,4 +17,14 @@ export function humanSize(n) {
     i++;
   }
   return (i === 0 ? String(v) : v.toFixed(v < 100 ? 1 : 0)) + " " + units[i];
+}
+
+/**
+ * filesNote stands for a message's files where its text would be: "boat.png", "3 files".
+ * @param {Array<{name: string}>} [list] the event's attachments
+ * @returns {string} "" without files
+ */
+export function filesNote(list) {
+  if (!list || !list.length) return "";
+  return list.length === 1 ? "📎 " + list[0].name : "📎 " + list.length + " files";
 }

@@ -7,6 +7,7 @@
 // marks the open conversation. Users show by display name (names.js);
 // the list draws again when names arrive.
 
+import { filesNote } from "../bytes.js";
 import { nameOf, onNames } from "../names.js";
 
 /**
@@ -18,7 +19,7 @@ export function preview(ev) {
   if (!ev) return "";
   switch (ev.kind) {
     case "message":
-      return ev.recalled ? nameOf(ev.sender) + ": message recalled" : nameOf(ev.sender) + ": " + ev.body.slice(0, 200);
+      return ev.recalled ? nameOf(ev.sender) + ": message recalled" : nameOf(ev.sender) + ": " + (ev.body || filesNote(ev.attachments)).slice(0, 200);
     case "recall":
       return nameOf(ev.sender) + " recalled a message";
     case "edit":

@@ -6,6 +6,7 @@
 // conversation, titled as a mention. Clicking a notification
 // brings the page forward and opens its conversation.
 
+import { filesNote } from "../bytes.js";
 import { nameOf } from "../names.js";
 
 /**
@@ -43,7 +44,7 @@ export function notifyArrivals(client, open) {
     if (!(document.hidden || elsewhere) || typeof Notification === "undefined" || Notification.permission !== "granted") return;
     try {
       const title = mention ? nameOf(ev.sender) + " mentioned you in " + client.title(c) : client.title(c);
-      const n = new Notification(title, { body: nameOf(ev.sender) + ": " + ev.body, tag: "parley-" + c.conv });
+      const n = new Notification(title, { body: nameOf(ev.sender) + ": " + (ev.body || filesNote(ev.attachments)), tag: "parley-" + c.conv });
       n.onclick = () => {
         window.focus();
         open(c.conv);
