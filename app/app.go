@@ -79,6 +79,8 @@ type Store interface {
 	FileUsage(ctx context.Context, p parley.Principal) (parley.FileUsage, error)
 	StaleFiles(ctx context.Context, q parley.StaleFiles) ([]parley.File, error)
 	DeleteFile(ctx context.Context, id string, q parley.StaleFiles) (bool, error)
+	FilesExist(ctx context.Context, ids []string) (map[string]bool, error)
+	ReadyFiles(ctx context.Context, after string, limit int) ([]parley.File, error)
 }
 
 // Metrics is what the application layer counts; *metrics.Metrics
