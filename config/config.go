@@ -211,6 +211,7 @@ func DefaultRateLimits() map[string]Limit {
 		"search":     {Limit: 120, Window: time.Minute}, // each search reads the text index
 		"hooks":      {Limit: 120, Window: time.Minute}, // per address: one integration's pace
 		"download":   {Limit: 60, Window: time.Minute},
+		"files":      {Limit: 1200, Window: time.Minute}, // a conversation's images and thumbnails at once
 		"admin":      {Limit: 600, Window: time.Minute},
 	}
 }

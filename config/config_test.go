@@ -441,7 +441,7 @@ func TestDefault(t *testing.T) {
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
 		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -482,7 +482,7 @@ directory: friends
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
 		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {

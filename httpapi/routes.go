@@ -140,6 +140,11 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
 	rt.route("GET /api/search", user(ratelimit.BucketSearch), handleSearch(c))
 
+	// Files: the owner, or a reader whose periods hold a message that
+	// attaches the file (app.Service.OpenFile).
+	rt.route("GET /api/files/{id}", user(ratelimit.BucketFiles), handleFile(c))
+	rt.route("GET /api/files/{id}/thumb", user(ratelimit.BucketFiles), handleThumb(c))
+
 	rt.routeDerived(c)
 
 	// Operations (admin permission rule).
