@@ -59,6 +59,7 @@ type serveFlags struct {
 	exportLease  time.Duration
 	tokens       tokenFlags
 	retention    retentionFlags
+	collect      collectFlags // the file collector (collect.go)
 	stdout       io.Writer // where --demo says what it created
 	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
 	bus          string    // --bus (bus.go)
@@ -131,6 +132,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
 	f.retention.register(fs)
+	f.collect.register(fs)
 	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	fs.IntVar(&f.heapFloorMiB, "heap-floor", DefaultHeapFloorMiB, "MiB: while the live heap is smaller, the garbage collector waits for the heap to reach this size (fewer collections under load for at most this much memory; 0: the runtime's GOGC pacing alone)")
@@ -149,6 +151,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 		return err
 	}
 	if err := f.retention.check(); err != nil {
+		return err
+	}
+	if err := f.collect.check(); err != nil {
 		return err
 	}
 	if f.exportJobs < 0 {
@@ -217,6 +222,7 @@ type server struct {
 	hub      *gateway.Hub
 	keys     *keys
 	worker   *export.Worker
+	blobs    parley.BlobStore // the files' bytes (nil: no file routes, no collector)
 
 	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
@@ -253,6 +259,7 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 		}
 	}
 	registerSendMetrics(s.m, s.store)
+	s.f.collect.registerMetrics(s.m)
 	s.store = instrument(s.m, s.store)
 	if err := s.newHub(); err != nil {
 		return nil, err
@@ -486,7 +493,7 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 	hub := s.hub
 	uc := app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
-		Config: s.cfg.Current,
+		Config: s.cfg.Current, Blobs: s.blobs,
 	})
 	return httpapi.NewHandler(httpapi.Deps{
 		App:        uc,
@@ -510,7 +517,8 @@ func (s *server) exportLink(job, user string, exp time.Time) string {
 
 // startBackground starts the goroutines the server owns: the gateway, the
 // configuration watcher, the token sweeper, the retention worker, the
-// export workers and the build of the search indexes not built yet. stopBackground (or close) ends them and waits for them.
+// export workers, the build of the search indexes not built yet and the
+// file collector. stopBackground (or close) ends them and waits for them.
 func (s *server) startBackground() {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopBackground = func() {
@@ -538,6 +546,16 @@ func (s *server) startBackground() {
 		})
 	}
 	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
+	s.background.Go(func() { s.f.collect.run(ctx, s.collector(), s.log) })
+}
+
+// collector is the use cases the file collector runs (nil without a
+// blob store).
+func (s *server) collector() *app.Service {
+	if s.blobs == nil {
+		return nil
+	}
+	return app.New(app.Options{Store: s.store, Blobs: s.blobs, Config: s.cfg.Current, Log: s.log})
 }
 
 // run starts the background goroutines and serves api until the listener
