@@ -60,10 +60,10 @@ type serveFlags struct {
 	tokens       tokenFlags
 	retention    retentionFlags
 	collect      collectFlags // the file collector (collect.go)
-	stdout       io.Writer // where --demo says what it created
-	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
-	bus          string    // --bus (bus.go)
-	heapFloorMiB int       // --heap-floor (heapfloor.go)
+	stdout       io.Writer    // where --demo says what it created
+	adminAddr    string       // --admin-addr: /metrics and /debug/pprof (observe.go)
+	bus          string       // --bus (bus.go)
+	heapFloorMiB int          // --heap-floor (heapfloor.go)
 }
 
 // runServe is `parley serve`: parse, build, run, drain. Everything it
