@@ -139,11 +139,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(c))
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
 	rt.route("GET /api/search", user(ratelimit.BucketSearch), handleSearch(c))
-
-	// Files: the owner, or a reader whose periods hold a message that
-	// attaches the file (app.Service.OpenFile).
-	rt.route("GET /api/files/{id}", user(ratelimit.BucketFiles), handleFile(c))
-	rt.route("GET /api/files/{id}/thumb", user(ratelimit.BucketFiles), handleThumb(c))
+	rt.routeFiles(c)
 
 	rt.routeDerived(c)
 
@@ -195,6 +191,13 @@ func (rt router) routeDerived(c calls) {
 	rt.route("PUT /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, true))
 	rt.route("DELETE /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, false))
 	rt.route("GET /api/convs/{id}/messages/{seq}/versions", user(ratelimit.BucketRead), handleVersions(c))
+}
+
+// routeFiles mounts the downloads: the owner, or a reader whose periods
+// hold a message that attaches the file (app.Service.OpenFile).
+func (rt router) routeFiles(c calls) {
+	rt.route("GET /api/files/{id}", user(ratelimit.BucketFiles), handleFile(c))
+	rt.route("GET /api/files/{id}/thumb", user(ratelimit.BucketFiles), handleThumb(c))
 }
 
 // routeAccount mounts the routes of the account a person manages.
