@@ -149,7 +149,22 @@ func readRow(img image.Image, pal *[256][4]float32, y int, row []float32) {
 			r, g, bl := color.CMYKToRGB(p[0], p[1], p[2], p[3])
 			put(row, x, r, g, bl, 255)
 		}
-	default: // 16-bit and other models: slower, as correct
+	case *image.Gray16:
+		p := m.Pix[m.PixOffset(b.Min.X, y):]
+		for x := b.Min.X; x < b.Max.X; x, p = x+1, p[2:] {
+			put(row, x, p[0], p[0], p[0], 255) // the high byte
+		}
+	case *image.NRGBA64:
+		p := m.Pix[m.PixOffset(b.Min.X, y):]
+		for x := b.Min.X; x < b.Max.X; x, p = x+1, p[8:] {
+			putN(row, x, p[0], p[2], p[4], p[6])
+		}
+	case *image.RGBA64:
+		p := m.Pix[m.PixOffset(b.Min.X, y):]
+		for x := b.Min.X; x < b.Max.X; x, p = x+1, p[8:] {
+			put(row, x, p[0], p[2], p[4], p[6])
+		}
+	default: // other models (none of our decoders returns one): slower, as correct
 		for x := b.Min.X; x < b.Max.X; x++ {
 			r, g, bl, a := img.At(x, y).RGBA()
 			row[4*x], row[4*x+1], row[4*x+2], row[4*x+3] = float32(r)/257, float32(g)/257, float32(bl)/257, float32(a)/257
