@@ -112,9 +112,14 @@ func readRow(img image.Image, pal *[256][4]float32, y int, row []float32) {
 	}
 	switch m := img.(type) {
 	case *image.YCbCr:
+		yp := m.Y[m.YOffset(b.Min.X, y):]
+		c0, shift := m.COffset(b.Min.X, y), chromaShift(m.SubsampleRatio)
 		for x := b.Min.X; x < b.Max.X; x++ {
-			ci := m.COffset(x, y)
-			r, g, bl := color.YCbCrToRGB(m.Y[m.YOffset(x, y)], m.Cb[ci], m.Cr[ci])
+			ci := c0 + x>>shift - b.Min.X>>shift
+			if shift < 0 {
+				ci = m.COffset(x, y)
+			}
+			r, g, bl := color.YCbCrToRGB(yp[x-b.Min.X], m.Cb[ci], m.Cr[ci])
 			put(row, x, r, g, bl, 255)
 		}
 	case *image.NYCbCrA:
@@ -170,6 +175,21 @@ func readRow(img image.Image, pal *[256][4]float32, y int, row []float32) {
 			row[4*x], row[4*x+1], row[4*x+2], row[4*x+3] = float32(r)/257, float32(g)/257, float32(bl)/257, float32(a)/257
 		}
 	}
+}
+
+// chromaShift is how far a column (never negative: the image lies in its
+// canvas) is shifted right to find its chroma sample in a row of the
+// ratio, as COffset does; -1 for a ratio left to COffset.
+func chromaShift(r image.YCbCrSubsampleRatio) int {
+	switch r {
+	case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
+		return 0
+	case image.YCbCrSubsampleRatio422, image.YCbCrSubsampleRatio420:
+		return 1
+	case image.YCbCrSubsampleRatio411, image.YCbCrSubsampleRatio410:
+		return 2
+	}
+	return -1
 }
 
 // put writes a premultiplied pixel.
