@@ -152,7 +152,7 @@ func (j *Jobs) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range j.workers {
 		wg.Go(func() {
-			for {
+			for ctx.Err() == nil { // before the select: a stopped Run takes no more files
 				select {
 				case <-ctx.Done():
 					return
