@@ -135,6 +135,11 @@ func ValidBlobKey(key string) error {
 	return ValidBlobPrefix(key)
 }
 
+// ThumbKey is the blob key of the thumbnail of the file whose id is id:
+// the id with "-thumb" appended, so a file and its thumbnail sit side by
+// side in the blob store and a List by the id's prefix finds both.
+func ThumbKey(id string) string { return id + "-thumb" }
+
 // ValidBlobPrefix checks a List prefix: "" or the start of a valid key.
 func ValidBlobPrefix(prefix string) error {
 	if len(prefix) > MaxBlobKey {
