@@ -135,11 +135,6 @@ func ValidBlobKey(key string) error {
 	return ValidBlobPrefix(key)
 }
 
-// ThumbKey is the blob key of the thumbnail of the file whose id is id:
-// the id with "-thumb" appended, so a file and its thumbnail sit side by
-// side in the blob store and a List by the id's prefix finds both.
-func ThumbKey(id string) string { return id + "-thumb" }
-
 // ValidBlobPrefix checks a List prefix: "" or the start of a valid key.
 func ValidBlobPrefix(prefix string) error {
 	if len(prefix) > MaxBlobKey {
@@ -232,8 +227,10 @@ type FileMeta struct {
 }
 
 // ThumbKey is the blob key of file id's thumbnail (a small JPEG made
-// after upload). It belongs to the file: the collector deletes it with the
-// file's blob, and a thumbnail blob whose file has no row is an orphan.
+// after upload): the id with "-thumb" appended, so a file and its
+// thumbnail sit side by side and a List by the id's prefix finds both. It
+// belongs to the file: the collector deletes it with the file's blob, and
+// a thumbnail blob whose file has no row is an orphan.
 func ThumbKey(id string) string { return id + thumbSuffix }
 
 // thumbSuffix ends a thumbnail's blob key (ThumbKey).
