@@ -31,6 +31,7 @@ import (
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/upload"
 	"github.com/parleychat/parley/web"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +56,7 @@ type serveFlags struct {
 	logFormat    string
 	configPath   string
 	exportDir    string
+	files        fileFlags
 	exportJobs   int
 	exportLease  time.Duration
 	tokens       tokenFlags
@@ -103,6 +105,9 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (*s
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
+	if f.files.dir == "" {
+		f.files.dir = filepath.Join(f.dataDir, "files")
+	}
 	return f, nil
 }
 
@@ -127,6 +132,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
 	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; empty (SQLite only): DATA-DIR/exports")
+	f.files.register(fs)
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
@@ -164,6 +170,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
 	}
 	if err := requireSharedExportDir(fs, f.dsn()); err != nil {
+		return err
+	}
+	if err := f.files.check(fs, f.dsn()); err != nil {
 		return err
 	}
 	if f.sendBudget < 4096 {
@@ -217,6 +226,8 @@ type server struct {
 	hub      *gateway.Hub
 	keys     *keys
 	worker   *export.Worker
+	blobs    parley.BlobStore
+	uploads  *upload.Handler
 
 	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
@@ -260,7 +271,10 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 	if err := s.newExports(); err != nil {
 		return nil, err
 	}
-	return s.newAPI(site), nil
+	if s.blobs, err = s.f.files.openBlobs(ctx, getenv); err != nil {
+		return nil, err
+	}
+	return s.newAPI(site)
 }
 
 // onClose has close call fn, before what was built earlier is closed.
@@ -477,7 +491,7 @@ func (s *server) newExports() error {
 
 // newAPI makes the use cases (app) and the HTTP API on everything built
 // before them.
-func (s *server) newAPI(site *web.Site) http.Handler {
+func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 	download := &export.Download{
 		Store: s.store, Dir: s.f.exportDir, Log: s.log, Metrics: s.m,
 		Keys:    func() *export.Keyring { return s.keys.For(s.cfg.Current()) },
@@ -486,8 +500,17 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 	hub := s.hub
 	uc := app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
-		Config: s.cfg.Current,
+		Config: s.cfg.Current, Blobs: s.blobs,
 	})
+	uploads, err := upload.New(upload.Options{
+		Service: uc, Dir: s.f.files.stagingDir(), IdleTimeout: s.f.bodyTimeout, StoreTimeout: s.storeTimeout, Log: s.log,
+		MaxFileSize: func() int64 { return s.cfg.Current().MaxFileSize() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.uploads = uploads
+	registerUploadMetrics(s.m, uploads)
 	return httpapi.NewHandler(httpapi.Deps{
 		App:        uc,
 		ExportLink: s.exportLink,
@@ -496,7 +519,8 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 		Metrics: s.m, Draining: hub.Draining, SecureCookie: s.f.secureCookie, Origins: s.origins,
 		MetricsElsewhere: s.f.adminAddr != "",
 		Web:              site,
-	})
+		Uploads:          uploads,
+	}), nil
 }
 
 // exportLink signs a download link of job for user, valid until exp; ""
@@ -538,6 +562,7 @@ func (s *server) startBackground() {
 		})
 	}
 	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
+	s.background.Go(func() { s.uploads.Run(ctx, uploadSweepEvery) })
 }
 
 // run starts the background goroutines and serves api until the listener

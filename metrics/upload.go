@@ -1,0 +1,9 @@
+package metrics
+
+// Metric names of the uploads (package upload), read from its counters at
+// scrape time.
+const (
+	NameUploadsInProgress = "parley_uploads_in_progress"         // requests receiving upload bytes now
+	NameUploadBytes       = "parley_upload_bytes_received_total" // upload bytes received
+	NameUploads           = "parley_uploads_total"               // uploads by outcome
+)
