@@ -96,7 +96,7 @@ type Options struct {
 	// MaxFileSize is the policy's max_file_size, which OPTIONS announces
 	// (Tus-Max-Size); nil: parley.DefaultMaxFileSize.
 	MaxFileSize func() int64
-	Log    *slog.Logger
+	Log         *slog.Logger
 }
 
 // Handler serves the tus routes. Its methods are safe for concurrent use.
@@ -197,6 +197,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pw := &problemWriter{ResponseWriter: w, r: r, h: h}
 	defer pw.finish()
 	r = r.WithContext(context.WithValue(r.Context(), writerKey{}, pw))
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		// tusd reads the body of the request its middleware saw.
+		h.inProgress.Add(1)
+		defer h.inProgress.Add(-1)
+		r.Body = &countingBody{ReadCloser: r.Body, n: &h.received}
+	}
 	if r.Method == http.MethodOptions {
 		pw.Header().Set("Tus-Max-Size", strconv.FormatInt(h.o.MaxFileSize(), 10))
 	}
@@ -215,7 +221,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Content-Type") == "application/offset+octet-stream" && !h.lengthKnown(w, r) {
 			return
 		}
-		h.receive(w, r, h.tus.PostFile)
+		h.tus.PostFile(w, r)
 	case id != "" && (r.Method == http.MethodHead || r.Method == http.MethodPatch || r.Method == http.MethodDelete):
 		h.serveUpload(w, r, p, id)
 	default:
@@ -232,16 +238,6 @@ func (h *Handler) lengthKnown(w http.ResponseWriter, r *http.Request) bool {
 	}
 	h.fail(w, r, parley.Errorf(parley.CodeInvalidArgument, "an upload request with bytes must state their number (Content-Length)"), "upload")
 	return false
-}
-
-// receive runs a tusd method that reads the body, counting its bytes.
-func (h *Handler) receive(w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *http.Request)) {
-	if r.Body != nil && r.Body != http.NoBody {
-		h.inProgress.Add(1)
-		defer h.inProgress.Add(-1)
-		r.Body = &countingBody{ReadCloser: r.Body, n: &h.received}
-	}
-	serve(w, r)
 }
 
 type countingBody struct {
@@ -276,10 +272,15 @@ func (h *Handler) serveUpload(w http.ResponseWriter, r *http.Request, p parley.P
 	if f.State != parley.FileReady {
 		st, err := os.Stat(h.binPath(id))
 		if err == nil && st.Size() < f.Size {
+			// tusd reads the upload id from the path below its base.
+			r2 := *r
+			u := *r.URL
+			u.Path, u.RawPath = "/"+id, ""
+			r2.URL = &u
 			if r.Method == http.MethodHead {
-				h.tus.HeadFile(w, r)
+				h.tus.HeadFile(w, &r2)
 			} else if h.lengthKnown(w, r) {
-				h.receive(w, r, h.tus.PatchFile)
+				h.tus.PatchFile(w, &r2)
 			}
 			return
 		}
