@@ -66,6 +66,14 @@ func (s *Service) Upload(ctx context.Context, p parley.Principal, id string) (pa
 // there. Errors: NOT_FOUND (no such upload of p's, or its bytes are gone),
 // UNAVAILABLE (no blob store), internal.
 func (s *Service) FinishUpload(ctx context.Context, p parley.Principal, id, path string) (parley.File, error) {
+	return s.FinishUploadSum(ctx, p, id, path, "")
+}
+
+// FinishUploadSum is FinishUpload for a caller that hashed the bytes as it
+// staged them: sum, when not "", is their SHA-256 (lower-case hex) and is
+// recorded instead of reading every byte again. The size is still checked.
+// Bytes found in the blob store instead are measured there, sum or not.
+func (s *Service) FinishUploadSum(ctx context.Context, p parley.Principal, id, path, sum string) (parley.File, error) {
 	if s.blobs == nil {
 		return parley.File{}, errNoBlobs
 	}
@@ -73,10 +81,10 @@ func (s *Service) FinishUpload(ctx context.Context, p parley.Principal, id, path
 	if err != nil || f.State == parley.FileReady {
 		return f, err
 	}
-	meta, err := measureFile(path, f.Size)
+	meta, err := measureFile(path, f.Size, sum)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		meta, err = s.measureBlob(ctx, id, f.Size)
+		meta, err = s.measureBlob(ctx, id, f.Size, "")
 	case err == nil:
 		err = s.blobs.PutFile(ctx, id, path)
 	}
@@ -128,19 +136,19 @@ func (s *Service) CancelUpload(ctx context.Context, p parley.Principal, id strin
 	return nil
 }
 
-// measureFile measures the size bytes staged at path.
-func measureFile(path string, size int64) (parley.FileMeta, error) {
+// measureFile measures the size bytes staged at path (sum: see measure).
+func measureFile(path string, size int64, sum string) (parley.FileMeta, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return parley.FileMeta{}, err
 	}
 	defer f.Close()
-	return measure(f, size)
+	return measure(f, size, sum)
 }
 
 // measureBlob measures the blob of id, for a finish whose bytes were moved
 // in before it stopped. No blob is NOT_FOUND: the upload's bytes are gone.
-func (s *Service) measureBlob(ctx context.Context, id string, size int64) (parley.FileMeta, error) {
+func (s *Service) measureBlob(ctx context.Context, id string, size int64, sum string) (parley.FileMeta, error) {
 	r, _, err := s.blobs.Open(ctx, id)
 	if errors.Is(err, parley.ErrBlobNotFound) {
 		return parley.FileMeta{}, parley.ErrNoSuchFile()
@@ -149,16 +157,17 @@ func (s *Service) measureBlob(ctx context.Context, id string, size int64) (parle
 		return parley.FileMeta{}, err
 	}
 	defer r.Close()
-	return measure(r, size)
+	return measure(r, size, sum)
 }
 
 // Measure reads what a ready file's row records of its bytes: the MIME
 // type sniffed from the first 512 bytes (http.DetectContentType, without
 // parameters), the pixel size from an image's header only (PNG, JPEG, GIF,
 // WebP; 0 when the header does not decode), and the SHA-256 of all of
-// them, which must be exactly size bytes. Memory is a fixed buffer,
+// them, which must be exactly size bytes; a sum already known (not "") is
+// taken as it is, and only the size is checked. Memory is a fixed buffer,
 // whatever the size.
-func measure(r io.ReadSeeker, size int64) (parley.FileMeta, error) {
+func measure(r io.ReadSeeker, size int64, sum string) (parley.FileMeta, error) {
 	head := make([]byte, 512)
 	n, err := io.ReadFull(r, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -173,6 +182,17 @@ func measure(r io.ReadSeeker, size int64) (parley.FileMeta, error) {
 		if c, _, err := image.DecodeConfig(bufio.NewReader(r)); err == nil && c.Width > 0 && c.Height > 0 {
 			meta.Width, meta.Height = c.Width, c.Height
 		}
+	}
+	if sum != "" {
+		end, err := r.Seek(0, io.SeekEnd)
+		if err != nil {
+			return parley.FileMeta{}, fmt.Errorf("measure: %w", err)
+		}
+		if end != size {
+			return parley.FileMeta{}, fmt.Errorf("measure: %d bytes stored, %d declared", end, size)
+		}
+		meta.SHA256 = sum
+		return meta, nil
 	}
 	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return parley.FileMeta{}, fmt.Errorf("measure: %w", err)

@@ -7,10 +7,10 @@ import (
 	"github.com/tus/tusd/v2/pkg/handler"
 )
 
-// locker is tusd's handler.Locker in this process's memory: one request at
-// a time per upload. A request that wants a held lock asks the holder to
-// let go (tusd then ends the older PATCH, whose client has usually gone)
-// and waits for it. It does not lock across gateways: two gateways sharing
+// locker is a handler.Locker in this process's memory: one request at a
+// time per upload. A request that wants a held lock asks the holder to let
+// go (an older PATCH, whose client has usually gone, stops reading) and
+// waits for it. It does not lock across gateways: two gateways sharing
 // the staging directory rely on a client sending one request of an upload
 // at a time (every tus client does).
 type locker struct {

@@ -29,7 +29,7 @@ func (h *Handler) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if err != nil || !info.Mode().IsRegular() {
 			continue
 		}
-		id := strings.TrimSuffix(e.Name(), ".info")
+		id, _, _ := strings.Cut(e.Name(), ".") // ID, ID.info, ID.sha256(.tmp)
 		if info.ModTime().After(seen[id]) {
 			seen[id] = info.ModTime()
 		}

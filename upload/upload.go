@@ -60,7 +60,7 @@ import (
 // implements it.
 type Service interface {
 	CreateUpload(ctx context.Context, p parley.Principal, name string, size int64) (parley.File, error)
-	FinishUpload(ctx context.Context, p parley.Principal, id, path string) (parley.File, error)
+	FinishUploadSum(ctx context.Context, p parley.Principal, id, path, sum string) (parley.File, error)
 	Upload(ctx context.Context, p parley.Principal, id string) (parley.File, error)
 	CancelUpload(ctx context.Context, p parley.Principal, id string) error
 	Explain(err error, op, requestID string) app.Failure
@@ -103,7 +103,7 @@ type Options struct {
 type Handler struct {
 	o     Options
 	tus   *handler.UnroutedHandler
-	files filestore.FileStore
+	files stagingStore
 	locks *locker
 	serve http.Handler
 
@@ -150,12 +150,16 @@ func New(o Options) (*Handler, error) {
 		return nil, fmt.Errorf("upload: %w", err)
 	}
 	h := &Handler{o: o, locks: newLocker()}
-	h.files = filestore.New(o.Dir)
-	h.files.DirModePerm, h.files.FileModePerm = 0o700, 0o600
+	files := filestore.New(o.Dir)
+	files.DirModePerm, files.FileModePerm = 0o700, 0o600
+	h.files = stagingStore{files}
 	composer := handler.NewStoreComposer()
 	composer.UseCore(h.files)
 	composer.UseTerminater(h.files) // advertises termination; DELETE is ours (cancel)
-	composer.UseLocker(h.locks)
+	// No locker for tusd: its way of interrupting the request that holds
+	// an upload's lock races with its own body reader (a data race in
+	// tusd 2.9.1). serveUpload takes our lock around each of tusd's calls
+	// and interrupts a holder by its read deadline.
 	tus, err := handler.NewUnroutedHandler(handler.Config{
 		StoreComposer:             composer,
 		BasePath:                  BasePath + "/",
@@ -277,9 +281,22 @@ func (h *Handler) serveUpload(w http.ResponseWriter, r *http.Request, p parley.P
 			u := *r.URL
 			u.Path, u.RawPath = "/"+id, ""
 			r2.URL = &u
+			if r.Method == http.MethodPatch && !h.lengthKnown(w, r) {
+				return
+			}
+			// A request still holding the upload (a PATCH whose client
+			// went away unnoticed) is told to stop reading: it keeps what
+			// arrived and lets go.
+			rc := http.NewResponseController(w)
+			unlock, err := h.lock(r.Context(), id, func() { rc.SetReadDeadline(time.Now()) })
+			if err != nil {
+				h.fail(w, r, err, "upload")
+				return
+			}
+			defer unlock()
 			if r.Method == http.MethodHead {
 				h.tus.HeadFile(w, &r2)
-			} else if h.lengthKnown(w, r) {
+			} else {
 				h.tus.PatchFile(w, &r2)
 			}
 			return
@@ -327,7 +344,7 @@ func fileJSON(f parley.File) []byte {
 // cancel terminates p's upload id: its row (app.CancelUpload), then its
 // staged bytes.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, p parley.Principal, id string) {
-	unlock, err := h.lock(r.Context(), id)
+	unlock, err := h.lock(r.Context(), id, nil)
 	if err != nil {
 		h.fail(w, r, err, "cancel upload")
 		return
@@ -344,10 +361,9 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, p parley.Princi
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// finishLocked finishes upload id under its lock (a request that holds
-// it is asked to let go, as tusd does for a new PATCH).
+// finishLocked finishes upload id under its lock.
 func (h *Handler) finishLocked(ctx context.Context, p parley.Principal, id string, size int64) (parley.File, error) {
-	unlock, err := h.lock(ctx, id)
+	unlock, err := h.lock(ctx, id, nil)
 	if err != nil {
 		return parley.File{}, err
 	}
@@ -362,7 +378,14 @@ func (h *Handler) finish(ctx context.Context, p parley.Principal, id string, siz
 	// bound grows with the size (at least 8 MiB/s).
 	ctx, cancel := context.WithTimeout(ctx, h.o.StoreTimeout()+time.Duration(size/(8<<20))*time.Second)
 	defer cancel()
-	f, err := h.o.Service.FinishUpload(ctx, p, id, h.binPath(id))
+	// The hash kept while staging; none when the bytes were already moved
+	// into the blob store (they are measured there).
+	sum, err := stagedSum(h.binPath(id), size)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.outcomes[outFailed].Add(1)
+		return parley.File{}, err
+	}
+	f, err := h.o.Service.FinishUploadSum(ctx, p, id, h.binPath(id), sum)
 	if err != nil {
 		h.outcomes[outFailed].Add(1)
 		return f, err
@@ -372,11 +395,13 @@ func (h *Handler) finish(ctx context.Context, p parley.Principal, id string, siz
 	return f, nil
 }
 
-func (h *Handler) lock(ctx context.Context, id string) (func(), error) {
+// lock takes upload id's lock, asking a holder to let go; a later
+// request calls interrupt to ask this one (nil: it is not asked).
+func (h *Handler) lock(ctx context.Context, id string, interrupt func()) (func(), error) {
 	l, _ := h.locks.NewLock(id)
 	ctx, cancel := context.WithTimeout(ctx, h.o.StoreTimeout())
 	defer cancel()
-	if err := l.Lock(ctx, func() {}); err != nil {
+	if err := l.Lock(ctx, interrupt); err != nil {
 		return nil, parley.Errorf(parley.CodeUnavailable, "the upload is busy with another request; retry")
 	}
 	return func() { l.Unlock() }, nil
@@ -389,7 +414,7 @@ func (h *Handler) infoPath(id string) string { return filepath.Join(h.o.Dir, id+
 // removeStaged removes what is staged of upload id (a missing file is
 // fine: a finish moved the bytes away).
 func (h *Handler) removeStaged(id string) {
-	for _, p := range []string{h.binPath(id), h.infoPath(id)} {
+	for _, p := range []string{h.binPath(id), h.infoPath(id), hashPath(h.binPath(id)), hashPath(h.binPath(id)) + ".tmp"} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.o.Log.Warn("upload: staged file not removed; the sweep will", "file", id, "err", err)
 		}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding"
 	"fmt"
 	"image"
 	"image/color"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/fault"
+	"github.com/parleychat/parley/sqlite"
 	"github.com/parleychat/parley/upload"
 )
 
@@ -213,42 +216,40 @@ func lie(t *testing.T, e *env, token, path string, n, total int) {
 	}
 }
 
-// TestUploadResumeAfterCut: a PATCH cut at half (the connection dropped)
-// keeps what arrived; HEAD says where, and the rest completes the file.
+// TestUploadResumeAfterCut: a PATCH cut at half keeps what arrived, and
+// the rest completes the file from the offset HEAD gives. The cut is a
+// dropped connection, or one left open and silent (a reloaded page): the
+// HEAD makes the old PATCH stop reading at once, not after the idle bound.
 func TestUploadResumeAfterCut(t *testing.T) {
 	backends(t, func(t *testing.T, open func(t *testing.T) parley.Store) {
 		e := newEnv(t, open(t), envOptions{})
 		ana := e.user("ana")
-		data := randomBytes(2<<20, 7)
-		path := e.create(ana, "big.bin", int64(len(data)))
-		conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(conn, "PATCH %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: %d\r\n\r\n", path, ana, len(data))
-		conn.Write(data[:len(data)/2])
-		conn.Close()
-		var off int64
-		eventually(t, "the cut PATCH to end", func() bool {
-			off = e.do("HEAD", path, ana, nil).want(http.StatusOK).offset()
-			return off == int64(len(data)/2)
-		})
-		f := e.patch(ana, path, off, data[off:]).want(http.StatusOK).file()
-		if f.SHA256 != sum(data) || !bytes.Equal(e.blob(f.ID), data) {
-			t.Fatalf("resumed file %+v does not match the bytes sent", f)
+		for _, closed := range []bool{true, false} {
+			data := randomBytes(2<<20, 7)
+			path := e.create(ana, "big.bin", int64(len(data)))
+			conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "PATCH %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: %d\r\n\r\n", path, ana, len(data))
+			conn.Write(data[:len(data)/2])
+			if closed {
+				conn.Close()
+			} else {
+				defer conn.Close()
+			}
+			time.Sleep(200 * time.Millisecond)
+			start := time.Now()
+			off := e.do("HEAD", path, ana, nil).want(http.StatusOK).offset()
+			if off <= 0 || off > int64(len(data)/2) || time.Since(start) > 5*time.Second {
+				t.Fatalf("closed %v: HEAD offset %d after %v; want 1..%d at once", closed, off, time.Since(start), len(data)/2)
+			}
+			f := e.patch(ana, path, off, data[off:]).want(http.StatusOK).file()
+			if f.SHA256 != sum(data) || !bytes.Equal(e.blob(f.ID), data) {
+				t.Fatalf("closed %v: resumed file %+v does not match the bytes sent", closed, f)
+			}
 		}
 	})
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestUploadIdleBound: a PATCH longer than the body timeout goes on while
@@ -360,12 +361,60 @@ func TestSweep(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("sweep: %d, %v; want 1", n, err)
 		}
-		if s := e.staged(); len(s) != 2 || !strings.HasPrefix(s[0], strings.TrimPrefix(live, upload.BasePath+"/")) {
-			t.Fatalf("staged after the sweep: %v; want the live upload's two files", s)
+		for _, name := range e.staged() {
+			if !strings.HasPrefix(name, strings.TrimPrefix(live, upload.BasePath+"/")) {
+				t.Fatalf("staged after the sweep: %v; want the live upload's files only", e.staged())
+			}
 		}
 		if n, _ := e.h.Sweep(context.Background(), time.Now().Add(upload.DefaultExpiry+time.Minute)); n != 1 || len(e.staged()) != 0 {
 			t.Fatalf("sweep past the expiry removed %d, left %v", n, e.staged())
 		}
 		e.do("HEAD", live, ana, nil).want(http.StatusNotFound)
 	})
+}
+
+// TestHashStateRecovers: the SHA-256 kept while staging is right however
+// its saved state was left between two PATCHes (lost, behind the bytes
+// after a crash between the write and the save, ahead of them, garbage):
+// a state it cannot trust is rebuilt from the staged bytes.
+func TestHashStateRecovers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		state func(path string) error
+	}{
+		{"kept", func(string) error { return nil }},
+		{"lost", func(p string) error { return os.Remove(p) }},
+		{"behind", func(p string) error { // as if the process died before saving: the state of 0 bytes
+			empty, _ := sha256.New().(encoding.BinaryMarshaler).MarshalBinary()
+			return os.WriteFile(p, append([]byte("0\n"), empty...), 0o600)
+		}},
+		{"ahead", func(p string) error {
+			b, _ := os.ReadFile(p)
+			_, state, _ := strings.Cut(string(b), "\n")
+			return os.WriteFile(p, []byte("999999\n"+state), 0o600)
+		}},
+		{"garbage", func(p string) error { return os.WriteFile(p, []byte("12\nnot a state"), 0o600) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			e := newEnv(t, s, envOptions{})
+			ana := e.user("ana")
+			data := randomBytes(5000, 11)
+			path := e.create(ana, "h.bin", int64(len(data)))
+			e.patch(ana, path, 0, data[:1000]).want(http.StatusNoContent)
+			id := strings.TrimPrefix(path, upload.BasePath+"/")
+			if err := tc.state(filepath.Join(e.staging, id+".sha256")); err != nil {
+				t.Fatal(err)
+			}
+			if f := e.patch(ana, path, 1000, data[1000:]).want(http.StatusOK).file(); f.SHA256 != sum(data) {
+				t.Fatalf("sha256 %s, want %s", f.SHA256, sum(data))
+			}
+		})
+	}
 }
