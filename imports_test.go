@@ -77,6 +77,7 @@ func TestLayers(t *testing.T) {
 		// The thumbnail jobs see a parley.BlobStore, never which one.
 		"thumb": {"blobdir", "s3", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 		// The stores see a parley.Sealer, never the key file.
+		"upload":    {"gateway", "httpapi", "middleware", "web", "sqlite", "postgres", "blobdir", "s3", "cmd/parley"},
 		"secretkey": {"sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 	}
 	for dir, banned := range forbidden {

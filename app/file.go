@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -78,12 +79,19 @@ func (s *Service) OpenFile(ctx context.Context, p parley.Principal, id string) (
 // made yet, or refused) is NOT_FOUND: the client shows an icon instead.
 // Errors as OpenFile's.
 func (s *Service) OpenThumb(ctx context.Context, p parley.Principal, id string) (io.ReadSeekCloser, parley.Blob, error) {
-	if _, err := s.readable(ctx, p, id); err != nil {
+	f, err := s.readable(ctx, p, id)
+	if err != nil {
 		return nil, parley.Blob{}, err
 	}
 	r, b, err := s.blobs.Open(ctx, parley.ThumbKey(id))
 	switch {
 	case errors.Is(err, parley.ErrBlobNotFound):
+		// Asked for and missing: have it made (a job dropped from a full
+		// queue, a server stopped before it ran). The jobs skip what is
+		// not an image, so asking again costs little.
+		if s.fileReady != nil && strings.HasPrefix(f.MIME, "image/") {
+			s.fileReady(f)
+		}
 		return nil, parley.Blob{}, parley.Errorf(parley.CodeNotFound, "file %s has no thumbnail", id)
 	case err != nil:
 		return nil, parley.Blob{}, fmt.Errorf("open thumbnail of %s: %v", id, err)

@@ -31,6 +31,8 @@ import (
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/thumb"
+	"github.com/parleychat/parley/upload"
 	"github.com/parleychat/parley/web"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +57,7 @@ type serveFlags struct {
 	logFormat    string
 	configPath   string
 	exportDir    string
+	files        fileFlags
 	exportJobs   int
 	exportLease  time.Duration
 	tokens       tokenFlags
@@ -104,6 +107,9 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (*s
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
+	if f.files.dir == "" {
+		f.files.dir = filepath.Join(f.dataDir, "files")
+	}
 	return f, nil
 }
 
@@ -128,6 +134,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
 	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; empty (SQLite only): DATA-DIR/exports")
+	f.files.register(fs)
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
@@ -169,6 +176,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
 	}
 	if err := requireSharedExportDir(fs, f.dsn()); err != nil {
+		return err
+	}
+	if err := f.files.check(fs, f.dsn()); err != nil {
 		return err
 	}
 	if f.sendBudget < 4096 {
@@ -223,6 +233,8 @@ type server struct {
 	keys     *keys
 	worker   *export.Worker
 	blobs    parley.BlobStore // the files' bytes (nil: no file routes, no collector)
+	uploads  *upload.Handler
+	thumbs   *thumb.Jobs // nil without a blob store
 
 	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
@@ -267,7 +279,11 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 	if err := s.newExports(); err != nil {
 		return nil, err
 	}
-	return s.newAPI(site), nil
+	if s.blobs, err = s.f.files.openBlobs(ctx, getenv); err != nil {
+		return nil, err
+	}
+	s.thumbs = newThumbs(s.blobs, s.log, s.m)
+	return s.newAPI(site)
 }
 
 // onClose has close call fn, before what was built earlier is closed.
@@ -484,7 +500,7 @@ func (s *server) newExports() error {
 
 // newAPI makes the use cases (app) and the HTTP API on everything built
 // before them.
-func (s *server) newAPI(site *web.Site) http.Handler {
+func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 	download := &export.Download{
 		Store: s.store, Dir: s.f.exportDir, Log: s.log, Metrics: s.m,
 		Keys:    func() *export.Keyring { return s.keys.For(s.cfg.Current()) },
@@ -493,8 +509,17 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 	hub := s.hub
 	uc := app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
-		Config: s.cfg.Current, Blobs: s.blobs,
+		Config: s.cfg.Current, Blobs: s.blobs, OnFileReady: s.thumbnail,
 	})
+	uploads, err := upload.New(upload.Options{
+		Service: uc, Dir: s.f.files.stagingDir(), IdleTimeout: s.f.bodyTimeout, StoreTimeout: s.storeTimeout, Log: s.log,
+		MaxFileSize: func() int64 { return s.cfg.Current().MaxFileSize() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.uploads = uploads
+	registerUploadMetrics(s.m, uploads)
 	return httpapi.NewHandler(httpapi.Deps{
 		App:        uc,
 		ExportLink: s.exportLink,
@@ -503,7 +528,8 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 		Metrics: s.m, Draining: hub.Draining, SecureCookie: s.f.secureCookie, Origins: s.origins,
 		MetricsElsewhere: s.f.adminAddr != "",
 		Web:              site,
-	})
+		Uploads:          uploads,
+	}), nil
 }
 
 // exportLink signs a download link of job for user, valid until exp; ""
@@ -546,7 +572,25 @@ func (s *server) startBackground() {
 		})
 	}
 	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
+	s.background.Go(func() { s.uploads.Run(ctx, uploadSweepEvery) })
 	s.background.Go(func() { s.f.collect.run(ctx, s.collector(), s.log) })
+	if s.thumbs != nil {
+		s.background.Go(func() {
+			if err := s.thumbs.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("thumbnail jobs stopped", "err", err)
+			}
+		})
+	}
+}
+
+// thumbnail asks for the thumbnail of a file that became ready, or whose
+// thumbnail was asked for and is missing (a job dropped from a full queue,
+// a server stopped before it ran): the jobs make it once, in the
+// background.
+func (s *server) thumbnail(f parley.File) {
+	if s.thumbs != nil {
+		s.thumbs.Enqueue(f)
+	}
 }
 
 // collector is the use cases the file collector runs (nil without a
