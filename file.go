@@ -226,6 +226,28 @@ type FileMeta struct {
 	Height int
 }
 
+// ThumbKey is the blob key of file id's thumbnail (a small JPEG made
+// after upload): the id with "-thumb" appended, so a file and its
+// thumbnail sit side by side and a List by the id's prefix finds both. It
+// belongs to the file: the collector deletes it with the file's blob, and
+// a thumbnail blob whose file has no row is an orphan.
+func ThumbKey(id string) string { return id + thumbSuffix }
+
+// thumbSuffix ends a thumbnail's blob key (ThumbKey).
+const thumbSuffix = "-thumb"
+
+// BlobFileID is the file id a blob key belongs to: the key itself, or the
+// file of a thumbnail (ThumbKey).
+func BlobFileID(key string) string {
+	id, _ := strings.CutSuffix(key, thumbSuffix)
+	return id
+}
+
+// MaxFilesPage bounds the ids of one FilesExist and the rows of one
+// ReadyFiles or StaleFiles: the collector works in batches of at most
+// this many, so its memory does not grow with the number of files.
+const MaxFilesPage = 1000
+
 // StaleFiles is the collector's question (Store.StaleFiles): uploads not
 // finished, created before UploadingBefore, and ready files no message
 // links, created before UnlinkedBefore; at most Limit of them.

@@ -74,7 +74,10 @@ func TestLayers(t *testing.T) {
 		"blobdir":  {"s3", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 		"s3":       {"blobdir", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 		"blobtest": {"blobdir", "s3", "sqlite", "postgres", "app", "gateway", "httpapi", "cmd/parley"},
+		// The thumbnail jobs see a parley.BlobStore, never which one.
+		"thumb": {"blobdir", "s3", "sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 		// The stores see a parley.Sealer, never the key file.
+		"upload":    {"gateway", "httpapi", "middleware", "web", "sqlite", "postgres", "blobdir", "s3", "cmd/parley"},
 		"secretkey": {"sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
 	}
 	for dir, banned := range forbidden {

@@ -312,6 +312,22 @@ type Store interface {
 	// caller deletes the blob after. Errors: INVALID_ARGUMENT.
 	DeleteFile(ctx context.Context, id string, q StaleFiles) (deleted bool, err error)
 
+	// FilesExist reports which of ids have a file row, in any state (the
+	// map holds true for those, and nothing for the others): the
+	// collector's reconciliation asks it of each batch of blobs it walks,
+	// and a blob whose file has no row is an orphan. Check order: 1 to
+	// MaxFilesPage ids, each CheckFileID (INVALID_ARGUMENT).
+	FilesExist(ctx context.Context, ids []string) (map[string]bool, error)
+
+	// ReadyFiles lists ready files whose id comes after after ("" for the
+	// first page) in the store's order of ids, in that order, at most
+	// limit (1..MaxFilesPage): the collector walks every ready file with
+	// it, page by page, to find the ones whose blob is lost. A file
+	// finished or deleted during the walk may or may not be listed; every
+	// other ready file is listed exactly once. Errors: INVALID_ARGUMENT
+	// (limit; an after that is neither "" nor a valid file id).
+	ReadyFiles(ctx context.Context, after string, limit int) ([]File, error)
+
 	// Convs returns one page of the conversations the caller has a period
 	// in, latest activity first: a member's activity is the
 	// time of the conversation's latest event, a former member's the time

@@ -79,6 +79,8 @@ type Store interface {
 	FileUsage(ctx context.Context, p parley.Principal) (parley.FileUsage, error)
 	StaleFiles(ctx context.Context, q parley.StaleFiles) ([]parley.File, error)
 	DeleteFile(ctx context.Context, id string, q parley.StaleFiles) (bool, error)
+	FilesExist(ctx context.Context, ids []string) (map[string]bool, error)
+	ReadyFiles(ctx context.Context, after string, limit int) ([]parley.File, error)
 }
 
 // Metrics is what the application layer counts; *metrics.Metrics
@@ -123,28 +125,34 @@ type Options struct {
 	Config func() *config.Config
 	// Blobs holds the bytes of uploaded files (blobdir.Dir, s3.Store);
 	// nil: the file use cases answer UNAVAILABLE.
-	Blobs   parley.BlobStore
-	Metrics Metrics
-	Log     *slog.Logger
+	Blobs parley.BlobStore
+	// OnFileReady is called after an upload became ready (its row
+	// committed), with the file, and again when an image's thumbnail is
+	// asked for and missing; it must not block (the thumbnail jobs
+	// enqueue it). Nil: nothing is called.
+	OnFileReady func(parley.File)
+	Metrics     Metrics
+	Log         *slog.Logger
 }
 
 // Service runs Parley's use cases. It holds no state of its own: many
 // requests may call one Service at once.
 type Service struct {
-	store   Store
-	publish func(parley.Notice)
-	revoke  Revoker
-	kick    func()
-	config  func() *config.Config
-	blobs   parley.BlobStore
-	metrics Metrics
-	log     *slog.Logger
+	store     Store
+	publish   func(parley.Notice)
+	revoke    Revoker
+	kick      func()
+	config    func() *config.Config
+	blobs     parley.BlobStore
+	fileReady func(parley.File)
+	metrics   Metrics
+	log       *slog.Logger
 }
 
 // New returns a Service over o.Store.
 func New(o Options) *Service {
 	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, config: o.Config, blobs: o.Blobs,
-		metrics: o.Metrics, log: o.Log}
+		fileReady: o.OnFileReady, metrics: o.Metrics, log: o.Log}
 	if s.publish == nil {
 		s.publish = func(parley.Notice) {}
 	}

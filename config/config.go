@@ -27,6 +27,8 @@
 //	edit window           refusing edits, or allowing   missing or malformed: none (edits allowed)
 //	@all limit            a noisy @all                  malformed: 50; negative clamps to 0 (@all off)
 //	directory             showing users to strangers    missing: all; unknown: shared
+//	max_file_size         refusing files, or huge ones  malformed or < 1: 100 MiB
+//	file_quota            refusing files, or a full disk malformed or < 1: 10 GiB
 //
 // So Parse fails only when the file is not a YAML mapping (a syntax error,
 // duplicate keys, an empty file, a list at the top): a reloading server then
@@ -80,6 +82,8 @@ const (
 	DefaultRedisTimeout    = 200 * time.Millisecond
 	DefaultIdentityTimeout = 2 * time.Second
 	DefaultMentionAllMax   = 50
+	DefaultMaxFileSize     = 100 << 20 // bytes of one uploaded file (parley.DefaultMaxFileSize)
+	DefaultFileQuota       = 10 << 30  // bytes of one user's files (parley.DefaultFileQuota)
 )
 
 // The directory policies: who GET /api/users lists to a caller.
@@ -133,6 +137,8 @@ type Config struct {
 	mentionAllMax int           // >= 0; 0: @all mentions nobody
 	directory     string        // DirectoryAll or DirectoryShared
 
+	maxFileSize, fileQuota int64 // bytes, > 0
+
 	warnings int // how many values Parse resolved to their safe side
 }
 
@@ -166,6 +172,8 @@ func Default() *Config {
 		identityTimeout: DefaultIdentityTimeout,
 		mentionAllMax:   DefaultMentionAllMax,
 		directory:       DirectoryAll,
+		maxFileSize:     DefaultMaxFileSize,
+		fileQuota:       DefaultFileQuota,
 	}
 	for name, m := range defaultModes {
 		c.features[name] = feature{mode: m}
@@ -211,6 +219,8 @@ func DefaultRateLimits() map[string]Limit {
 		"search":     {Limit: 120, Window: time.Minute}, // each search reads the text index
 		"hooks":      {Limit: 120, Window: time.Minute}, // per address: one integration's pace
 		"download":   {Limit: 60, Window: time.Minute},
+		"files":      {Limit: 1200, Window: time.Minute}, // a conversation's images and thumbnails at once
+		"upload":     {Limit: 600, Window: time.Minute}, // tus requests: a create, then HEADs and PATCHes of chunks
 		"admin":      {Limit: 600, Window: time.Minute},
 	}
 }
@@ -356,6 +366,13 @@ func (c *Config) Directory() string { return c.directory }
 // a conversation with the caller.
 func (c *Config) DirectoryShared() bool { return c.directory == DirectoryShared }
 
+// MaxFileSize is the largest file an upload may declare, in bytes (> 0).
+func (c *Config) MaxFileSize() int64 { return c.maxFileSize }
+
+// FileQuota is how many bytes one user's files (uploading and ready) may
+// take together (> 0).
+func (c *Config) FileQuota() int64 { return c.fileQuota }
+
 // Effective returns the configuration in force as plain JSON-able values
 // (maps, slices, strings, numbers, booleans, nil), every key of the file
 // schema with its resolved value, for the admin API. Durations are Go
@@ -423,6 +440,8 @@ func (c *Config) Effective() map[string]any {
 		"edit_window":     c.editWindow.String(),
 		"mention_all_max": c.mentionAllMax,
 		"directory":       c.directory,
+		"max_file_size":   c.maxFileSize,
+		"file_quota":      c.fileQuota,
 	}
 }
 

@@ -86,6 +86,8 @@ func exportsAllowed(c *config.Config) any { return c.Allowed("exports", mondayNo
 func editWindow(c *config.Config) any     { return c.EditWindow() }
 func allMax(c *config.Config) any         { return c.MentionAllMax() }
 func directory(c *config.Config) any      { return c.Directory() }
+func maxFileSize(c *config.Config) any    { return c.MaxFileSize() }
+func fileQuota(c *config.Config) any      { return c.FileQuota() }
 
 // failSafeRows are the resolution rules of the file schema, one per row:
 // parsing yaml gives want from get, and a warning naming the key path warn
@@ -296,6 +298,18 @@ var failSafeRows = []struct {
 	{"directory case-insensitive", `directory: ALL`, directory, "all", ""},
 	{"directory unknown is shared", `directory: everyone`, directory, "shared", "directory"},
 	{"directory not text is shared", `directory: {all: true}`, directory, "shared", "directory"},
+	// file limits
+	{"max_file_size missing is 100 MiB", `{}`, maxFileSize, int64(100 << 20), ""},
+	{"max_file_size bytes", `max_file_size: 1000`, maxFileSize, int64(1000), ""},
+	{"max_file_size with a unit", `max_file_size: 5MiB`, maxFileSize, int64(5 << 20), ""},
+	{"max_file_size unit spaced, any case", `max_file_size: "2 gib"`, maxFileSize, int64(2 << 30), ""},
+	{"max_file_size zero is the default", `max_file_size: 0`, maxFileSize, int64(100 << 20), "max_file_size"},
+	{"max_file_size negative is the default", `max_file_size: -5`, maxFileSize, int64(100 << 20), "max_file_size"},
+	{"max_file_size unknown unit is the default", `max_file_size: 5MB`, maxFileSize, int64(100 << 20), "max_file_size"},
+	{"max_file_size overflow is the default", `max_file_size: 99999999TiB`, maxFileSize, int64(100 << 20), "max_file_size"},
+	{"file_quota missing is 10 GiB", `{}`, fileQuota, int64(10 << 30), ""},
+	{"file_quota set", `file_quota: 1GiB`, fileQuota, int64(1 << 30), ""},
+	{"file_quota malformed is the default", `file_quota: [1]`, fileQuota, int64(10 << 30), "file_quota"},
 	{"unknown timeouts key", "timeouts: {db: 1s}", storeTimeout, 10 * time.Second, "timeouts.db"},
 	{"unknown feature key", "access: {exports: {mod: CLOSED}}", mode("exports"), config.ModeOpen, "access.exports.mod"},
 }
@@ -413,6 +427,8 @@ func TestExampleFile(t *testing.T) {
 		{"edit_window", c.EditWindow(), 15 * time.Minute},
 		{"mention_all_max", c.MentionAllMax(), 50},
 		{"directory", c.Directory(), "all"},
+		{"max_file_size", c.MaxFileSize(), int64(100 << 20)},
+		{"file_quota", c.FileQuota(), int64(10 << 30)},
 	} {
 		if !reflect.DeepEqual(tc.got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
@@ -439,9 +455,9 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default().Effective() = %s, want %s", got, want)
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
-		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
+		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"file_quota":10737418240,"max_file_size":104857600,"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
 		`"rate_limit_store":{"redis":""},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -480,9 +496,9 @@ directory: friends
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"file_quota":10737418240,"max_file_size":104857600,"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {
@@ -758,4 +774,17 @@ func TestMetricsAllowed(t *testing.T) {
 	if config.Default().MetricsAllowed(netip.MustParseAddr("192.0.2.7")) {
 		t.Error("the default allows a non-loopback address")
 	}
+}
+
+// FuzzParseSize: any string is a size or not, never a panic, and a size is
+// never negative.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"0", "100MiB", " 2 gib ", "5MB", "9223372036854775807", "17179869184TiB", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, ok := config.ParseSize(s); ok && n < 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+	})
 }

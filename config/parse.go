@@ -356,6 +356,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 			p.timeouts(c, kv)
 		case "edit_window", "mention_all_max", "directory":
 			p.chat(c, kv)
+		case "max_file_size", "file_quota":
+			p.files(c, kv)
 		default:
 			p.warn(kv.path, kv.k, "unknown key: ignored")
 		}
@@ -1034,4 +1036,64 @@ func (p *parser) chat(c *Config, kv pair) {
 			c.directory = DirectoryShared
 		}
 	}
+}
+
+// files reads the file limits: a byte count (an integer) or a size with a
+// binary unit ("100MiB", "10 GiB"; KiB, MiB, GiB, TiB). A malformed or
+// non-positive value is the default: the documented limit is the side a
+// typo costs least on (neither every upload refused nor no limit at all).
+func (p *parser) files(c *Config, kv pair) {
+	if isNull(kv.v) {
+		return
+	}
+	def, dst := int64(DefaultMaxFileSize), &c.maxFileSize
+	if kv.key == "file_quota" {
+		def, dst = DefaultFileQuota, &c.fileQuota
+	}
+	n, ok := byteSize(kv.v)
+	switch {
+	case !ok:
+		p.warn(kv.path, kv.v, "%s is not a size (bytes, or like 100MiB): the default %d applies", show(kv.v), def)
+	case n < 1:
+		p.warn(kv.path, kv.v, "not positive: the default %d applies", def)
+	default:
+		*dst = n
+	}
+}
+
+// byteSize reads an integer byte count or a string of a whole number and a
+// binary unit.
+func byteSize(n *yaml.Node) (int64, bool) {
+	if i, ok := integer(n); ok {
+		return int64(i), true
+	}
+	s, ok := text(n)
+	if !ok {
+		return 0, false
+	}
+	return ParseSize(s)
+}
+
+// ParseSize reads "N", "N B", "N KiB", "N MiB", "N GiB" or "N TiB" (the
+// space optional, the unit case-insensitive) as bytes; ok is false for
+// anything else and for sizes that do not fit an int64.
+func ParseSize(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 18 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	shift := map[string]uint{"": 0, "b": 0, "kib": 10, "mib": 20, "gib": 30, "tib": 40}
+	sh, ok := shift[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if !ok || n > (1<<62)>>sh {
+		return 0, false
+	}
+	return n << sh, true
 }

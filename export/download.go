@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -57,9 +55,8 @@ type DownloadStore interface {
 	User(ctx context.Context, login string) (parley.User, error)
 }
 
-// MaxRanges is the most ranges a request may ask for; more and the Range
-// header is ignored (a full 200).
-const MaxRanges = 8
+// MaxRanges is the most ranges a request may ask for (wire.MaxRanges).
+const MaxRanges = wire.MaxRanges
 
 // ServeHTTP implements http.Handler.
 func (d *Download) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -176,9 +173,9 @@ func refuseState(w http.ResponseWriter, job parley.ExportJob, now time.Time) (wh
 	return ""
 }
 
-// send serves the job's artifact (ranges through GuardRange and
-// http.ServeContent), or answers 410 when its file is gone or does not
-// match the record; it returns why for a refusal.
+// send serves the job's artifact (ranges and Go's error answers as problems
+// through wire.ServeContent), or answers 410 when its file is gone or does
+// not match the record; it returns why for a refusal.
 func (d *Download) send(w http.ResponseWriter, r *http.Request, job parley.ExportJob) (why string) {
 	f, err := os.Open(ArtifactPath(d.Dir, job.ID))
 	if err != nil {
@@ -200,114 +197,16 @@ func (d *Download) send(w http.ResponseWriter, r *http.Request, job parley.Expor
 	h.Set("Cache-Control", "private, no-store")
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("X-Content-Type-Options", "nosniff")
-	if rg, ok := r.Header["Range"]; ok {
-		// ServeContent reads the request's header: hand it the guarded one
-		// on a shallow copy, never changing the caller's request.
-		g := GuardRange(r.Method, strings.Join(rg, ","), info.Size())
-		r2 := r.Clone(r.Context())
-		if g == "" {
-			r2.Header.Del("Range")
-		} else {
-			r2.Header.Set("Range", g)
-		}
-		r = r2
+	// Go's own error answers (a 416, a failed read) become problems.
+	if _, text := wire.ServeContent(w, r, time.Time{}, f, ""); text != "" {
+		return "serve: " + text
 	}
-	http.ServeContent(w, r, "", time.Time{}, f)
 	return ""
 }
 
-// GuardRange rewrites a request's Range header for http.ServeContent,
-// fixing what ServeContent gets wrong (RFC 9110 §14):
-//   - Range applies to GET only: "" for any other method (HEAD included).
-//   - A unit other than bytes, or a malformed ranges-specifier (bad
-//     syntax, first > last, signs, spaces around '='), is ignored: "", a full 200.
-//     ServeContent answers 416 to both.
-//   - More than MaxRanges ranges: "" (ignored).
-//   - A zero-length suffix ("-0") is unsatisfiable; ServeContent serves it
-//     as a 206 with a broken Content-Range. It is dropped from the set.
-//   - A set with no satisfiable range becomes "bytes=<size>-", which
-//     ServeContent answers 416 with Content-Range: bytes */<size> after its
-//     preconditions (a stale If-Range still gives the full 200).
-//   - An empty representation ignores Range (a 200).
-//   - Numbers too large for int64 are satisfiable when they are a last
-//     position or a suffix length (clamped to the size), and not when they
-//     are a first position.
-//
-// The unit is matched case-insensitively. Everything else (If-Range,
-// clamping over-long ranges, multipart, Content-Range) is ServeContent's.
+// GuardRange is wire.GuardRange: the Range header ServeContent is given.
 func GuardRange(method, header string, size int64) string {
-	if method != http.MethodGet || size <= 0 {
-		return ""
-	}
-	unit, set, ok := strings.Cut(header, "=")
-	if !ok || !strings.EqualFold(unit, "bytes") {
-		return ""
-	}
-	var kept []string
-	n := 0
-	for spec := range strings.SplitSeq(set, ",") {
-		spec = strings.Trim(spec, " \t")
-		if spec == "" {
-			continue
-		}
-		n++
-		if n > MaxRanges {
-			return ""
-		}
-		first, last, ok := strings.Cut(spec, "-")
-		if !ok || first == "" && last == "" || first != "" && !digits(first) || last != "" && !digits(last) {
-			return "" // malformed
-		}
-		if first == "" {
-			// A suffix: satisfiable when it is not zero.
-			if l, big := parse(last); big || l > 0 {
-				if big {
-					last = strconv.FormatInt(size, 10)
-				}
-				kept = append(kept, "-"+last)
-			}
-			continue
-		}
-		f, fbig := parse(first)
-		if last != "" {
-			l, lbig := parse(last)
-			if fbig && !lbig || !fbig && !lbig && f > l {
-				return "" // first > last: invalid
-			}
-			if lbig {
-				last = ""
-			}
-		}
-		if fbig || f >= size {
-			continue // does not overlap
-		}
-		kept = append(kept, first+"-"+last)
-	}
-	if n == 0 {
-		return ""
-	}
-	if len(kept) == 0 {
-		return "bytes=" + strconv.FormatInt(size, 10) + "-"
-	}
-	return "bytes=" + strings.Join(kept, ",")
-}
-
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// parse reads a string of digits; big is true when it exceeds int64.
-func parse(s string) (v int64, big bool) {
-	v, err := strconv.ParseInt(s, 10, 64)
-	return v, err != nil
+	return wire.GuardRange(method, header, size)
 }
 
 func denied(w http.ResponseWriter) {

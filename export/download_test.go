@@ -164,6 +164,11 @@ func TestDownload(t *testing.T) {
 			if cr := fmt.Sprintf("bytes */%d", n); r.status != http.StatusRequestedRangeNotSatisfiable || r.h.Get("Content-Range") != cr {
 				t.Errorf("status %d, Content-Range %q: want 416 %s", r.status, r.h.Get("Content-Range"), cr)
 			}
+			// Go writes its 416 as text; the download answers a problem.
+			var p wire.Problem
+			if ct := r.h.Get("Content-Type"); ct != "application/problem+json" || json.Unmarshal(r.body, &p) != nil || p.Code != parley.CodeInvalidArgument || p.Status != 416 {
+				t.Errorf("416 as %q: %s, want a problem with INVALID_ARGUMENT", ct, r.body)
+			}
 		}
 		many := make([]string, 9)
 		for i := range many {

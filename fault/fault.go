@@ -56,13 +56,14 @@ const (
 	GatewayPush        = "gateway.push"          // an event push is about to be queued to a socket
 	GatewaySync        = "gateway.sync"          // a socket sync page is about to be answered (drop: it loses its first event)
 	GatewaySend        = "gateway.send"          // a socket send committed (dup: it is committed again under another key)
+	UploadAfterBlob    = "upload.after_blob"     // a finished upload's bytes are in the blob store, its row not yet ready
 )
 
 // Points lists every named point; Arm refuses other names.
 var Points = []string{
 	StoreBeforeInsert, StoreBeforeCommit,
 	APIAfterSendCommit, BusPublish, ExportAfterShard, ExportWrite, GatewayPush,
-	GatewaySync, GatewaySend,
+	GatewaySync, GatewaySend, UploadAfterBlob,
 }
 
 // Action is what an armed point does.

@@ -107,6 +107,9 @@ type serverOptions struct {
 	jsonLog bool
 	// onPublish sees every notice the HTTP API publishes, before the hub.
 	onPublish func(parley.Notice)
+	// blobs holds the files' bytes (app.Options.Blobs; nil: none, and
+	// the file routes answer UNAVAILABLE).
+	blobs parley.BlobStore
 }
 
 // testSigningKey is the export link key of test servers.
@@ -174,7 +177,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 	}
 	uc := app.New(app.Options{
 		Store: store, Publish: publish, Revoke: s.hub, KickExports: worker.Kick, Metrics: s.metrics, Log: log,
-		Config: cfg.Current,
+		Config: cfg.Current, Blobs: o.blobs,
 	})
 	h := httpapi.NewHandler(httpapi.Deps{
 		App: uc, Store: store, Gateway: s.hub, Log: log, Config: cfg.Current, Identifier: ident,

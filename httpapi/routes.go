@@ -15,6 +15,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/parleychat/parley"
@@ -23,6 +24,7 @@ import (
 	"github.com/parleychat/parley/metrics"
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/upload"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -67,6 +69,9 @@ type Deps struct {
 	ExportLink func(job, user string, exp time.Time) string
 	// Download serves GET /download/{id} (export.Download); nil: 404.
 	Download http.Handler
+	// Uploads serves the tus routes under /api/uploads (upload.Handler);
+	// nil: 404.
+	Uploads http.Handler
 	// Web serves the browser app (web.Site): GET /assets/ and the shell
 	// for navigation requests (nil: no app; those paths answer 404).
 	Web http.Handler
@@ -139,8 +144,10 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("POST /api/convs/{id}/ack", user(ratelimit.BucketRead), handleAck(c))
 	rt.route("POST /api/convs/{id}/recall", user(ratelimit.BucketSend, http.StatusCreated), handleRecall(c))
 	rt.route("GET /api/search", user(ratelimit.BucketSearch), handleSearch(c))
+	rt.routeFiles(c)
 
 	rt.routeDerived(c)
+	rt.routeUploads(d.Uploads)
 
 	// Operations (admin permission rule).
 	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
@@ -190,6 +197,35 @@ func (rt router) routeDerived(c calls) {
 	rt.route("PUT /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, true))
 	rt.route("DELETE /api/convs/{id}/messages/{seq}/reactions/{emoji}", user(ratelimit.BucketReact, http.StatusCreated), handleReact(c, false))
 	rt.route("GET /api/convs/{id}/messages/{seq}/versions", user(ratelimit.BucketRead), handleVersions(c))
+}
+
+// routeFiles mounts the downloads: the owner, or a reader whose periods
+// hold a message that attaches the file (app.Service.OpenFile).
+func (rt router) routeFiles(c calls) {
+	rt.route("GET /api/files/{id}", user(ratelimit.BucketFiles), handleFile(c))
+	rt.route("GET /api/files/{id}/thumb", user(ratelimit.BucketFiles), handleThumb(c))
+}
+
+// routeUploads mounts the tus routes (nil: none). Their bodies are bytes
+// (application/offset+octet-stream, which tusd checks), so the browser
+// guard checks the origin only.
+func (rt router) routeUploads(h http.Handler) {
+	if h == nil {
+		return
+	}
+	rt.mux.Handle("OPTIONS "+upload.BasePath, rt.chain.Wrap(withPattern(public(""), "OPTIONS "+upload.BasePath), h))
+	for _, m := range []string{"POST " + upload.BasePath, "HEAD " + upload.BasePath + "/{id}", "PATCH " + upload.BasePath + "/{id}", "DELETE " + upload.BasePath + "/{id}"} {
+		p := user(ratelimit.BucketUpload)
+		if strings.HasPrefix(m, "POST ") {
+			p = user(ratelimit.BucketUpload, http.StatusCreated)
+		}
+		rt.mux.Handle(m, rt.chain.Wrap(withPattern(p, m), rt.safety.wrapOrigin(m, h)))
+	}
+}
+
+func withPattern(p middleware.Policy, pattern string) middleware.Policy {
+	p.Pattern = pattern
+	return p
 }
 
 // routeAccount mounts the routes of the account a person manages.

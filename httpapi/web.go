@@ -101,6 +101,22 @@ func (b *browserSafety) wrap(pattern string, h http.Handler) http.Handler {
 	})
 }
 
+// wrapOrigin guards h against cross-origin requests only: for routes
+// whose bodies are not JSON (the tus uploads).
+func (b *browserSafety) wrapOrigin(pattern string, h http.Handler) http.Handler {
+	method, _, _ := strings.Cut(pattern, " ")
+	if method == http.MethodHead {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := b.cop.Check(r); err != nil && !originAllowed(r.Header.Get("Origin"), b.origins) {
+			wire.WriteProblem(w, parley.CodePermissionDenied, "cross-origin request refused: a page of another origin cannot change state here (--origins lists the allowed ones)", "")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // originAllowed reports whether origin matches one of patterns the way
 // the gateway's WebSocket upgrade matches --origins: a pattern with "://"
 // against scheme://host, any other against the host; path.Match syntax,

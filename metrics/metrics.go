@@ -410,7 +410,15 @@ func (m *Metrics) funcMetric(name, help string, typ prometheus.ValueType, f func
 // the gauge is left out of that scrape. Names are checked as GaugeFunc's.
 func (m *Metrics) LabeledGaugeFunc(name, help, label string, values []string, f func() (map[string]float64, bool)) {
 	m.registerFunc(name, f == nil, func(name string) prometheus.Collector {
-		return &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), values: values, f: f}
+		return &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), typ: prometheus.GaugeValue, values: values, f: f}
+	})
+}
+
+// LabeledCounterFunc is LabeledGaugeFunc for counters kept elsewhere
+// (uploads by outcome); every value must never decrease.
+func (m *Metrics) LabeledCounterFunc(name, help, label string, values []string, f func() (map[string]float64, bool)) {
+	m.registerFunc(name, f == nil, func(name string) prometheus.Collector {
+		return &labeledCollector{m: m, name: name, desc: prometheus.NewDesc(name, help, []string{label}, nil), typ: prometheus.CounterValue, values: values, f: f}
 	})
 }
 
@@ -444,6 +452,7 @@ type labeledCollector struct {
 	m      *Metrics
 	name   string
 	desc   *prometheus.Desc
+	typ    prometheus.ValueType
 	values []string
 	f      func() (map[string]float64, bool)
 }
@@ -456,7 +465,7 @@ func (c *labeledCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, v := range c.values {
-		if metric, err := prometheus.NewConstMetric(c.desc, prometheus.GaugeValue, got[v], v); err == nil {
+		if metric, err := prometheus.NewConstMetric(c.desc, c.typ, got[v], v); err == nil {
 			ch <- metric
 		}
 	}

@@ -53,6 +53,7 @@ var StoreOps = []string{
 	"Fetch",
 	"File",
 	"FileUsage",
+	"FilesExist",
 	"FinishAudit",
 	"FinishExport",
 	"FinishUpload",
@@ -68,6 +69,7 @@ var StoreOps = []string{
 	"Purge",
 	"React",
 	"Read",
+	"ReadyFiles",
 	"RebuildSearch",
 	"Recall",
 	"RecordShard",
@@ -285,6 +287,11 @@ func (s *store) FileUsage(ctx context.Context, a1 parley.Principal) (_ parley.Fi
 	return s.Store.FileUsage(ctx, a1)
 }
 
+func (s *store) FilesExist(ctx context.Context, a1 []string) (_ map[string]bool, err error) {
+	defer s.observe("FilesExist", time.Now(), &err)
+	return s.Store.FilesExist(ctx, a1)
+}
+
 func (s *store) FinishAudit(ctx context.Context, a1 int64, a2 string) (err error) {
 	defer s.observe("FinishAudit", time.Now(), &err)
 	return s.Store.FinishAudit(ctx, a1, a2)
@@ -358,6 +365,11 @@ func (s *store) React(ctx context.Context, a1 parley.Principal, a2 parley.ReactR
 func (s *store) Read(ctx context.Context, a1 parley.Principal, a2 string, a3 int64) (_ int64, err error) {
 	defer s.observe("Read", time.Now(), &err)
 	return s.Store.Read(ctx, a1, a2, a3)
+}
+
+func (s *store) ReadyFiles(ctx context.Context, a1 string, a2 int) (_ []parley.File, err error) {
+	defer s.observe("ReadyFiles", time.Now(), &err)
+	return s.Store.ReadyFiles(ctx, a1, a2)
 }
 
 func (s *store) RebuildSearch(ctx context.Context, a1 string, a2 parley.SearchProgress) (_ parley.SearchRebuild, err error) {

@@ -249,3 +249,56 @@ func attachmentIDs(as []parley.Attachment) []string {
 	}
 	return ids
 }
+
+// checkFileIDs validates FilesExist's ids.
+func checkFileIDs(ids []string) error {
+	if len(ids) < 1 || len(ids) > parley.MaxFilesPage {
+		return parley.Errorf(parley.CodeInvalidArgument, "ask about 1–%d file ids at a time", parley.MaxFilesPage)
+	}
+	for _, id := range ids {
+		if err := parley.CheckFileID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FilesExist implements parley.Store in one statement over files_pkey.
+func (db *DB) FilesExist(ctx context.Context, ids []string) (map[string]bool, error) {
+	if err := checkFileIDs(ids); err != nil {
+		return nil, err
+	}
+	rows, err := db.pool.Query(ctx, `SELECT id FROM files WHERE id = ANY ($1::text[])`, ids)
+	if err != nil {
+		return nil, wrap("files exist", err)
+	}
+	out := make(map[string]bool)
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { out[id] = true; return nil }); err != nil {
+		return nil, wrap("files exist", err)
+	}
+	return out, nil
+}
+
+// ReadyFiles implements parley.Store in one statement: a walk of
+// files_pkey from after, in the column's collation (the comparison and the
+// order agree, so the pages neither skip nor repeat).
+func (db *DB) ReadyFiles(ctx context.Context, after string, limit int) ([]parley.File, error) {
+	if limit < 1 || limit > parley.MaxFilesPage {
+		return nil, parley.Errorf(parley.CodeInvalidArgument, "the limit of ready files must be 1 to %d", parley.MaxFilesPage)
+	}
+	if after != "" {
+		if err := parley.CheckFileID(after); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+fileCols+` FROM files WHERE id > $1 AND state = 'ready' ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, wrap("ready files", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (parley.File, error) { return scanFile(row) })
+	if err != nil {
+		return nil, wrap("ready files", err)
+	}
+	return out, nil
+}

@@ -21,7 +21,9 @@ const (
 	BucketDMs       = "dms"      // POST /api/dms
 	BucketUsers     = "users"    // GET /api/users
 	BucketSearch    = "search"   // GET /api/search, and search frames
+	BucketFiles     = "files"    // GET /api/files/{id} and its thumbnail
+	BucketUpload    = "upload"   // the tus requests under /api/uploads/
 )
 
 // Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers, BucketSearch}
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers, BucketSearch, BucketFiles, BucketUpload}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 
 	"github.com/parleychat/parley"
@@ -228,4 +229,84 @@ func attachable(ctx context.Context, tx *txn, user string, ids []string) ([]parl
 		out = append(out, parley.AttachmentOf(f))
 	}
 	return out, nil
+}
+
+// checkFileIDs validates FilesExist's ids.
+func checkFileIDs(ids []string) error {
+	if len(ids) < 1 || len(ids) > parley.MaxFilesPage {
+		return parley.Errorf(parley.CodeInvalidArgument, "ask about 1–%d file ids at a time", parley.MaxFilesPage)
+	}
+	for _, id := range ids {
+		if err := parley.CheckFileID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkReadyPage validates ReadyFiles' page.
+func checkReadyPage(after string, limit int) error {
+	if limit < 1 || limit > parley.MaxFilesPage {
+		return parley.Errorf(parley.CodeInvalidArgument, "the limit of ready files must be 1 to %d", parley.MaxFilesPage)
+	}
+	if after != "" {
+		return parley.CheckFileID(after)
+	}
+	return nil
+}
+
+// FilesExist implements parley.Store: the ids as a JSON array, joined to
+// files by the primary key.
+func (db *DB) FilesExist(ctx context.Context, ids []string) (map[string]bool, error) {
+	if err := checkFileIDs(ids); err != nil {
+		return nil, err
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]bool
+	err = db.read(ctx, "files exist", func(tx *txn) error {
+		out = make(map[string]bool)
+		rows, err := tx.QueryContext(ctx, `SELECT f.id FROM json_each(?) j CROSS JOIN files f WHERE f.id = j.value`, string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out[id] = true
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ReadyFiles implements parley.Store: a walk of the primary key (ids in
+// byte order).
+func (db *DB) ReadyFiles(ctx context.Context, after string, limit int) ([]parley.File, error) {
+	if err := checkReadyPage(after, limit); err != nil {
+		return nil, err
+	}
+	var out []parley.File
+	err := db.read(ctx, "ready files", func(tx *txn) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT `+fileColumns+` FROM files WHERE id > ? AND state = 'ready' ORDER BY id LIMIT ?`, after, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			f, err := scanFile(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, f)
+		}
+		return rows.Err()
+	})
+	return out, err
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -911,5 +912,88 @@ func testAttachExport(t *testing.T, e *env) {
 		wantAttachments(t, what+": recalled before the snapshot", evs[1])
 		wantAttachments(t, what, evs[2])
 		wantAttachments(t, what+": recalled after the snapshot", evs[3], f)
+	}
+}
+
+// testFilesExist: FilesExist answers true for every id with a row, in
+// either state, and leaves out missing and deleted ones; 1..1000 valid
+// ids, else INVALID_ARGUMENT with nothing read.
+func testFilesExist(t *testing.T, e *env) {
+	ana := e.users(t, "ana")[0]
+	u := e.createUpload(t, ana, "u.bin", 10)
+	r := e.upload(t, ana, "r.txt")
+	d := e.createUpload(t, ana, "d.bin", 10)
+	far := time.Now().Add(time.Hour)
+	gone, err := e.st.DeleteFile(ctx(t), d.ID, parley.StaleFiles{UploadingBefore: far, UnlinkedBefore: far, Limit: 1})
+	if err != nil || !gone {
+		t.Fatalf("delete %s: %v %v", d.ID, gone, err)
+	}
+	got, err := e.st.FilesExist(ctx(t), []string{u.ID, "no-such-file", r.ID, d.ID, r.ID})
+	ok(t, err, "files exist")
+	if want := map[string]bool{u.ID: true, r.ID: true}; !maps.Equal(got, want) {
+		t.Errorf("files exist: %v, want %v", got, want)
+	}
+	many := make([]string, parley.MaxFilesPage)
+	for i := range many {
+		many[i] = fmt.Sprintf("f%d", i)
+	}
+	many[len(many)-1] = r.ID
+	got, err = e.st.FilesExist(ctx(t), many)
+	ok(t, err, "files exist, a full batch")
+	if len(got) != 1 || !got[r.ID] {
+		t.Errorf("files exist, a full batch: %v, want only %s", got, r.ID)
+	}
+	for what, ids := range map[string][]string{
+		"none": nil, "too many": append(many, "one-more"), "a bad id": {r.ID, "Not A Key"},
+	} {
+		_, err := e.st.FilesExist(ctx(t), ids)
+		if !wantCode(t, err, parley.CodeInvalidArgument) {
+			t.Errorf("files exist with %s: above", what)
+		}
+	}
+}
+
+// testReadyFiles: ReadyFiles walks every ready file once, in pages of at
+// most limit, each starting after the last id of the one before; uploads
+// are left out. The limit is 1..1000, after "" or a file id.
+func testReadyFiles(t *testing.T, e *env) {
+	ps := e.users(t, "ana", "ben")
+	var want []string
+	for i := range 5 {
+		want = append(want, e.upload(t, ps[i%2], fmt.Sprintf("r%d.txt", i)).ID)
+	}
+	e.createUpload(t, ps[0], "u.bin", 10)
+	for _, limit := range []int{1, 2, 5, 1000} {
+		var got []string
+		after := ""
+		for page := 0; page < 10; page++ {
+			fs, err := e.st.ReadyFiles(ctx(t), after, limit)
+			ok(t, err, "ready files")
+			if len(fs) > limit {
+				t.Fatalf("limit %d: a page of %d", limit, len(fs))
+			}
+			for _, f := range fs {
+				if f.State != parley.FileReady {
+					t.Errorf("limit %d: %s", limit, fileLine(f))
+				}
+				got = append(got, f.ID)
+			}
+			if len(fs) < limit {
+				break
+			}
+			after = fs[len(fs)-1].ID
+		}
+		if g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want)); !slices.Equal(g, w) {
+			t.Errorf("limit %d: walked %v, want each of %v once", limit, got, want)
+		}
+	}
+	for _, bad := range []struct {
+		after string
+		limit int
+	}{{"", 0}, {"", -1}, {"", 1001}, {"Not A Key", 10}} {
+		_, err := e.st.ReadyFiles(ctx(t), bad.after, bad.limit)
+		if !wantCode(t, err, parley.CodeInvalidArgument) {
+			t.Errorf("ready files after %q, limit %d: above", bad.after, bad.limit)
+		}
 	}
 }

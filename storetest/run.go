@@ -108,6 +108,8 @@ var behaviours = []behaviour{
 	{name: "attach_export", run: testAttachExport},
 	{name: "file_stale", run: testFileStale},
 	{name: "file_delete", run: testFileDelete},
+	{name: "files_exist", run: testFilesExist},
+	{name: "ready_files", run: testReadyFiles},
 
 	// Direct conversations and the directory (direct.go).
 	{name: "direct_open", run: testDirectOpen},

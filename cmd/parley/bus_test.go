@@ -28,7 +28,7 @@ func TestServeBusRefused(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--bus", c.bus}
 			if c.db != "" {
-				args = append(args, "--db", c.db, "--export-dir", filepath.Join(dir, "exports"))
+				args = append(args, "--db", c.db, "--export-dir", filepath.Join(dir, "exports"), "--files-dir", filepath.Join(dir, "files"))
 			}
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Dir = dir

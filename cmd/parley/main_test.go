@@ -146,28 +146,36 @@ func serve(t testing.TB, db, dataDir string, env ...string) *proc {
 	return serveEnv(t, env, "--db", db, "--data-dir", dataDir)
 }
 
-// withExportDir adds the --export-dir a PostgreSQL server needs when args
-// name none: DATA-DIR/exports (the SQLite default, which the tests read),
-// or a temporary directory.
+// withExportDir adds the --export-dir and --files-dir a PostgreSQL server
+// needs when args name none: DATA-DIR/exports and DATA-DIR/files (the
+// SQLite defaults, which the tests read), or a temporary directory.
 func withExportDir(t testing.TB, args []string) []string {
 	pg, dir := false, ""
+	has := map[string]bool{}
 	for i, a := range args {
 		switch {
-		case a == "--export-dir":
-			return args
+		case a == "--export-dir" || a == "--files-dir":
+			has[a] = true
 		case a == "--db" && i+1 < len(args):
 			pg = strings.HasPrefix(args[i+1], "postgres")
 		case a == "--data-dir" && i+1 < len(args):
 			dir = args[i+1]
 		}
 	}
-	if !pg {
+	if !pg || has["--export-dir"] && has["--files-dir"] {
 		return args
 	}
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	return append(slices.Clone(args), "--export-dir", filepath.Join(dir, "exports"))
+	args = slices.Clone(args)
+	if !has["--export-dir"] {
+		args = append(args, "--export-dir", filepath.Join(dir, "exports"))
+	}
+	if !has["--files-dir"] {
+		args = append(args, "--files-dir", filepath.Join(dir, "files"))
+	}
+	return args
 }
 
 // serveArgs starts `parley serve` with extra arguments.

@@ -492,7 +492,7 @@ func TestServeDemoPostgresNoErrors(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	args := []string{"--db", dsn, "--data-dir", t.TempDir(), "--export-dir", t.TempDir()}
+	args := []string{"--db", dsn, "--data-dir", t.TempDir(), "--export-dir", t.TempDir(), "--files-dir", t.TempDir()}
 	if out := serveOnce(t, append(args, "--demo")...); !strings.Contains(out, "demo: user ben (password parley-demo): created") {
 		t.Fatalf("first start printed:\n%s", out)
 	}

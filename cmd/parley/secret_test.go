@@ -23,7 +23,7 @@ import (
 func TestSecretKeyFile(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		dir := t.TempDir()
-		args := []string{"--db", b.db, "--data-dir", dir, "--export-dir", filepath.Join(dir, "exports")}
+		args := []string{"--db", b.db, "--data-dir", dir, "--export-dir", filepath.Join(dir, "exports"), "--files-dir", filepath.Join(dir, "files")}
 		serveOnce(t, args...) // no PARLEY_SECRET_KEY_FILE: in-process getenv returns ""
 		key := filepath.Join(dir, "secret.key")
 		fi, err := os.Stat(key)

@@ -31,6 +31,8 @@ import (
 	"github.com/parleychat/parley/middleware"
 	"github.com/parleychat/parley/postgres"
 	"github.com/parleychat/parley/ratelimit"
+	"github.com/parleychat/parley/thumb"
+	"github.com/parleychat/parley/upload"
 	"github.com/parleychat/parley/web"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,14 +57,16 @@ type serveFlags struct {
 	logFormat    string
 	configPath   string
 	exportDir    string
+	files        fileFlags
 	exportJobs   int
 	exportLease  time.Duration
 	tokens       tokenFlags
 	retention    retentionFlags
-	stdout       io.Writer // where --demo says what it created
-	adminAddr    string    // --admin-addr: /metrics and /debug/pprof (observe.go)
-	bus          string    // --bus (bus.go)
-	heapFloorMiB int       // --heap-floor (heapfloor.go)
+	collect      collectFlags // the file collector (collect.go)
+	stdout       io.Writer    // where --demo says what it created
+	adminAddr    string       // --admin-addr: /metrics and /debug/pprof (observe.go)
+	bus          string       // --bus (bus.go)
+	heapFloorMiB int          // --heap-floor (heapfloor.go)
 }
 
 // runServe is `parley serve`: parse, build, run, drain. Everything it
@@ -103,6 +107,9 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (*s
 	if f.exportDir == "" {
 		f.exportDir = filepath.Join(f.dataDir, "exports")
 	}
+	if f.files.dir == "" {
+		f.files.dir = filepath.Join(f.dataDir, "files")
+	}
 	return f, nil
 }
 
@@ -127,10 +134,12 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.configPath, "config", "", "policy file (YAML, hot-reloaded: rate limits, access modes, permissions, timeouts); empty: the documented defaults")
 	fs.StringVar(&f.exportDir, "export-dir", "", "where export shards and artifacts are written, shared by every gateway of a cluster: required with a PostgreSQL store; empty (SQLite only): DATA-DIR/exports")
+	f.files.register(fs)
 	fs.IntVar(&f.exportJobs, "export-workers", 2, "export jobs this process runs at once (0: run none here)")
 	fs.DurationVar(&f.exportLease, "export-lease", 30*time.Second, "how long an export job stays claimed by a worker that stopped renewing it (a crashed one) before another takes it over")
 	f.tokens.register(fs)
 	f.retention.register(fs)
+	f.collect.register(fs)
 	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	fs.IntVar(&f.heapFloorMiB, "heap-floor", DefaultHeapFloorMiB, "MiB: while the live heap is smaller, the garbage collector waits for the heap to reach this size (fewer collections under load for at most this much memory; 0: the runtime's GOGC pacing alone)")
@@ -151,6 +160,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 	if err := f.retention.check(); err != nil {
 		return err
 	}
+	if err := f.collect.check(); err != nil {
+		return err
+	}
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
 	}
@@ -164,6 +176,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 		return usagef("--export-lease %s: want at least 100ms", f.exportLease)
 	}
 	if err := requireSharedExportDir(fs, f.dsn()); err != nil {
+		return err
+	}
+	if err := f.files.check(fs, f.dsn()); err != nil {
 		return err
 	}
 	if f.sendBudget < 4096 {
@@ -217,6 +232,9 @@ type server struct {
 	hub      *gateway.Hub
 	keys     *keys
 	worker   *export.Worker
+	blobs    parley.BlobStore // the files' bytes (nil: no file routes, no collector)
+	uploads  *upload.Handler
+	thumbs   *thumb.Jobs // nil without a blob store
 
 	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
@@ -253,6 +271,7 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 		}
 	}
 	registerSendMetrics(s.m, s.store)
+	s.f.collect.registerMetrics(s.m)
 	s.store = instrument(s.m, s.store)
 	if err := s.newHub(); err != nil {
 		return nil, err
@@ -260,7 +279,11 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 	if err := s.newExports(); err != nil {
 		return nil, err
 	}
-	return s.newAPI(site), nil
+	if s.blobs, err = s.f.files.openBlobs(ctx, getenv); err != nil {
+		return nil, err
+	}
+	s.thumbs = newThumbs(s.blobs, s.log, s.m)
+	return s.newAPI(site)
 }
 
 // onClose has close call fn, before what was built earlier is closed.
@@ -477,7 +500,7 @@ func (s *server) newExports() error {
 
 // newAPI makes the use cases (app) and the HTTP API on everything built
 // before them.
-func (s *server) newAPI(site *web.Site) http.Handler {
+func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 	download := &export.Download{
 		Store: s.store, Dir: s.f.exportDir, Log: s.log, Metrics: s.m,
 		Keys:    func() *export.Keyring { return s.keys.For(s.cfg.Current()) },
@@ -486,8 +509,17 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 	hub := s.hub
 	uc := app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
-		Config: s.cfg.Current,
+		Config: s.cfg.Current, Blobs: s.blobs, OnFileReady: s.thumbnail,
 	})
+	uploads, err := upload.New(upload.Options{
+		Service: uc, Dir: s.f.files.stagingDir(), IdleTimeout: s.f.bodyTimeout, StoreTimeout: s.storeTimeout, Log: s.log,
+		MaxFileSize: func() int64 { return s.cfg.Current().MaxFileSize() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.uploads = uploads
+	registerUploadMetrics(s.m, uploads)
 	return httpapi.NewHandler(httpapi.Deps{
 		App:        uc,
 		ExportLink: s.exportLink,
@@ -496,7 +528,8 @@ func (s *server) newAPI(site *web.Site) http.Handler {
 		Metrics: s.m, Draining: hub.Draining, SecureCookie: s.f.secureCookie, Origins: s.origins,
 		MetricsElsewhere: s.f.adminAddr != "",
 		Web:              site,
-	})
+		Uploads:          uploads,
+	}), nil
 }
 
 // exportLink signs a download link of job for user, valid until exp; ""
@@ -510,7 +543,8 @@ func (s *server) exportLink(job, user string, exp time.Time) string {
 
 // startBackground starts the goroutines the server owns: the gateway, the
 // configuration watcher, the token sweeper, the retention worker, the
-// export workers and the build of the search indexes not built yet. stopBackground (or close) ends them and waits for them.
+// export workers, the build of the search indexes not built yet and the
+// file collector. stopBackground (or close) ends them and waits for them.
 func (s *server) startBackground() {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopBackground = func() {
@@ -538,6 +572,34 @@ func (s *server) startBackground() {
 		})
 	}
 	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
+	s.background.Go(func() { s.uploads.Run(ctx, uploadSweepEvery) })
+	s.background.Go(func() { s.f.collect.run(ctx, s.collector(), s.log) })
+	if s.thumbs != nil {
+		s.background.Go(func() {
+			if err := s.thumbs.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				s.log.Error("thumbnail jobs stopped", "err", err)
+			}
+		})
+	}
+}
+
+// thumbnail asks for the thumbnail of a file that became ready, or whose
+// thumbnail was asked for and is missing (a job dropped from a full queue,
+// a server stopped before it ran): the jobs make it once, in the
+// background.
+func (s *server) thumbnail(f parley.File) {
+	if s.thumbs != nil {
+		s.thumbs.Enqueue(f)
+	}
+}
+
+// collector is the use cases the file collector runs (nil without a
+// blob store).
+func (s *server) collector() *app.Service {
+	if s.blobs == nil {
+		return nil
+	}
+	return app.New(app.Options{Store: s.store, Blobs: s.blobs, Config: s.cfg.Current, Log: s.log})
 }
 
 // run starts the background goroutines and serves api until the listener

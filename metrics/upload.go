@@ -1,0 +1,17 @@
+package metrics
+
+// Metric names of the uploads (package upload), read from its counters at
+// scrape time.
+const (
+	NameUploadsInProgress = "parley_uploads_in_progress"         // requests receiving upload bytes now
+	NameUploadBytes       = "parley_upload_bytes_received_total" // upload bytes received
+	NameUploads           = "parley_uploads_total"               // uploads by outcome
+)
+
+// Metric names of the thumbnail jobs (package thumb), read from their
+// counts at scrape time.
+const (
+	NameThumbsQueued  = "parley_thumbnails_queued"    // files waiting for a thumbnail
+	NameThumbsRunning = "parley_thumbnails_running"   // thumbnails being made
+	NameThumbs        = "parley_thumbnail_jobs_total" // jobs by outcome
+)
