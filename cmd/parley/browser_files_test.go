@@ -115,6 +115,7 @@ func TestBrowserFiles(t *testing.T) {
 		}
 		type shown struct {
 			W, H     int
+			Natural  int // the loaded image's width: the thumbnail's (at most 320) or the image's
 			Fallback string
 			Href     string
 			Link     string
@@ -123,12 +124,15 @@ func TestBrowserFiles(t *testing.T) {
 		}
 		got := devEval[shown](ben, `(() => { const li = `+msgJS("the boat and the notes")+`;
 			const img = li.querySelector("img[data-test=thumb]"), a = li.querySelector("a[data-test=file-link]");
-			return {W: +img.getAttribute("width"), H: +img.getAttribute("height"), Fallback: img.dataset.fallback || "",
+			return {W: +img.getAttribute("width"), H: +img.getAttribute("height"), Natural: img.naturalWidth, Fallback: img.dataset.fallback || "",
 				Href: li.querySelector("a[data-test=file-image]").getAttribute("href"),
 				Link: a.getAttribute("href"), Download: a.getAttribute("download"), Text: a.textContent}; })()`)
 		t.Logf("%s: ben's image %+v", b.name, got)
 		if got.W != 320 || got.H != 240 {
 			t.Errorf("the image's box is %d×%d, want 320×240 (640×480 scaled into 320×240)", got.W, got.H)
+		}
+		if (got.Fallback == "" && got.Natural > 320) || (got.Fallback == "full" && got.Natural != 640) {
+			t.Errorf("the image loaded %d px wide with fallback %q: want a thumbnail (≤ 320) or the image (640)", got.Natural, got.Fallback)
 		}
 		if got.Download != "notes <b>1.txt" || !strings.Contains(got.Text, "notes <b>1.txt") || !strings.Contains(got.Text, "6.3 KB") {
 			t.Errorf("download link %+v", got)
