@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,12 +29,6 @@ import (
 // found, but a phrase that needs one of its later occurrences is not,
 // where SQLite finds it.)
 const maxPosition = 16383
-
-// maxConvTokens is how many conversations a tsquery names: a search over
-// more leaves the conversation group out of the tsquery (the SQL filter on
-// conv_id alone narrows to them; a long OR costs the index more than it
-// saves).
-const maxConvTokens = 64
 
 // appendLexeme appends tok as a quoted lexeme of a tsvector or tsquery
 // literal: in single quotes, with ' and \ doubled, so every byte of tok,
@@ -80,10 +75,11 @@ func docLiteral(conv, sender, body string) string {
 
 // tsqueryLiteral is the tsquery literal of q over the conversations convs:
 // each term a phrase of its tokens (<->), the last a prefix (:*) when the
-// term is one; the terms, the conversation group (when it names at most
-// maxConvTokens) and the sender joined by &. Empty when there is nothing
-// to match by (no terms, too many conversations, no sender): the caller
-// refuses that.
+// term is one, and the sender's token, joined by &. The conversations are
+// named only when there is nothing else to match by (in: alone): the SQL
+// filter on conv_id narrows to them, and an OR of many conversation tokens
+// costs the GIN index more than it saves. Empty when there is nothing to
+// match by at all: the caller refuses that.
 func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 	var parts [][]byte
 	for _, t := range q.Terms {
@@ -105,7 +101,10 @@ func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 		}
 		parts = append(parts, b)
 	}
-	if len(convs) > 0 && len(convs) <= maxConvTokens {
+	if q.From != "" {
+		parts = append(parts, appendLexeme(nil, parley.SenderToken(q.From)))
+	}
+	if len(parts) == 0 && len(convs) > 0 && len(convs) <= maxConvTokens {
 		b := []byte("( ")
 		for i, c := range convs {
 			if i > 0 {
@@ -115,15 +114,16 @@ func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 		}
 		parts = append(parts, append(b, " )"...))
 	}
-	if q.From != "" {
-		parts = append(parts, appendLexeme(nil, parley.SenderToken(q.From)))
-	}
 	out := make([]string, len(parts))
 	for i, p := range parts {
 		out[i] = string(p)
 	}
 	return strings.Join(out, " & ")
 }
+
+// maxConvTokens is how many conversations a tsquery of conversations alone
+// names (a query of in: alone names one).
+const maxConvTokens = 64
 
 // searchView is one conversation a search covers, as the caller sees it:
 // their periods, the head capped by them (the AsOf of the hits'
@@ -144,42 +144,103 @@ WHERE p.user_id = $1 AND ($2 = '' OR p.conv_id = $2)
 GROUP BY p.conv_id, c.next_seq, c.epoch
 ORDER BY p.conv_id COLLATE "C"`
 
-// searchSQL reads the hits of tsquery $1 for user $3 among the
-// conversations $2: the conv, seq and vseq of each search_docs row whose
-// seq and vseq are inside the user's periods and that no newer version
-// inside them replaces (rule 2 of search.go, inside the query, before the
-// limit); sent by $4 (NULL: anyone), before $5 ms (NULL: no bound), after
-// the cursor ($6, $7, $8; NULL: the first page) in the order of results;
-// at most $9 rows.
-const searchSQL = `SELECT d.conv_id, d.seq, d.vseq
-FROM search_docs d
-WHERE d.tsv @@ $1::text::tsquery
-	AND d.conv_id = ANY ($2::text[])
-	AND ($4::text IS NULL OR d.sender_user = $4::text)
-	AND ($5::bigint IS NULL OR d.at < $5::bigint)
-	AND ($6::bigint IS NULL OR (d.at, d.conv_id COLLATE "C", d.seq) < ($6::bigint, $7::text COLLATE "C", $8::bigint))
-	AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
+// searchVisible is rule 2 of search.go for the search_docs row d and user
+// $3: its seq and vseq inside the user's periods, and no newer version of
+// the message inside them.
+const searchVisible = `EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
 		AND p.from_seq <= d.seq AND (p.to_seq IS NULL OR d.seq <= p.to_seq))
 	AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
 		AND p.from_seq <= d.vseq AND (p.to_seq IS NULL OR d.vseq <= p.to_seq))
 	AND NOT EXISTS (SELECT 1 FROM search_docs n
 		WHERE n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq
 			AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = n.conv_id AND p.user_id = $3
-				AND p.from_seq <= n.vseq AND (p.to_seq IS NULL OR n.vseq <= p.to_seq)))
-ORDER BY d.at DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
+				AND p.from_seq <= n.vseq AND (p.to_seq IS NULL OR n.vseq <= p.to_seq)))`
+
+// searchWalkSQL walks the rows of the conversations $2 newest first over
+// search_docs_at (migration 0015), from the position ($5, $6, $7, $8) on
+// (exclusive; the order of results, then vseq), at most $9 of them, and
+// returns those that are hits of tsquery $1 for user $3 sent by $4 (NULL:
+// anyone), each with its place n in the walk, and the walk's last row
+// (n = $9) whether it is a hit or not; at most $10 rows. The walk reads the
+// index alone (conv_id is in it) and the row of each of the caller's
+// entries by its primary key: a common word is found after a few dozen
+// rows instead of after reading all of its matches.
+const searchWalkSQL = `SELECT w.conv_id, w.seq, w.vseq, w.at, w.n, w.hit FROM (
+	SELECT k.conv_id, k.seq, k.vseq, k.at, k.n,
+		EXISTS (SELECT 1 FROM search_docs d
+			WHERE d.conv_id = k.conv_id AND d.seq = k.seq AND d.vseq = k.vseq
+				AND d.tsv @@ $1::text::tsquery AND ($4::text IS NULL OR d.sender_user = $4::text)
+				AND ` + searchVisible + `) AS hit
+	FROM (
+		SELECT k.conv_id, k.seq, k.vseq, k.at,
+			row_number() OVER (ORDER BY k.at DESC, k.conv_id COLLATE "C" DESC, k.seq DESC, k.vseq DESC) AS n
+		FROM search_docs k
+		WHERE k.conv_id = ANY ($2::text[])
+			AND (k.at, k.conv_id COLLATE "C", k.seq, k.vseq) < ($5::bigint, $6::text COLLATE "C", $7::bigint, $8::bigint)
+		ORDER BY k.at DESC, k.conv_id COLLATE "C" DESC, k.seq DESC, k.vseq DESC
+		LIMIT $9) k
+	OFFSET 0) w
+WHERE w.hit OR w.n = $9
+LIMIT $10`
+
+// searchSQL reads the hits of tsquery $1 for user $3 among the
+// conversations $2 over the GIN index: the conv, seq, vseq and time of
+// each search_docs row that matches, is visible to the user
+// (searchVisible, inside the query, before the limit) and was sent by $4
+// (NULL: anyone), after the position ($5, $6, $7, $8) (exclusive) in the
+// order of results; at most $9 rows. The order is by at + 0, an expression
+// no index holds: a walk of search_docs_at until enough rare matches
+// turned up would be unbounded; searchWalkSQL does the bounded walk.
+const searchSQL = `SELECT d.conv_id, d.seq, d.vseq, d.at
+FROM search_docs d
+WHERE d.tsv @@ $1::text::tsquery
+	AND d.conv_id = ANY ($2::text[])
+	AND ($4::text IS NULL OR d.sender_user = $4::text)
+	AND (d.at, d.conv_id COLLATE "C", d.seq, d.vseq) < ($5::bigint, $6::text COLLATE "C", $7::bigint, $8::bigint)
+	AND ` + searchVisible + `
+ORDER BY d.at + 0 DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
 LIMIT $9`
 
-// searchHit is a row of searchSQL.
+// searchWalk is how many of the caller's index rows a search examines
+// newest first (searchWalkSQL) before it turns to the GIN index for the
+// rest of the page (searchSQL): a word in more than about one in fifty of
+// the caller's messages fills a page inside the walk.
+const searchWalk = 1000
+
+// searchHit is a hit: a row of searchSQL.
 type searchHit struct {
 	conv      string
 	seq, vseq int64
 }
 
+// searchPos is a position in the walk: the order of results, then vseq
+// (descending); a search reads the rows strictly after it.
+type searchPos struct {
+	at        int64
+	conv      string
+	seq, vseq int64
+}
+
+// searchStart is where q's search begins: before q.Before and after
+// q.After, whichever comes later in the order of results.
+func searchStart(q parley.SearchQuery) searchPos {
+	pos := searchPos{at: math.MaxInt64}
+	if !q.Before.IsZero() {
+		pos = searchPos{at: q.Before.UnixMilli()} // at < Before: no conv is < ""
+	}
+	if a := q.After; a != nil {
+		c := searchPos{at: a.At, conv: a.Conv, seq: a.Seq} // vseq 0: none of a's versions
+		if c.at < pos.at || c.at == pos.at && c.conv < pos.conv {
+			pos = c
+		}
+	}
+	return pos
+}
+
 // Search implements parley.Store: in one read-only REPEATABLE READ
 // transaction, the caller's conversations and periods, the hits
-// (searchSQL, over the GIN index), their events, and their derived state
-// as Sync decorates it; one snapshot, so the hits, the events and the
-// versions shown agree.
+// (searchHits), their events, and their derived state as Sync decorates
+// it; one snapshot, so the hits, the events and the versions shown agree.
 func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error) {
 	q, err := parley.ParseSearch(r)
 	if err != nil {
@@ -191,11 +252,11 @@ func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchReq
 		if err != nil || len(convs) == 0 {
 			return err
 		}
-		hits, err := searchHits(ctx, tx, p.User, q, convs)
+		hits, err := searchHits(ctx, tx, p.User, q, convs, searchWalk)
 		if err != nil || len(hits) == 0 {
 			return err
 		}
-		evs, err = db.searchEvents(ctx, tx, p.User, hits, views)
+		evs, err = searchEvents(ctx, tx, p.User, hits, views)
 		return err
 	})
 	if err != nil {
@@ -206,9 +267,21 @@ func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchReq
 
 // searchViews reads the conversations a search covers (conv, or every one
 // user has a period in) in id order. NOT_MEMBER when conv is named and user
-// has no period in it; ErrSearchBuilding when one of them is pending.
+// has no period in it; ErrSearchBuilding when one of them is pending. In
+// the same round trip it sets the transaction's plans to custom ones: a
+// generic plan of searchWalkSQL or searchSQL, which PostgreSQL would
+// switch a prepared statement to after five runs, cannot weigh the word
+// searched for or the caller's conversations and walks the wrong index.
 func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]searchView, []string, error) {
-	rows, err := tx.Query(ctx, searchConvsSQL, user, conv)
+	b := &pgx.Batch{}
+	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
+	b.Queue(searchConvsSQL, user, conv)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,39 +307,78 @@ func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]
 	case anyPending:
 		return nil, nil, parley.ErrSearchBuilding()
 	}
-	return views, convs, nil
+	return views, convs, br.Close()
 }
 
-// searchHits runs searchSQL for q over convs: at most q.Limit+1 hits.
-func searchHits(ctx context.Context, tx pgx.Tx, user string, q parley.SearchQuery, convs []string) ([]searchHit, error) {
+// searchHits reads at most q.Limit+1 hits of q over convs, in the order of
+// results: first by a walk of at most walk rows newest first
+// (searchWalkSQL; none when walk is 0), then, when the page is not full
+// and the walk stopped before the end, over the GIN index from where the
+// walk stopped (searchSQL). Either way gives the same hits (a test walks
+// every stop point).
+func searchHits(ctx context.Context, tx pgx.Tx, user string, q parley.SearchQuery, convs []string, walk int) ([]searchHit, error) {
 	tsq := tsqueryLiteral(q, convs)
 	if tsq == "" {
 		return nil, errors.New("a query with nothing to match by")
 	}
 	var from *string
-	var before, afterAt, afterSeq *int64
-	var afterConv *string
 	if q.From != "" {
 		from = &q.From
 	}
-	if !q.Before.IsZero() {
-		ms := q.Before.UnixMilli()
-		before = &ms
+	want := q.Limit + 1
+	pos := searchStart(q)
+	var hits []searchHit
+	if walk > 0 {
+		var more bool
+		var err error
+		hits, pos, more, err = walkHits(ctx, tx, []any{tsq, convs, user, from}, pos, walk, want)
+		if err != nil || !more {
+			return hits, err
+		}
 	}
-	if q.After != nil {
-		afterAt, afterConv, afterSeq = &q.After.At, &q.After.Conv, &q.After.Seq
-	}
-	rows, err := tx.Query(ctx, searchSQL, tsq, convs, user, from, before, afterAt, afterConv, afterSeq, q.Limit+1)
+	rows, err := tx.Query(ctx, searchSQL, tsq, convs, user, from, pos.at, pos.conv, pos.seq, pos.vseq, want-len(hits))
 	if err != nil {
 		return nil, err
 	}
-	var hits []searchHit
 	var h searchHit
-	_, err = pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq}, func() error {
+	var at int64
+	_, err = pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq, &at}, func() error {
 		hits = append(hits, h)
 		return nil
 	})
 	return hits, err
+}
+
+// walkHits runs searchWalkSQL (args: its $1–$4) from pos for at most walk
+// rows: the hits found, up to want, and, when the page is not full and
+// the walk ended at its bound rather than at the end of the rows, more and
+// the position of its last row.
+func walkHits(ctx context.Context, tx pgx.Tx, args []any, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
+	rows, err := tx.Query(ctx, searchWalkSQL, append(args, pos.at, pos.conv, pos.seq, pos.vseq, walk, want+1)...)
+	if err != nil {
+		return nil, pos, false, err
+	}
+	var hits []searchHit
+	var r searchPos
+	var n, last int64
+	var hit, more bool
+	_, err = pgx.ForEachRow(rows, []any{&r.conv, &r.seq, &r.vseq, &r.at, &n, &hit}, func() error {
+		if n <= last {
+			return fmt.Errorf("search walk row %d after row %d", n, last)
+		}
+		last = n
+		if len(hits) == want {
+			return nil
+		}
+		if hit {
+			hits = append(hits, searchHit{conv: r.conv, seq: r.seq, vseq: r.vseq})
+		}
+		if n == int64(walk) {
+			pos, more = r, true
+		}
+		return nil
+	})
+	return hits, pos, more && len(hits) < want, err
 }
 
 // searchEventsSQL reads the events of the hits ($1, $2 pairs of conv and
@@ -276,15 +388,59 @@ FROM unnest($1::text[], $2::bigint[]) AS h (conv, seq)
 JOIN events e ON e.conv_id = h.conv AND e.seq = h.seq`
 
 // searchEvents reads the hits' message events and decorates them as user
-// reads them (decorate, per conversation, AsOf the capped head): each
-// Body is then the version that matched, which it checks. They come back
-// in the order of hits.
-func (db *DB) searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit, views map[string]searchView) ([]parley.Event, error) {
+// reads them (parley.Decorate, per conversation, AsOf the capped head),
+// all in one round trip: the events, and the derived rows of each
+// conversation's hits (derivedSQL). Each Body is then the version that
+// matched, which it checks. They come back in the order of hits.
+func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit, views map[string]searchView) ([]parley.Event, error) {
 	convs, seqs := make([]string, len(hits)), make([]int64, len(hits))
+	bySeqs := map[string][]int64{}
 	for i, h := range hits {
 		convs[i], seqs[i] = h.conv, h.seq
+		bySeqs[h.conv] = append(bySeqs[h.conv], h.seq)
 	}
-	rows, err := tx.Query(ctx, searchEventsSQL, convs, seqs)
+	b := &pgx.Batch{}
+	b.Queue(searchEventsSQL, convs, seqs)
+	var derivedConvs []string
+	for c, ss := range bySeqs {
+		slices.Sort(ss)
+		v := views[c]
+		// Everything that concerns a message comes after it.
+		if ranges := v.ps.Ranges(ss[0], v.head); len(ranges) > 0 {
+			lo, hi := splitRanges(ranges)
+			b.Queue(derivedSQL, c, lo, hi, ss)
+			derivedConvs = append(derivedConvs, c)
+		}
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	byConv, err := readSearchEvents(br)
+	if err != nil {
+		return nil, err
+	}
+	derived := map[string][]parley.DerivedRow{}
+	for _, c := range derivedConvs {
+		rs, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		var again bool
+		if derived[c], again, err = scanDerived(rs, c, views[c].epoch); err != nil {
+			return nil, err
+		} else if again {
+			return nil, fmt.Errorf("conversation %s changed epoch inside a snapshot", c)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return orderHits(hits, byConv, derived, views, user)
+}
+
+// readSearchEvents reads searchEventsSQL's rows from br: the events by
+// conversation.
+func readSearchEvents(br pgx.BatchResults) (map[string][]parley.Event, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -296,20 +452,20 @@ func (db *DB) searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []s
 		byConv[conv] = append(byConv[conv], ev)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
+	return byConv, err
+}
+
+// orderHits decorates each conversation's events with its derived rows
+// and returns them in the order of hits, each checked against its hit.
+func orderHits(hits []searchHit, byConv map[string][]parley.Event, derived map[string][]parley.DerivedRow, views map[string]searchView, user string) ([]parley.Event, error) {
 	type key struct {
 		conv string
 		seq  int64
 	}
 	found := make(map[key]parley.Event, len(hits))
 	for c, evs := range byConv {
-		v := views[c]
 		slices.SortFunc(evs, func(a, b parley.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-		if _, err := db.decorate(ctx, tx, c, v.ps, user, v.head, v.epoch, evs); err != nil {
-			return nil, err
-		}
+		parley.Decorate(evs, derived[c], user, views[c].head)
 		for _, e := range evs {
 			found[key{c, e.Seq}] = e
 		}
