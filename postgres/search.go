@@ -164,13 +164,14 @@ const searchVisible = `EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_
 // (n = $9) whether it is a hit or not; at most $10 rows. The walk reads the
 // index alone (conv_id is in it) and the row of each of the caller's
 // entries by its primary key: a common word is found after a few dozen
-// rows instead of after reading all of its matches.
+// rows instead of after reading all of its matches. (hit is a scalar
+// subquery, not EXISTS: the planner may run an EXISTS once for every row
+// of the table, hashed, which reads all the matches again.)
 const searchWalkSQL = `SELECT w.conv_id, w.seq, w.vseq, w.at, w.n, w.hit FROM (
 	SELECT k.conv_id, k.seq, k.vseq, k.at, k.n,
-		EXISTS (SELECT 1 FROM search_docs d
-			WHERE d.conv_id = k.conv_id AND d.seq = k.seq AND d.vseq = k.vseq
-				AND d.tsv @@ $1::text::tsquery AND ($4::text IS NULL OR d.sender_user = $4::text)
-				AND ` + searchVisible + `) AS hit
+		coalesce((SELECT d.tsv @@ $1::text::tsquery AND ($4::text IS NULL OR d.sender_user = $4::text)
+				AND ` + searchVisible + `
+			FROM search_docs d WHERE d.conv_id = k.conv_id AND d.seq = k.seq AND d.vseq = k.vseq), false) AS hit
 	FROM (
 		SELECT k.conv_id, k.seq, k.vseq, k.at,
 			row_number() OVER (ORDER BY k.at DESC, k.conv_id COLLATE "C" DESC, k.seq DESC, k.vseq DESC) AS n
@@ -400,6 +401,8 @@ func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit,
 		bySeqs[h.conv] = append(bySeqs[h.conv], h.seq)
 	}
 	b := &pgx.Batch{}
+	// The statements of the page are planned as any other (searchViews).
+	b.Queue(`SET LOCAL plan_cache_mode = auto`)
 	b.Queue(searchEventsSQL, convs, seqs)
 	var derivedConvs []string
 	for c, ss := range bySeqs {
@@ -414,6 +417,9 @@ func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit,
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
 	byConv, err := readSearchEvents(br)
 	if err != nil {
 		return nil, err
