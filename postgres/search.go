@@ -388,33 +388,54 @@ var searchEventsSQL = `SELECT h.conv, ` + eventCols("e") + `
 FROM unnest($1::text[], $2::bigint[]) AS h (conv, seq)
 JOIN events e ON e.conv_id = h.conv AND e.seq = h.seq`
 
+// searchDerivedSQL reads the DerivedRows of the hits ($4, $5 pairs of
+// conv and seq), each conversation's inside its ranges ($1, $2, $3 triples
+// of conv and [lo, hi]: the caller's periods capped at the read's AsOf,
+// rule 2 in the query): edits and reactions over events_targets, replies
+// over events_replies. derivedSQL for every conversation of the page in
+// one statement (the epoch is the snapshot's, read with the periods).
+const searchDerivedSQL = `SELECT r.conv, e.seq, e.kind, e.sender_user, coalesce(e.body, ''), e.created_at,
+	coalesce(e.target, 0), coalesce(e.reply_to, 0), coalesce(e.emoji, ''), coalesce(e.react_on, false),
+	e.recall_seq IS NOT NULL
+FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r (conv, lo, hi)
+JOIN unnest($4::text[], $5::bigint[]) AS h (conv, seq) ON h.conv = r.conv AND h.seq < r.hi
+CROSS JOIN LATERAL (
+	SELECT * FROM events
+	WHERE conv_id = r.conv AND target = h.seq AND kind IN ('edit', 'reaction')
+		AND seq >= greatest(r.lo, h.seq + 1) AND seq <= r.hi
+	UNION ALL
+	SELECT * FROM events
+	WHERE conv_id = r.conv AND reply_to = h.seq
+		AND seq >= greatest(r.lo, h.seq + 1) AND seq <= r.hi) e`
+
 // searchEvents reads the hits' message events and decorates them as user
 // reads them (parley.Decorate, per conversation, AsOf the capped head),
-// all in one round trip: the events, and the derived rows of each
-// conversation's hits (derivedSQL). Each Body is then the version that
-// matched, which it checks. They come back in the order of hits.
+// in one round trip: the events (searchEventsSQL) and their derived rows
+// (searchDerivedSQL). Each Body is then the version that matched, which
+// it checks. They come back in the order of hits.
 func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit, views map[string]searchView) ([]parley.Event, error) {
 	convs, seqs := make([]string, len(hits)), make([]int64, len(hits))
-	bySeqs := map[string][]int64{}
+	first := map[string]int64{} // each conversation's first hit
 	for i, h := range hits {
 		convs[i], seqs[i] = h.conv, h.seq
-		bySeqs[h.conv] = append(bySeqs[h.conv], h.seq)
+		if f, ok := first[h.conv]; !ok || h.seq < f {
+			first[h.conv] = h.seq
+		}
+	}
+	var rConv []string
+	var rLo, rHi []int64
+	for c, f := range first {
+		v := views[c]
+		// Everything that concerns a message comes after it.
+		for _, rg := range v.ps.Ranges(f, v.head) {
+			rConv, rLo, rHi = append(rConv, c), append(rLo, rg[0]), append(rHi, rg[1])
+		}
 	}
 	b := &pgx.Batch{}
 	// The statements of the page are planned as any other (searchViews).
 	b.Queue(`SET LOCAL plan_cache_mode = auto`)
 	b.Queue(searchEventsSQL, convs, seqs)
-	var derivedConvs []string
-	for c, ss := range bySeqs {
-		slices.Sort(ss)
-		v := views[c]
-		// Everything that concerns a message comes after it.
-		if ranges := v.ps.Ranges(ss[0], v.head); len(ranges) > 0 {
-			lo, hi := splitRanges(ranges)
-			b.Queue(derivedSQL, c, lo, hi, ss)
-			derivedConvs = append(derivedConvs, c)
-		}
-	}
+	b.Queue(searchDerivedSQL, rConv, rLo, rHi, convs, seqs)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -424,18 +445,20 @@ func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit,
 	if err != nil {
 		return nil, err
 	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
 	derived := map[string][]parley.DerivedRow{}
-	for _, c := range derivedConvs {
-		rs, err := br.Query()
-		if err != nil {
-			return nil, err
-		}
-		var again bool
-		if derived[c], again, err = scanDerived(rs, c, views[c].epoch); err != nil {
-			return nil, err
-		} else if again {
-			return nil, fmt.Errorf("conversation %s changed epoch inside a snapshot", c)
-		}
+	var conv string
+	var d parley.DerivedRow
+	_, err = pgx.ForEachRow(rows, []any{&conv, &d.Seq, &d.Kind, &d.Sender, &d.Body, &d.At, &d.Target, &d.ReplyTo, &d.Emoji, &d.On, &d.Recalled}, func() error {
+		finish(&d, conv)
+		derived[conv] = append(derived[conv], d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := br.Close(); err != nil {
 		return nil, err
