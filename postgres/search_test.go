@@ -516,3 +516,31 @@ func TestSearchLiteralsOnPostgres(t *testing.T) {
 		t.Errorf("phrase %s of tokens apart: %v, %v; want no match", q, match, err)
 	}
 }
+
+// Migration 0015 indexes the rows already there: a store of 0014 with
+// messages (and an edit) opens with search_docs_at over all of them, and a
+// search finds them by the walk and by the GIN query alike.
+func TestSearchMigrationWalkIndex(t *testing.T) {
+	e := newSearchEnv(t)
+	ctx := context.Background()
+	first := e.send(t, e.ana, parley.SendRequest{Conv: "c-x", Body: "kept from before"})
+	e.send(t, e.ana, parley.SendRequest{Conv: "c-x", Body: "also from before"})
+	if _, err := e.db.Edit(ctx, e.ana, parley.EditRequest{Conv: "c-x", Target: first, CMID: "e", Body: "edited before"}); err != nil {
+		t.Fatal(err)
+	}
+	// The schema as 0014 left it, with the rows already there.
+	e.exec(t, `DROP INDEX search_docs_at`)
+	e.exec(t, `DELETE FROM schema_migrations WHERE version = 15`)
+	e.db = e.open(t)
+	if n := e.count(t, `SELECT count(*) FROM pg_indexes WHERE indexname = 'search_docs_at'`); n != 1 {
+		t.Fatalf("search_docs_at after the migration: %d indexes", n)
+	}
+	e.wantHits(t, e.ben, "before", "c-x/4 also from before", "c-x/3 edited before @5")
+	e.wantHits(t, e.ben, "kept")
+	for _, walk := range []int{0, 1, 2, 1000} {
+		got, err := postgres.SearchHits(ctx, e.db, "ben", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"before"}}}, Limit: 20}, []string{"c-x"}, walk)
+		if err != nil || !slices.Equal(got, []string{"c-x/4/4", "c-x/3/5"}) {
+			t.Errorf("walk %d: %q, %v", walk, got, err)
+		}
+	}
+}
