@@ -76,3 +76,12 @@ func SearchHits(ctx context.Context, db *DB, user string, q parley.SearchQuery, 
 	})
 	return out, err
 }
+
+// TokenFreq is DB.tokenFreq: the least share of rows among tokens by the
+// statistics.
+func TokenFreq(ctx context.Context, db *DB, tokens []string) float64 {
+	return db.tokenFreq(ctx, tokens)
+}
+
+// WalkFor is walkFor.
+var WalkFor = walkFor

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -208,6 +210,93 @@ LIMIT $9`
 // the caller's messages fills a page inside the walk.
 const searchWalk = 1000
 
+// searchWalkFreq is the share of index rows a query must be expected to
+// match for the search to walk first: below it (a page would need more
+// than searchWalk rows) the GIN query alone is cheaper, as for a word no
+// statistics list as common (DB.tokenFreq).
+const searchWalkFreq = 0.02
+
+// searchStatsSQL reads the statistics of search_docs.tsv: its most common
+// lexemes and the share of rows each is in.
+const searchStatsSQL = `SELECT x.e, x.f FROM pg_stats s,
+	unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS x (e, f)
+WHERE s.schemaname = current_schema() AND s.tablename = 'search_docs' AND s.attname = 'tsv' AND x.e IS NOT NULL`
+
+// searchStatsAge is how long the statistics are kept before a search
+// reads them again (autovacuum's ANALYZE changes them slowly).
+const searchStatsAge = 5 * time.Minute
+
+// searchStats are search_docs' statistics as a search weighs its tokens:
+// the most common lexemes and their share of rows, read again after
+// searchStatsAge.
+type searchStats struct {
+	mu   sync.Mutex
+	read time.Time
+	freq map[string]float64 // nil: no statistics
+}
+
+// tokenFreq is the least share of rows among tokens by the statistics: 0
+// for a token they do not list (rarer than all they do); 1 for no tokens
+// or no statistics (a walk is bounded; a GIN query for a common word on a
+// large table is not). A failure to read them counts as none, and the
+// next search reads them again.
+func (db *DB) tokenFreq(ctx context.Context, tokens []string) float64 {
+	if len(tokens) == 0 {
+		return 1
+	}
+	s := &db.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.read) > searchStatsAge {
+		s.read, s.freq = now, nil
+		freq := map[string]float64{}
+		var e string
+		var f float64
+		rows, err := db.pool.Query(ctx, searchStatsSQL)
+		if err == nil {
+			_, err = pgx.ForEachRow(rows, []any{&e, &f}, func() error { freq[e] = f; return nil })
+		}
+		switch {
+		case err != nil:
+			s.read = time.Time{} // the next search tries again
+		case len(freq) > 0:
+			s.freq = freq
+		}
+	}
+	if s.freq == nil {
+		return 1
+	}
+	least := 1.0
+	for _, t := range tokens {
+		least = min(least, s.freq[t])
+	}
+	return least
+}
+
+// walkFor is the walk of a search for q whose least frequent exact token
+// has share freq of the rows: searchWalk when it is expected to fill a
+// page that way, else none.
+func walkFor(freq float64) int {
+	if freq >= searchWalkFreq {
+		return searchWalk
+	}
+	return 0
+}
+
+// exactTokens are the tokens of q's terms that must match exactly (all but
+// the last of a prefix term): the ones statistics can weigh.
+func exactTokens(q parley.SearchQuery) []string {
+	var out []string
+	for _, t := range q.Terms {
+		n := len(t.Tokens)
+		if t.Prefix {
+			n--
+		}
+		out = append(out, t.Tokens[:n]...)
+	}
+	return out
+}
+
 // searchHit is a hit: a row of searchSQL.
 type searchHit struct {
 	conv      string
@@ -247,13 +336,14 @@ func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchReq
 	if err != nil {
 		return parley.SearchPage{}, err
 	}
+	walk := walkFor(db.tokenFreq(ctx, exactTokens(q)))
 	var evs []parley.Event
 	err = pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		views, convs, err := searchViews(ctx, tx, p.User, q.Conv)
 		if err != nil || len(convs) == 0 {
 			return err
 		}
-		hits, err := searchHits(ctx, tx, p.User, q, convs, searchWalk)
+		hits, err := searchHits(ctx, tx, p.User, q, convs, walk)
 		if err != nil || len(hits) == 0 {
 			return err
 		}
@@ -269,10 +359,10 @@ func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchReq
 // searchViews reads the conversations a search covers (conv, or every one
 // user has a period in) in id order. NOT_MEMBER when conv is named and user
 // has no period in it; ErrSearchBuilding when one of them is pending. In
-// the same round trip it sets the transaction's plans to custom ones: a
-// generic plan of searchWalkSQL or searchSQL, which PostgreSQL would
-// switch a prepared statement to after five runs, cannot weigh the word
-// searched for or the caller's conversations and walks the wrong index.
+// the same round trip it sets the transaction's plans to custom ones: a generic plan of searchWalkSQL or searchSQL, which PostgreSQL
+// would switch a prepared statement to after five runs, cannot weigh the
+// word searched for or the caller's conversations and walks the wrong
+// index.
 func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]searchView, []string, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
@@ -282,6 +372,15 @@ func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, err
 	}
+	views, convs, err := readViews(br, conv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return views, convs, br.Close()
+}
+
+// readViews reads searchConvsSQL's rows from br (searchViews).
+func readViews(br pgx.BatchResults, conv string) (map[string]searchView, []string, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, err
@@ -308,7 +407,7 @@ func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]
 	case anyPending:
 		return nil, nil, parley.ErrSearchBuilding()
 	}
-	return views, convs, br.Close()
+	return views, convs, nil
 }
 
 // searchHits reads at most q.Limit+1 hits of q over convs, in the order of

@@ -142,3 +142,46 @@ func TestSearchWalkHandOver(t *testing.T) {
 		}
 	}
 }
+
+// A search weighs its words by the table's statistics: a word in every
+// row walks first, a word the statistics do not list (or list as rare)
+// goes to the GIN index at once; with no words, or no statistics, it walks.
+func TestSearchWalkByStatistics(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db, err := postgres.Open(ctx, dsn, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Pool(db).Exec(ctx, `INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
+		SELECT 'c' || (i % 50), i, i, 'ana', 1700000000000 + i, ('''w' || i || ''':1 ''common'':2')::tsvector
+		FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if f := postgres.TokenFreq(ctx, db, []string{"common"}); f != 1 {
+		t.Fatalf("before ANALYZE: %v, want 1 (no statistics)", f)
+	}
+	db.Close() // a new store reads the statistics again
+	if db, err = postgres.Open(ctx, dsn, parley.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := postgres.Pool(db).Exec(ctx, `ANALYZE search_docs`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tokens []string
+		walk   bool
+	}{
+		{[]string{"common"}, true},
+		{[]string{"w17"}, false},
+		{[]string{"common", "w17"}, false},
+		{[]string{"nowhere"}, false},
+		{nil, true},
+	} {
+		f := postgres.TokenFreq(ctx, db, tc.tokens)
+		if got := postgres.WalkFor(f) > 0; got != tc.walk {
+			t.Errorf("%q: share %v, walk %v; want walk %v", tc.tokens, f, got, tc.walk)
+		}
+	}
+}
