@@ -327,50 +327,82 @@ func searchStart(q parley.SearchQuery) searchPos {
 	return pos
 }
 
+// searchConn is what a search runs on: a connection of the pool, in the
+// transaction searchViews begins (or a pgx.Tx, for tests).
+type searchConn interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // Search implements parley.Store: in one read-only REPEATABLE READ
 // transaction, the caller's conversations and periods, the hits
 // (searchHits), their events, and their derived state as Sync decorates
 // it; one snapshot, so the hits, the events and the versions shown agree.
+// The transaction's BEGIN travels with the first statements and its COMMIT
+// with the last (a search is two or three round trips): on a busy machine
+// every round trip waits for the server to be scheduled.
 func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error) {
 	q, err := parley.ParseSearch(r)
 	if err != nil {
 		return parley.SearchPage{}, err
 	}
 	walk := walkFor(db.tokenFreq(ctx, exactTokens(q)))
-	var evs []parley.Event
-	err = pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		views, convs, err := searchViews(ctx, tx, p.User, q.Conv)
-		if err != nil || len(convs) == 0 {
-			return err
-		}
-		hits, err := searchHits(ctx, tx, p.User, q, convs, walk)
-		if err != nil || len(hits) == 0 {
-			return err
-		}
-		evs, err = searchEvents(ctx, tx, p.User, hits, views)
-		return err
-	})
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
+		return parley.SearchPage{}, wrap("search", err)
+	}
+	defer conn.Release()
+	evs, err := search(ctx, conn, p.User, q, walk, true)
+	if err != nil {
+		// A refusal (NOT_MEMBER, a conversation not built) leaves the
+		// transaction open: end it, so the connection goes back to the
+		// pool (one left inside a transaction, the pool closes).
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, `ROLLBACK`)
+		}
 		return parley.SearchPage{}, wrap("search", err)
 	}
 	return parley.NewSearchPage(q, evs), nil
 }
 
+// search reads the events of a page of q's hits for user on c; with begin,
+// it begins the transaction in its first round trip and commits it in its
+// last.
+func search(ctx context.Context, c searchConn, user string, q parley.SearchQuery, walk int, begin bool) ([]parley.Event, error) {
+	views, convs, err := searchViews(ctx, c, user, q.Conv, begin)
+	if err != nil {
+		return nil, err
+	}
+	var hits []searchHit
+	if len(convs) > 0 {
+		if hits, err = searchHits(ctx, c, user, q, convs, walk); err != nil {
+			return nil, err
+		}
+	}
+	return searchEvents(ctx, c, user, hits, views, begin)
+}
+
 // searchViews reads the conversations a search covers (conv, or every one
 // user has a period in) in id order. NOT_MEMBER when conv is named and user
 // has no period in it; ErrSearchBuilding when one of them is pending. In
-// the same round trip it sets the transaction's plans to custom ones: a generic plan of searchWalkSQL or searchSQL, which PostgreSQL
-// would switch a prepared statement to after five runs, cannot weigh the
-// word searched for or the caller's conversations and walks the wrong
-// index.
-func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]searchView, []string, error) {
+// the same round trip it begins the transaction (with begin) and sets its
+// plans to custom ones: a generic plan of searchWalkSQL or searchSQL,
+// which PostgreSQL would switch a prepared statement to after five runs,
+// cannot weigh the word searched for or the caller's conversations and
+// walks the wrong index.
+func searchViews(ctx context.Context, c searchConn, user, conv string, begin bool) (map[string]searchView, []string, error) {
 	b := &pgx.Batch{}
+	if begin {
+		b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
+	}
 	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 	b.Queue(searchConvsSQL, user, conv)
-	br := tx.SendBatch(ctx, b)
+	br := c.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, err
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
 	}
 	views, convs, err := readViews(br, conv)
 	if err != nil {
@@ -416,7 +448,7 @@ func readViews(br pgx.BatchResults, conv string) (map[string]searchView, []strin
 // and the walk stopped before the end, over the GIN index from where the
 // walk stopped (searchSQL). Either way gives the same hits (a test walks
 // every stop point).
-func searchHits(ctx context.Context, tx pgx.Tx, user string, q parley.SearchQuery, convs []string, walk int) ([]searchHit, error) {
+func searchHits(ctx context.Context, tx searchConn, user string, q parley.SearchQuery, convs []string, walk int) ([]searchHit, error) {
 	tsq := tsqueryLiteral(q, convs)
 	if tsq == "" {
 		return nil, errors.New("a query with nothing to match by")
@@ -453,7 +485,7 @@ func searchHits(ctx context.Context, tx pgx.Tx, user string, q parley.SearchQuer
 // rows: the hits found, up to want, and, when the page is not full and
 // the walk ended at its bound rather than at the end of the rows, more and
 // the position of its last row.
-func walkHits(ctx context.Context, tx pgx.Tx, args []any, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
+func walkHits(ctx context.Context, tx searchConn, args []any, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
 	rows, err := tx.Query(ctx, searchWalkSQL, append(args, pos.at, pos.conv, pos.seq, pos.vseq, walk, want+1)...)
 	if err != nil {
 		return nil, pos, false, err
@@ -510,33 +542,25 @@ CROSS JOIN LATERAL (
 // searchEvents reads the hits' message events and decorates them as user
 // reads them (parley.Decorate, per conversation, AsOf the capped head),
 // in one round trip: the events (searchEventsSQL) and their derived rows
-// (searchDerivedSQL). Each Body is then the version that matched, which
-// it checks. They come back in the order of hits.
-func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit, views map[string]searchView) ([]parley.Event, error) {
-	convs, seqs := make([]string, len(hits)), make([]int64, len(hits))
-	first := map[string]int64{} // each conversation's first hit
-	for i, h := range hits {
-		convs[i], seqs[i] = h.conv, h.seq
-		if f, ok := first[h.conv]; !ok || h.seq < f {
-			first[h.conv] = h.seq
-		}
-	}
-	var rConv []string
-	var rLo, rHi []int64
-	for c, f := range first {
-		v := views[c]
-		// Everything that concerns a message comes after it.
-		for _, rg := range v.ps.Ranges(f, v.head) {
-			rConv, rLo, rHi = append(rConv, c), append(rLo, rg[0]), append(rHi, rg[1])
-		}
-	}
+// (searchDerivedSQL), and with commit the transaction's COMMIT. Each Body
+// is then the version that matched, which it checks. They come back in
+// the order of hits.
+func searchEvents(ctx context.Context, c searchConn, user string, hits []searchHit, views map[string]searchView, commit bool) ([]parley.Event, error) {
 	b := &pgx.Batch{}
-	// The statements of the page are planned as any other (searchViews).
-	b.Queue(`SET LOCAL plan_cache_mode = auto`)
-	b.Queue(searchEventsSQL, convs, seqs)
-	b.Queue(searchDerivedSQL, rConv, rLo, rHi, convs, seqs)
-	br := tx.SendBatch(ctx, b)
+	if len(hits) > 0 {
+		queueSearchEvents(b, hits, views)
+	}
+	if commit {
+		b.Queue(`COMMIT`)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	br := c.SendBatch(ctx, b)
 	defer br.Close()
+	if len(hits) == 0 {
+		return nil, br.Close()
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
@@ -563,6 +587,32 @@ func searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit,
 		return nil, err
 	}
 	return orderHits(hits, byConv, derived, views, user)
+}
+
+// queueSearchEvents queues the statements of searchEvents for hits: plans
+// back to ordinary (searchViews set them to custom), the events, the
+// derived rows of each conversation's hits inside its ranges.
+func queueSearchEvents(b *pgx.Batch, hits []searchHit, views map[string]searchView) {
+	convs, seqs := make([]string, len(hits)), make([]int64, len(hits))
+	first := map[string]int64{} // each conversation's first hit
+	for i, h := range hits {
+		convs[i], seqs[i] = h.conv, h.seq
+		if f, ok := first[h.conv]; !ok || h.seq < f {
+			first[h.conv] = h.seq
+		}
+	}
+	var rConv []string
+	var rLo, rHi []int64
+	for c, f := range first {
+		v := views[c]
+		// Everything that concerns a message comes after it.
+		for _, rg := range v.ps.Ranges(f, v.head) {
+			rConv, rLo, rHi = append(rConv, c), append(rLo, rg[0]), append(rHi, rg[1])
+		}
+	}
+	b.Queue(`SET LOCAL plan_cache_mode = auto`)
+	b.Queue(searchEventsSQL, convs, seqs)
+	b.Queue(searchDerivedSQL, rConv, rLo, rHi, convs, seqs)
 }
 
 // readSearchEvents reads searchEventsSQL's rows from br: the events by
