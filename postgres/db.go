@@ -161,6 +161,7 @@ type DB struct {
 	pool  *pgxpool.Pool
 	opts  parley.Options
 	sends *sendqueue.Queue // group commit of Send, sendLanes lanes
+	stats searchStats      // search_docs' common lexemes (search.go)
 }
 
 // sendLanes is how many batches of sends a gateway runs at once. A lane

@@ -343,24 +343,30 @@ func (db *DB) decorate(ctx context.Context, q querier, conv string, ps parley.Pe
 		if err != nil {
 			return false, err
 		}
-		var e int64
-		var d parley.DerivedRow
-		_, err = pgx.ForEachRow(rs, []any{&e, &d.Seq, &d.Kind, &d.Sender, &d.Body, &d.At, &d.Target, &d.ReplyTo, &d.Emoji, &d.On, &d.Recalled}, func() error {
-			if e != epoch {
-				again = true
-			}
-			if d.Seq != 0 {
-				finish(&d, conv)
-				rows = append(rows, d)
-			}
-			return nil
-		})
-		if err != nil || again {
+		if rows, again, err = scanDerived(rs, conv, epoch); err != nil || again {
 			return again, err
 		}
 	}
 	parley.Decorate(evs, rows, user, asOf)
 	return false, nil
+}
+
+// scanDerived reads derivedSQL's rows of conv: the derived rows, and
+// again when the conversation's epoch is no longer epoch.
+func scanDerived(rs pgx.Rows, conv string, epoch int64) (rows []parley.DerivedRow, again bool, err error) {
+	var e int64
+	var d parley.DerivedRow
+	_, err = pgx.ForEachRow(rs, []any{&e, &d.Seq, &d.Kind, &d.Sender, &d.Body, &d.At, &d.Target, &d.ReplyTo, &d.Emoji, &d.On, &d.Recalled}, func() error {
+		if e != epoch {
+			again = true
+		}
+		if d.Seq != 0 {
+			finish(&d, conv)
+			rows = append(rows, d)
+		}
+		return nil
+	})
+	return rows, again, err
 }
 
 // splitRanges turns ranges into the two arrays the page statements take.

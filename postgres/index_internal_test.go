@@ -1,7 +1,11 @@
 package postgres
 
 import (
+	"context"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
 )
@@ -54,6 +58,30 @@ var IndexedStatements = []struct {
 // that run them on a server (search_test.go).
 var (
 	SearchSQL       = searchSQL
+	SearchWalkSQL   = searchWalkSQL
 	TsvectorLiteral = tsvectorLiteral
 	TsqueryLiteral  = tsqueryLiteral
 )
+
+// SearchHits runs searchHits with a walk of walk rows (0: the GIN query
+// alone) in a snapshot as Search does: the hits as conv/seq/vseq.
+func SearchHits(ctx context.Context, db *DB, user string, q parley.SearchQuery, convs []string, walk int) ([]string, error) {
+	var out []string
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		hits, err := searchHits(ctx, tx, user, q, convs, walk)
+		for _, h := range hits {
+			out = append(out, fmt.Sprintf("%s/%d/%d", h.conv, h.seq, h.vseq))
+		}
+		return err
+	})
+	return out, err
+}
+
+// TokenFreq is DB.tokenFreq: the least share of rows among tokens by the
+// statistics.
+func TokenFreq(ctx context.Context, db *DB, tokens []string) float64 {
+	return db.tokenFreq(ctx, tokens)
+}
+
+// WalkFor is walkFor.
+var WalkFor = walkFor

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,12 +31,6 @@ import (
 // found, but a phrase that needs one of its later occurrences is not,
 // where SQLite finds it.)
 const maxPosition = 16383
-
-// maxConvTokens is how many conversations a tsquery names: a search over
-// more leaves the conversation group out of the tsquery (the SQL filter on
-// conv_id alone narrows to them; a long OR costs the index more than it
-// saves).
-const maxConvTokens = 64
 
 // appendLexeme appends tok as a quoted lexeme of a tsvector or tsquery
 // literal: in single quotes, with ' and \ doubled, so every byte of tok,
@@ -80,10 +77,11 @@ func docLiteral(conv, sender, body string) string {
 
 // tsqueryLiteral is the tsquery literal of q over the conversations convs:
 // each term a phrase of its tokens (<->), the last a prefix (:*) when the
-// term is one; the terms, the conversation group (when it names at most
-// maxConvTokens) and the sender joined by &. Empty when there is nothing
-// to match by (no terms, too many conversations, no sender): the caller
-// refuses that.
+// term is one, and the sender's token, joined by &. The conversations are
+// named only when there is nothing else to match by (in: alone): the SQL
+// filter on conv_id narrows to them, and an OR of many conversation tokens
+// costs the GIN index more than it saves. Empty when there is nothing to
+// match by at all: the caller refuses that.
 func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 	var parts [][]byte
 	for _, t := range q.Terms {
@@ -105,7 +103,10 @@ func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 		}
 		parts = append(parts, b)
 	}
-	if len(convs) > 0 && len(convs) <= maxConvTokens {
+	if q.From != "" {
+		parts = append(parts, appendLexeme(nil, parley.SenderToken(q.From)))
+	}
+	if len(parts) == 0 && len(convs) > 0 && len(convs) <= maxConvTokens {
 		b := []byte("( ")
 		for i, c := range convs {
 			if i > 0 {
@@ -115,15 +116,16 @@ func tsqueryLiteral(q parley.SearchQuery, convs []string) string {
 		}
 		parts = append(parts, append(b, " )"...))
 	}
-	if q.From != "" {
-		parts = append(parts, appendLexeme(nil, parley.SenderToken(q.From)))
-	}
 	out := make([]string, len(parts))
 	for i, p := range parts {
 		out[i] = string(p)
 	}
 	return strings.Join(out, " & ")
 }
+
+// maxConvTokens is how many conversations a tsquery of conversations alone
+// names (a query of in: alone names one).
+const maxConvTokens = 64
 
 // searchView is one conversation a search covers, as the caller sees it:
 // their periods, the head capped by them (the AsOf of the hits'
@@ -144,71 +146,274 @@ WHERE p.user_id = $1 AND ($2 = '' OR p.conv_id = $2)
 GROUP BY p.conv_id, c.next_seq, c.epoch
 ORDER BY p.conv_id COLLATE "C"`
 
-// searchSQL reads the hits of tsquery $1 for user $3 among the
-// conversations $2: the conv, seq and vseq of each search_docs row whose
-// seq and vseq are inside the user's periods and that no newer version
-// inside them replaces (rule 2 of search.go, inside the query, before the
-// limit); sent by $4 (NULL: anyone), before $5 ms (NULL: no bound), after
-// the cursor ($6, $7, $8; NULL: the first page) in the order of results;
-// at most $9 rows.
-const searchSQL = `SELECT d.conv_id, d.seq, d.vseq
-FROM search_docs d
-WHERE d.tsv @@ $1::text::tsquery
-	AND d.conv_id = ANY ($2::text[])
-	AND ($4::text IS NULL OR d.sender_user = $4::text)
-	AND ($5::bigint IS NULL OR d.at < $5::bigint)
-	AND ($6::bigint IS NULL OR (d.at, d.conv_id COLLATE "C", d.seq) < ($6::bigint, $7::text COLLATE "C", $8::bigint))
-	AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
+// searchVisible is rule 2 of search.go for the search_docs row d and user
+// $3: its seq and vseq inside the user's periods, and no newer version of
+// the message inside them.
+const searchVisible = `EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
 		AND p.from_seq <= d.seq AND (p.to_seq IS NULL OR d.seq <= p.to_seq))
 	AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = d.conv_id AND p.user_id = $3
 		AND p.from_seq <= d.vseq AND (p.to_seq IS NULL OR d.vseq <= p.to_seq))
 	AND NOT EXISTS (SELECT 1 FROM search_docs n
 		WHERE n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq
 			AND EXISTS (SELECT 1 FROM periods p WHERE p.conv_id = n.conv_id AND p.user_id = $3
-				AND p.from_seq <= n.vseq AND (p.to_seq IS NULL OR n.vseq <= p.to_seq)))
-ORDER BY d.at DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
+				AND p.from_seq <= n.vseq AND (p.to_seq IS NULL OR n.vseq <= p.to_seq)))`
+
+// searchWalkSQL walks the rows of the conversations $2 newest first over
+// search_docs_at (migration 0015), from the position ($5, $6, $7, $8) on
+// (exclusive; the order of results, then vseq), at most $9 of them, and
+// returns those that are hits of tsquery $1 for user $3 sent by $4 (NULL:
+// anyone), each with its place n in the walk, and the walk's last row
+// (n = $9) whether it is a hit or not; at most $10 rows. The walk reads the
+// index alone (conv_id is in it) and the row of each of the caller's
+// entries by its primary key: a common word is found after a few dozen
+// rows instead of after reading all of its matches. (hit is a scalar
+// subquery, not EXISTS: the planner may run an EXISTS once for every row
+// of the table, hashed, which reads all the matches again.)
+const searchWalkSQL = `SELECT w.conv_id, w.seq, w.vseq, w.at, w.n, w.hit FROM (
+	SELECT k.conv_id, k.seq, k.vseq, k.at, k.n,
+		coalesce((SELECT d.tsv @@ $1::text::tsquery AND ($4::text IS NULL OR d.sender_user = $4::text)
+				AND ` + searchVisible + `
+			FROM search_docs d WHERE d.conv_id = k.conv_id AND d.seq = k.seq AND d.vseq = k.vseq), false) AS hit
+	FROM (
+		SELECT k.conv_id, k.seq, k.vseq, k.at,
+			row_number() OVER (ORDER BY k.at DESC, k.conv_id COLLATE "C" DESC, k.seq DESC, k.vseq DESC) AS n
+		FROM search_docs k
+		WHERE k.conv_id = ANY ($2::text[])
+			AND (k.at, k.conv_id COLLATE "C", k.seq, k.vseq) < ($5::bigint, $6::text COLLATE "C", $7::bigint, $8::bigint)
+		ORDER BY k.at DESC, k.conv_id COLLATE "C" DESC, k.seq DESC, k.vseq DESC
+		LIMIT $9) k
+	OFFSET 0) w
+WHERE w.hit OR w.n = $9
+LIMIT $10`
+
+// searchSQL reads the hits of tsquery $1 for user $3 among the
+// conversations $2 over the GIN index: the conv, seq, vseq and time of
+// each search_docs row that matches, is visible to the user
+// (searchVisible, inside the query, before the limit) and was sent by $4
+// (NULL: anyone), after the position ($5, $6, $7, $8) (exclusive) in the
+// order of results; at most $9 rows. The order is by at + 0, an expression
+// no index holds: a walk of search_docs_at until enough rare matches
+// turned up would be unbounded; searchWalkSQL does the bounded walk.
+const searchSQL = `SELECT d.conv_id, d.seq, d.vseq, d.at
+FROM search_docs d
+WHERE d.tsv @@ $1::text::tsquery
+	AND d.conv_id = ANY ($2::text[])
+	AND ($4::text IS NULL OR d.sender_user = $4::text)
+	AND (d.at, d.conv_id COLLATE "C", d.seq, d.vseq) < ($5::bigint, $6::text COLLATE "C", $7::bigint, $8::bigint)
+	AND ` + searchVisible + `
+ORDER BY d.at + 0 DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
 LIMIT $9`
 
-// searchHit is a row of searchSQL.
+// searchWalk is how many of the caller's index rows a search examines
+// newest first (searchWalkSQL) before it turns to the GIN index for the
+// rest of the page (searchSQL): a word in more than about one in fifty of
+// the caller's messages fills a page inside the walk.
+const searchWalk = 1000
+
+// searchWalkFreq is the share of index rows a query must be expected to
+// match for the search to walk first: below it (a page would need more
+// than searchWalk rows) the GIN query alone is cheaper, as for a word no
+// statistics list as common (DB.tokenFreq).
+const searchWalkFreq = 0.02
+
+// searchStatsSQL reads the statistics of search_docs.tsv: its most common
+// lexemes and the share of rows each is in.
+const searchStatsSQL = `SELECT x.e, x.f FROM pg_stats s,
+	unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS x (e, f)
+WHERE s.schemaname = current_schema() AND s.tablename = 'search_docs' AND s.attname = 'tsv' AND x.e IS NOT NULL`
+
+// searchStatsAge is how long the statistics are kept before a search
+// reads them again (autovacuum's ANALYZE changes them slowly).
+const searchStatsAge = 5 * time.Minute
+
+// searchStats are search_docs' statistics as a search weighs its tokens:
+// the most common lexemes and their share of rows, read again after
+// searchStatsAge.
+type searchStats struct {
+	mu   sync.Mutex
+	read time.Time
+	freq map[string]float64 // nil: no statistics
+}
+
+// tokenFreq is the least share of rows among tokens by the statistics: 0
+// for a token they do not list (rarer than all they do); 1 for no tokens
+// or no statistics (a walk is bounded; a GIN query for a common word on a
+// large table is not). A failure to read them counts as none, and the
+// next search reads them again.
+func (db *DB) tokenFreq(ctx context.Context, tokens []string) float64 {
+	if len(tokens) == 0 {
+		return 1
+	}
+	s := &db.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.read) > searchStatsAge {
+		s.read, s.freq = now, nil
+		freq := map[string]float64{}
+		var e string
+		var f float64
+		rows, err := db.pool.Query(ctx, searchStatsSQL)
+		if err == nil {
+			_, err = pgx.ForEachRow(rows, []any{&e, &f}, func() error { freq[e] = f; return nil })
+		}
+		switch {
+		case err != nil:
+			s.read = time.Time{} // the next search tries again
+		case len(freq) > 0:
+			s.freq = freq
+		}
+	}
+	if s.freq == nil {
+		return 1
+	}
+	least := 1.0
+	for _, t := range tokens {
+		least = min(least, s.freq[t])
+	}
+	return least
+}
+
+// walkFor is the walk of a search for q whose least frequent exact token
+// has share freq of the rows: searchWalk when it is expected to fill a
+// page that way, else none.
+func walkFor(freq float64) int {
+	if freq >= searchWalkFreq {
+		return searchWalk
+	}
+	return 0
+}
+
+// exactTokens are the tokens of q's terms that must match exactly (all but
+// the last of a prefix term): the ones statistics can weigh.
+func exactTokens(q parley.SearchQuery) []string {
+	var out []string
+	for _, t := range q.Terms {
+		n := len(t.Tokens)
+		if t.Prefix {
+			n--
+		}
+		out = append(out, t.Tokens[:n]...)
+	}
+	return out
+}
+
+// searchHit is a hit: a row of searchSQL.
 type searchHit struct {
 	conv      string
 	seq, vseq int64
 }
 
+// searchPos is a position in the walk: the order of results, then vseq
+// (descending); a search reads the rows strictly after it.
+type searchPos struct {
+	at        int64
+	conv      string
+	seq, vseq int64
+}
+
+// searchStart is where q's search begins: before q.Before and after
+// q.After, whichever comes later in the order of results.
+func searchStart(q parley.SearchQuery) searchPos {
+	pos := searchPos{at: math.MaxInt64}
+	if !q.Before.IsZero() {
+		pos = searchPos{at: q.Before.UnixMilli()} // at < Before: no conv is < ""
+	}
+	if a := q.After; a != nil {
+		c := searchPos{at: a.At, conv: a.Conv, seq: a.Seq} // vseq 0: none of a's versions
+		if c.at < pos.at || c.at == pos.at && c.conv < pos.conv {
+			pos = c
+		}
+	}
+	return pos
+}
+
+// searchConn is what a search runs on: a connection of the pool, in the
+// transaction searchViews begins (or a pgx.Tx, for tests).
+type searchConn interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // Search implements parley.Store: in one read-only REPEATABLE READ
 // transaction, the caller's conversations and periods, the hits
-// (searchSQL, over the GIN index), their events, and their derived state
-// as Sync decorates it; one snapshot, so the hits, the events and the
-// versions shown agree.
+// (searchHits), their events, and their derived state as Sync decorates
+// it; one snapshot, so the hits, the events and the versions shown agree.
+// The transaction's BEGIN travels with the first statements and its COMMIT
+// with the last (a search is two or three round trips): on a busy machine
+// every round trip waits for the server to be scheduled.
 func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error) {
 	q, err := parley.ParseSearch(r)
 	if err != nil {
 		return parley.SearchPage{}, err
 	}
-	var evs []parley.Event
-	err = pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		views, convs, err := searchViews(ctx, tx, p.User, q.Conv)
-		if err != nil || len(convs) == 0 {
-			return err
-		}
-		hits, err := searchHits(ctx, tx, p.User, q, convs)
-		if err != nil || len(hits) == 0 {
-			return err
-		}
-		evs, err = db.searchEvents(ctx, tx, p.User, hits, views)
-		return err
-	})
+	walk := walkFor(db.tokenFreq(ctx, exactTokens(q)))
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
+		return parley.SearchPage{}, wrap("search", err)
+	}
+	defer conn.Release()
+	evs, err := search(ctx, conn, p.User, q, walk, true)
+	if err != nil {
+		// A refusal (NOT_MEMBER, a conversation not built) leaves the
+		// transaction open: end it, so the connection goes back to the
+		// pool (one left inside a transaction, the pool closes).
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, `ROLLBACK`)
+		}
 		return parley.SearchPage{}, wrap("search", err)
 	}
 	return parley.NewSearchPage(q, evs), nil
 }
 
+// search reads the events of a page of q's hits for user on c; with begin,
+// it begins the transaction in its first round trip and commits it in its
+// last.
+func search(ctx context.Context, c searchConn, user string, q parley.SearchQuery, walk int, begin bool) ([]parley.Event, error) {
+	views, convs, err := searchViews(ctx, c, user, q.Conv, begin)
+	if err != nil {
+		return nil, err
+	}
+	var hits []searchHit
+	if len(convs) > 0 {
+		if hits, err = searchHits(ctx, c, user, q, convs, walk); err != nil {
+			return nil, err
+		}
+	}
+	return searchEvents(ctx, c, user, hits, views, begin)
+}
+
 // searchViews reads the conversations a search covers (conv, or every one
 // user has a period in) in id order. NOT_MEMBER when conv is named and user
-// has no period in it; ErrSearchBuilding when one of them is pending.
-func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]searchView, []string, error) {
-	rows, err := tx.Query(ctx, searchConvsSQL, user, conv)
+// has no period in it; ErrSearchBuilding when one of them is pending. In
+// the same round trip it begins the transaction (with begin) and sets its
+// plans to custom ones: a generic plan of searchWalkSQL or searchSQL,
+// which PostgreSQL would switch a prepared statement to after five runs,
+// cannot weigh the word searched for or the caller's conversations and
+// walks the wrong index.
+func searchViews(ctx context.Context, c searchConn, user, conv string, begin bool) (map[string]searchView, []string, error) {
+	b := &pgx.Batch{}
+	if begin {
+		b.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`)
+	}
+	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
+	b.Queue(searchConvsSQL, user, conv)
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
+	}
+	views, convs, err := readViews(br, conv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return views, convs, br.Close()
+}
+
+// readViews reads searchConvsSQL's rows from br (searchViews).
+func readViews(br pgx.BatchResults, conv string) (map[string]searchView, []string, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,36 +442,75 @@ func searchViews(ctx context.Context, tx pgx.Tx, user, conv string) (map[string]
 	return views, convs, nil
 }
 
-// searchHits runs searchSQL for q over convs: at most q.Limit+1 hits.
-func searchHits(ctx context.Context, tx pgx.Tx, user string, q parley.SearchQuery, convs []string) ([]searchHit, error) {
+// searchHits reads at most q.Limit+1 hits of q over convs, in the order of
+// results: first by a walk of at most walk rows newest first
+// (searchWalkSQL; none when walk is 0), then, when the page is not full
+// and the walk stopped before the end, over the GIN index from where the
+// walk stopped (searchSQL). Either way gives the same hits (a test walks
+// every stop point).
+func searchHits(ctx context.Context, tx searchConn, user string, q parley.SearchQuery, convs []string, walk int) ([]searchHit, error) {
 	tsq := tsqueryLiteral(q, convs)
 	if tsq == "" {
 		return nil, errors.New("a query with nothing to match by")
 	}
 	var from *string
-	var before, afterAt, afterSeq *int64
-	var afterConv *string
 	if q.From != "" {
 		from = &q.From
 	}
-	if !q.Before.IsZero() {
-		ms := q.Before.UnixMilli()
-		before = &ms
+	want := q.Limit + 1
+	pos := searchStart(q)
+	var hits []searchHit
+	if walk > 0 {
+		var more bool
+		var err error
+		hits, pos, more, err = walkHits(ctx, tx, []any{tsq, convs, user, from}, pos, walk, want)
+		if err != nil || !more {
+			return hits, err
+		}
 	}
-	if q.After != nil {
-		afterAt, afterConv, afterSeq = &q.After.At, &q.After.Conv, &q.After.Seq
-	}
-	rows, err := tx.Query(ctx, searchSQL, tsq, convs, user, from, before, afterAt, afterConv, afterSeq, q.Limit+1)
+	rows, err := tx.Query(ctx, searchSQL, tsq, convs, user, from, pos.at, pos.conv, pos.seq, pos.vseq, want-len(hits))
 	if err != nil {
 		return nil, err
 	}
-	var hits []searchHit
 	var h searchHit
-	_, err = pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq}, func() error {
+	var at int64
+	_, err = pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq, &at}, func() error {
 		hits = append(hits, h)
 		return nil
 	})
 	return hits, err
+}
+
+// walkHits runs searchWalkSQL (args: its $1–$4) from pos for at most walk
+// rows: the hits found, up to want, and, when the page is not full and
+// the walk ended at its bound rather than at the end of the rows, more and
+// the position of its last row.
+func walkHits(ctx context.Context, tx searchConn, args []any, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
+	rows, err := tx.Query(ctx, searchWalkSQL, append(args, pos.at, pos.conv, pos.seq, pos.vseq, walk, want+1)...)
+	if err != nil {
+		return nil, pos, false, err
+	}
+	var hits []searchHit
+	var r searchPos
+	var n, last int64
+	var hit, more bool
+	_, err = pgx.ForEachRow(rows, []any{&r.conv, &r.seq, &r.vseq, &r.at, &n, &hit}, func() error {
+		if n <= last {
+			return fmt.Errorf("search walk row %d after row %d", n, last)
+		}
+		last = n
+		if len(hits) == want {
+			return nil
+		}
+		if hit {
+			hits = append(hits, searchHit{conv: r.conv, seq: r.seq, vseq: r.vseq})
+		}
+		if n == int64(walk) {
+			pos, more = r, true
+		}
+		return nil
+	})
+	return hits, pos, more && len(hits) < want, err
 }
 
 // searchEventsSQL reads the events of the hits ($1, $2 pairs of conv and
@@ -275,16 +519,106 @@ var searchEventsSQL = `SELECT h.conv, ` + eventCols("e") + `
 FROM unnest($1::text[], $2::bigint[]) AS h (conv, seq)
 JOIN events e ON e.conv_id = h.conv AND e.seq = h.seq`
 
+// searchDerivedSQL reads the DerivedRows of the hits ($4, $5 pairs of
+// conv and seq), each conversation's inside its ranges ($1, $2, $3 triples
+// of conv and [lo, hi]: the caller's periods capped at the read's AsOf,
+// rule 2 in the query): edits and reactions over events_targets, replies
+// over events_replies. derivedSQL for every conversation of the page in
+// one statement (the epoch is the snapshot's, read with the periods).
+const searchDerivedSQL = `SELECT r.conv, e.seq, e.kind, e.sender_user, coalesce(e.body, ''), e.created_at,
+	coalesce(e.target, 0), coalesce(e.reply_to, 0), coalesce(e.emoji, ''), coalesce(e.react_on, false),
+	e.recall_seq IS NOT NULL
+FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r (conv, lo, hi)
+JOIN unnest($4::text[], $5::bigint[]) AS h (conv, seq) ON h.conv = r.conv AND h.seq < r.hi
+CROSS JOIN LATERAL (
+	SELECT * FROM events
+	WHERE conv_id = r.conv AND target = h.seq AND kind IN ('edit', 'reaction')
+		AND seq >= greatest(r.lo, h.seq + 1) AND seq <= r.hi
+	UNION ALL
+	SELECT * FROM events
+	WHERE conv_id = r.conv AND reply_to = h.seq
+		AND seq >= greatest(r.lo, h.seq + 1) AND seq <= r.hi) e`
+
 // searchEvents reads the hits' message events and decorates them as user
-// reads them (decorate, per conversation, AsOf the capped head): each
-// Body is then the version that matched, which it checks. They come back
-// in the order of hits.
-func (db *DB) searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []searchHit, views map[string]searchView) ([]parley.Event, error) {
+// reads them (parley.Decorate, per conversation, AsOf the capped head),
+// in one round trip: the events (searchEventsSQL) and their derived rows
+// (searchDerivedSQL), and with commit the transaction's COMMIT. Each Body
+// is then the version that matched, which it checks. They come back in
+// the order of hits.
+func searchEvents(ctx context.Context, c searchConn, user string, hits []searchHit, views map[string]searchView, commit bool) ([]parley.Event, error) {
+	b := &pgx.Batch{}
+	if len(hits) > 0 {
+		queueSearchEvents(b, hits, views)
+	}
+	if commit {
+		b.Queue(`COMMIT`)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	if len(hits) == 0 {
+		return nil, br.Close()
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	byConv, err := readSearchEvents(br)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	derived := map[string][]parley.DerivedRow{}
+	var conv string
+	var d parley.DerivedRow
+	_, err = pgx.ForEachRow(rows, []any{&conv, &d.Seq, &d.Kind, &d.Sender, &d.Body, &d.At, &d.Target, &d.ReplyTo, &d.Emoji, &d.On, &d.Recalled}, func() error {
+		finish(&d, conv)
+		derived[conv] = append(derived[conv], d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return orderHits(hits, byConv, derived, views, user)
+}
+
+// queueSearchEvents queues the statements of searchEvents for hits: plans
+// back to ordinary (searchViews set them to custom), the events, the
+// derived rows of each conversation's hits inside its ranges.
+func queueSearchEvents(b *pgx.Batch, hits []searchHit, views map[string]searchView) {
 	convs, seqs := make([]string, len(hits)), make([]int64, len(hits))
+	first := map[string]int64{} // each conversation's first hit
 	for i, h := range hits {
 		convs[i], seqs[i] = h.conv, h.seq
+		if f, ok := first[h.conv]; !ok || h.seq < f {
+			first[h.conv] = h.seq
+		}
 	}
-	rows, err := tx.Query(ctx, searchEventsSQL, convs, seqs)
+	var rConv []string
+	var rLo, rHi []int64
+	for c, f := range first {
+		v := views[c]
+		// Everything that concerns a message comes after it.
+		for _, rg := range v.ps.Ranges(f, v.head) {
+			rConv, rLo, rHi = append(rConv, c), append(rLo, rg[0]), append(rHi, rg[1])
+		}
+	}
+	b.Queue(`SET LOCAL plan_cache_mode = auto`)
+	b.Queue(searchEventsSQL, convs, seqs)
+	b.Queue(searchDerivedSQL, rConv, rLo, rHi, convs, seqs)
+}
+
+// readSearchEvents reads searchEventsSQL's rows from br: the events by
+// conversation.
+func readSearchEvents(br pgx.BatchResults) (map[string][]parley.Event, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -296,20 +630,20 @@ func (db *DB) searchEvents(ctx context.Context, tx pgx.Tx, user string, hits []s
 		byConv[conv] = append(byConv[conv], ev)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
+	return byConv, err
+}
+
+// orderHits decorates each conversation's events with its derived rows
+// and returns them in the order of hits, each checked against its hit.
+func orderHits(hits []searchHit, byConv map[string][]parley.Event, derived map[string][]parley.DerivedRow, views map[string]searchView, user string) ([]parley.Event, error) {
 	type key struct {
 		conv string
 		seq  int64
 	}
 	found := make(map[key]parley.Event, len(hits))
 	for c, evs := range byConv {
-		v := views[c]
 		slices.SortFunc(evs, func(a, b parley.Event) int { return cmp.Compare(a.Seq, b.Seq) })
-		if _, err := db.decorate(ctx, tx, c, v.ps, user, v.head, v.epoch, evs); err != nil {
-			return nil, err
-		}
+		parley.Decorate(evs, derived[c], user, views[c].head)
 		for _, e := range evs {
 			found[key{c, e.Seq}] = e
 		}

@@ -169,19 +169,27 @@ func TestTsqueryLiteral(t *testing.T) {
 		{Tokens: []string{"上海", "海出"}, Prefix: true},
 		{Tokens: []string{`a\b`}, Prefix: true},
 	}, From: "ana"}
-	want := `'o''neil' & ( '上海' <-> '海出':* ) & 'a\\b':* & ( '` + parley.ConvToken("c1") + `' | '` + parley.ConvToken("c2") + `' ) & '` + parley.SenderToken("ana") + `'`
-	if got := tsqueryLiteral(q, []string{"c1", "c2"}); got != want {
-		t.Errorf("tsqueryLiteral = %s\nwant %s", got, want)
-	}
+	sender := `'` + parley.SenderToken("ana") + `'`
+	group := `( '` + parley.ConvToken("c1") + `' | '` + parley.ConvToken("c2") + `' )`
 	many := make([]string, maxConvTokens+1)
 	for i := range many {
 		many[i] = "c" + strconv.Itoa(i)
 	}
-	if got := tsqueryLiteral(parley.SearchQuery{Terms: q.Terms[:1]}, many); got != `'o''neil'` {
-		t.Errorf("over %d conversations: %s, want the terms alone", maxConvTokens, got)
-	}
-	if got := tsqueryLiteral(parley.SearchQuery{}, many); got != "" {
-		t.Errorf("nothing to match by: %q, want empty", got)
+	for _, tc := range []struct {
+		name  string
+		q     parley.SearchQuery
+		convs []string
+		want  string
+	}{
+		{"terms and sender", q, []string{"c1", "c2"}, `'o''neil' & ( '上海' <-> '海出':* ) & 'a\\b':* & ` + sender},
+		{"terms alone", parley.SearchQuery{Terms: q.Terms[:1]}, many, `'o''neil'`},
+		{"sender alone", parley.SearchQuery{From: "ana"}, []string{"c1", "c2"}, sender},
+		{"conversations alone", parley.SearchQuery{Conv: "c1"}, []string{"c1", "c2"}, group},
+		{"nothing to match by", parley.SearchQuery{}, many, ""},
+	} {
+		if got := tsqueryLiteral(tc.q, tc.convs); got != tc.want {
+			t.Errorf("%s: tsqueryLiteral = %q\nwant %q", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -213,8 +221,8 @@ func FuzzTsvectorLiteral(f *testing.F) {
 	})
 }
 
-// FuzzTsqueryLiteral: a query of any tokens (each term's, the
-// conversations', the sender's) makes a literal whose operands read back
+// FuzzTsqueryLiteral: a query of any tokens (each term's, the sender's,
+// the conversations' when there are no others) makes a literal whose operands read back
 // in order, quotes and parentheses balanced, the prefix marks where the
 // terms have them.
 func FuzzTsqueryLiteral(f *testing.F) {
@@ -243,11 +251,13 @@ func FuzzTsqueryLiteral(f *testing.F) {
 				want = append(want, lexeme{text: tok, prefix: term.Prefix && i == len(term.Tokens)-1})
 			}
 		}
-		for _, c := range convs {
-			want = append(want, lexeme{text: parley.ConvToken(c)})
-		}
 		if from != "" {
 			want = append(want, lexeme{text: parley.SenderToken(from)})
+		}
+		if len(want) == 0 {
+			for _, c := range convs {
+				want = append(want, lexeme{text: parley.ConvToken(c)})
+			}
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("literal %q reads back as %v, want %v", lit, got, want)

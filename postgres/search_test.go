@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -394,10 +395,12 @@ func TestSearchMigrationMarksPending(t *testing.T) {
 	e.wantHits(t, e.ben, "before", "c-x/3 from before")
 }
 
-// The search statement is served by the GIN index on the tsvector, not by
-// a walk of search_docs, once the planner knows the table is large: for a
-// rare word over many conversations, and for a common word (a prefix) in
-// one.
+// The search's GIN statement is served by an index, not by a scan of
+// search_docs, once the planner knows the table is large: the GIN index
+// for a rare word over many conversations and for a common word (a
+// prefix) in one, the primary key for conversations fewer than the
+// matches; and the walk newest first reads search_docs_at alone, in its
+// order, without a sort.
 func TestSearchUsesGINIndex(t *testing.T) {
 	e := newSearchEnv(t)
 	ctx := context.Background()
@@ -417,14 +420,16 @@ func TestSearchUsesGINIndex(t *testing.T) {
 		name  string
 		q     parley.SearchQuery
 		convs []string
+		index string
 	}{
-		{"one word, every conversation", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"w17"}}}, Limit: 20}, convs},
-		{"a prefix in one conversation", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"w1"}, Prefix: true}}, Limit: 20}, convs[:1]},
-		{"a common word and a sender", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"common"}}}, From: "ana", Limit: 20}, convs[:5]},
+		{"one word, every conversation", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"w17"}}}, Limit: 20}, convs, "search_docs_tsv"},
+		{"a prefix in one conversation", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"w1"}, Prefix: true}}, Limit: 20}, convs[:1], "search_docs_tsv"},
+		// Every row matches: the conversations narrow best.
+		{"a common word and a sender", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"common"}}}, From: "ana", Limit: 20}, convs[:5], "search_docs_pkey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, err := e.raw.Query(ctx, "EXPLAIN "+postgres.SearchSQL,
-				postgres.TsqueryLiteral(tc.q, tc.convs), tc.convs, "ana", nil, nil, nil, nil, nil, tc.q.Limit+1)
+				postgres.TsqueryLiteral(tc.q, tc.convs), tc.convs, "ana", nil, int64(math.MaxInt64), "", 0, 0, tc.q.Limit+1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -433,8 +438,20 @@ func TestSearchUsesGINIndex(t *testing.T) {
 				t.Fatal(err)
 			}
 			text := strings.Join(plan, "\n")
-			if !strings.Contains(text, "search_docs_tsv") || strings.Contains(text, "Seq Scan on search_docs") {
-				t.Errorf("plan does not search through search_docs_tsv:\n%s", text)
+			if !strings.Contains(text, tc.index) || strings.Contains(text, "Seq Scan on search_docs") {
+				t.Errorf("plan does not search through %s:\n%s", tc.index, text)
+			}
+			rows, err = e.raw.Query(ctx, "EXPLAIN "+postgres.SearchWalkSQL,
+				postgres.TsqueryLiteral(tc.q, tc.convs), tc.convs, "ana", nil, int64(math.MaxInt64), "", 0, 0, 1000, tc.q.Limit+2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				t.Fatal(err)
+			}
+			text = strings.Join(plan, "\n")
+			if !strings.Contains(text, "Index Only Scan Backward using search_docs_at") || strings.Contains(text, "Sort") {
+				t.Errorf("the walk is not an index-only walk of search_docs_at:\n%s", text)
 			}
 		})
 	}
@@ -497,5 +514,33 @@ func TestSearchLiteralsOnPostgres(t *testing.T) {
 	q := postgres.TsqueryLiteral(parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"x", "it's"}}}}, nil)
 	if err := e.raw.QueryRow(ctx, `SELECT $1::text::tsvector @@ $2::text::tsquery`, lit, q).Scan(&match); err != nil || match {
 		t.Errorf("phrase %s of tokens apart: %v, %v; want no match", q, match, err)
+	}
+}
+
+// Migration 0015 indexes the rows already there: a store of 0014 with
+// messages (and an edit) opens with search_docs_at over all of them, and a
+// search finds them by the walk and by the GIN query alike.
+func TestSearchMigrationWalkIndex(t *testing.T) {
+	e := newSearchEnv(t)
+	ctx := context.Background()
+	first := e.send(t, e.ana, parley.SendRequest{Conv: "c-x", Body: "kept from before"})
+	e.send(t, e.ana, parley.SendRequest{Conv: "c-x", Body: "also from before"})
+	if _, err := e.db.Edit(ctx, e.ana, parley.EditRequest{Conv: "c-x", Target: first, CMID: "e", Body: "edited before"}); err != nil {
+		t.Fatal(err)
+	}
+	// The schema as 0014 left it, with the rows already there.
+	e.exec(t, `DROP INDEX search_docs_at`)
+	e.exec(t, `DELETE FROM schema_migrations WHERE version = 15`)
+	e.db = e.open(t)
+	if n := e.count(t, `SELECT count(*) FROM pg_indexes WHERE indexname = 'search_docs_at'`); n != 1 {
+		t.Fatalf("search_docs_at after the migration: %d indexes", n)
+	}
+	e.wantHits(t, e.ben, "before", "c-x/4 also from before", "c-x/3 edited before @5")
+	e.wantHits(t, e.ben, "kept")
+	for _, walk := range []int{0, 1, 2, 1000} {
+		got, err := postgres.SearchHits(ctx, e.db, "ben", parley.SearchQuery{Terms: []parley.SearchTerm{{Tokens: []string{"before"}}}, Limit: 20}, []string{"c-x"}, walk)
+		if err != nil || !slices.Equal(got, []string{"c-x/4/4", "c-x/3/5"}) {
+			t.Errorf("walk %d: %q, %v", walk, got, err)
+		}
 	}
 }
