@@ -220,7 +220,7 @@ func DefaultRateLimits() map[string]Limit {
 		"hooks":      {Limit: 120, Window: time.Minute}, // per address: one integration's pace
 		"download":   {Limit: 60, Window: time.Minute},
 		"files":      {Limit: 1200, Window: time.Minute}, // a conversation's images and thumbnails at once
-		"upload":     {Limit: 600, Window: time.Minute}, // tus requests: a create, then HEADs and PATCHes of chunks
+		"upload":     {Limit: 600, Window: time.Minute},  // tus requests: a create, then HEADs and PATCHes of chunks
 		"admin":      {Limit: 600, Window: time.Minute},
 	}
 }
