@@ -715,7 +715,9 @@ func HeadIDs(convs []string) []string {
 // (Limit out of range, an After that is no cursor).
 type Admin interface {
 	// AdminUsers lists accounts with LastSeen, the latest last use of any
-	// of the user's live tokens (zero when the user has none).
+	// of the user's live tokens (zero when the user has none), and Files,
+	// what their files take against the quota (as FileUsage counts it:
+	// uploading and ready files), read in the page's snapshot.
 	AdminUsers(ctx context.Context, q AdminQuery) (AdminPage[AdminUser], error)
 
 	// AdminConvs lists conversations with their member count (open
@@ -769,6 +771,7 @@ type AdminPage[T any] struct {
 type AdminUser struct {
 	User
 	LastSeen time.Time // latest last use of a live token; zero: none
+	Files    FileUsage // the user's uploading and ready files
 }
 
 // AdminConv is one conversation in AdminConvs.

@@ -39,6 +39,29 @@ func (s *Service) CreateUpload(ctx context.Context, p parley.Principal, name str
 	return s.store.CreateUpload(ctx, p, parley.NewUpload{Name: name, Size: size, MaxSize: cfg.MaxFileSize(), Quota: cfg.FileQuota()})
 }
 
+// FileAllowance is what a user's files take and may take: their usage
+// (uploading and ready files) and the limits of the policy in force.
+type FileAllowance struct {
+	Usage       parley.FileUsage
+	Quota       int64 // file_quota: bytes all of the user's files may take
+	MaxFileSize int64 // max_file_size: bytes one file may have
+}
+
+// MyFiles returns p's file allowance, so a client can show what is used
+// and refuse a file too large before it uploads a byte. ok is false when
+// the server stores no files (no blob store): there is nothing to show.
+func (s *Service) MyFiles(ctx context.Context, p parley.Principal) (a FileAllowance, ok bool, err error) {
+	if s.blobs == nil {
+		return FileAllowance{}, false, nil
+	}
+	u, err := s.store.FileUsage(ctx, p)
+	if err != nil {
+		return FileAllowance{}, false, err
+	}
+	cfg := s.config()
+	return FileAllowance{Usage: u, Quota: cfg.FileQuota(), MaxFileSize: cfg.MaxFileSize()}, true, nil
+}
+
 // Upload returns p's own file id, in any state. A file of someone else's,
 // even one p may read through a message, is the same NOT_FOUND as a
 // missing one: only the uploader may resume, finish or cancel an upload.

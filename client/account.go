@@ -36,6 +36,26 @@ type Me struct {
 	Device string
 	// DisplayName is the name the user chose; empty when none.
 	DisplayName string
+	// Files is what the user's files take against the limits in force;
+	// nil when the server stores no files (or answered a PATCH, which
+	// carries none).
+	Files *FileAllowance
+}
+
+// FileAllowance is a user's files against the limits in force (GET
+// /api/me): Files and Bytes count uploads in progress (at their declared
+// size) and finished files, as the server's quota check does.
+type FileAllowance struct {
+	Files       int64 `json:"files"`
+	Bytes       int64 `json:"bytes"`
+	Quota       int64 `json:"quota"`         // bytes all of the user's files may take
+	MaxFileSize int64 `json:"max_file_size"` // bytes one file may have
+}
+
+// Fits reports whether a file of size bytes may be uploaded now: within
+// the largest file allowed and the quota left.
+func (a FileAllowance) Fits(size int64) bool {
+	return size <= a.MaxFileSize && a.Bytes+size <= a.Quota
 }
 
 // UserName is a user as the directory shows them (GET /api/users/{id}).
@@ -67,11 +87,12 @@ type meWire struct {
 		DisplayName string `json:"display_name"`
 		Role        string `json:"role"`
 	} `json:"user"`
-	Device string `json:"device"`
+	Device string         `json:"device"`
+	Files  *FileAllowance `json:"files"`
 }
 
 func (m meWire) me() Me {
-	return Me{User: m.User.ID, Name: m.User.Name, Role: parley.Role(m.User.Role), Device: m.Device, DisplayName: m.User.DisplayName}
+	return Me{User: m.User.ID, Name: m.User.Name, Role: parley.Role(m.User.Role), Device: m.Device, DisplayName: m.User.DisplayName, Files: m.Files}
 }
 
 // Me returns the signed-in user and device.

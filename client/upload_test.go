@@ -237,3 +237,38 @@ func TestUploadRefusals(t *testing.T) {
 		t.Errorf("a bad token: %v, want UNAUTHENTICATED", err)
 	}
 }
+
+// TestMeFiles: Me carries the user's files against the limits, counting
+// an upload from its creation, and Fits says which sizes the server would
+// take now.
+func TestMeFiles(t *testing.T) {
+	s := newUploadServer(t, "max_file_size: 1000\nfile_quota: 1500")
+	ana := s.account(t, "ana")
+	me, err := ana.Me(ctxT(t))
+	if err != nil || me.Files == nil || *me.Files != (client.FileAllowance{Quota: 1500, MaxFileSize: 1000}) {
+		t.Fatalf("Me before an upload: %+v %v", me.Files, err)
+	}
+	if _, err := ana.Upload(ctxT(t), bytes.NewReader(make([]byte, 800)), 800, "a.bin", client.UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	me, err = ana.Me(ctxT(t))
+	want := client.FileAllowance{Files: 1, Bytes: 800, Quota: 1500, MaxFileSize: 1000}
+	if err != nil || me.Files == nil || *me.Files != want {
+		t.Fatalf("Me after an upload: %+v %v, want %+v", me.Files, err, want)
+	}
+	for _, c := range []struct {
+		size int64
+		fits bool
+	}{{0, true}, {700, true}, {701, false}, {1001, false}} {
+		if got := me.Files.Fits(c.size); got != c.fits {
+			t.Errorf("Fits(%d) = %v, want %v", c.size, got, c.fits)
+		}
+	}
+	// The server agrees: 701 bytes are refused, 700 taken.
+	for _, size := range []int64{701, 700} {
+		_, err := ana.Upload(ctxT(t), bytes.NewReader(make([]byte, size)), size, "b.bin", client.UploadOptions{})
+		if (err == nil) != me.Files.Fits(size) {
+			t.Errorf("upload of %d bytes (fits: %v): %v", size, me.Files.Fits(size), err)
+		}
+	}
+}

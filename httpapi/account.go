@@ -23,6 +23,18 @@ import (
 type meReply struct {
 	User   meUser `json:"user"`
 	Device string `json:"device"`
+	// Files is the caller's file usage and limits, in GET /api/me only,
+	// and only when the server stores files.
+	Files *filesReply `json:"files,omitempty"`
+}
+
+// filesReply is what a user's files take (files, bytes: uploading and
+// ready files) against the limits in force.
+type filesReply struct {
+	Files       int64 `json:"files"`
+	Bytes       int64 `json:"bytes"`
+	Quota       int64 `json:"quota"`
+	MaxFileSize int64 `json:"max_file_size,omitempty"`
 }
 
 type meUser struct {
@@ -60,7 +72,16 @@ func handleMe(c calls) http.Handler {
 			c.writeError(w, err, "me")
 			return
 		}
-		encode(w, http.StatusOK, newMeReply(p, u))
+		files, ok, err := c.app.MyFiles(ctx, p)
+		if err != nil {
+			c.writeError(w, err, "me")
+			return
+		}
+		reply := newMeReply(p, u)
+		if ok {
+			reply.Files = &filesReply{Files: files.Usage.Files, Bytes: files.Usage.Bytes, Quota: files.Quota, MaxFileSize: files.MaxFileSize}
+		}
+		encode(w, http.StatusOK, reply)
 	})
 }
 

@@ -65,13 +65,19 @@ func timeText(t time.Time) string {
 
 type adminUserReply struct {
 	userReply
-	LastSeen string `json:"last_seen,omitempty"`
+	LastSeen string     `json:"last_seen,omitempty"`
+	Files    filesReply `json:"files"`
 }
 
-// handleAdminUsers lists accounts with role, disabled and last seen.
+// handleAdminUsers lists accounts with role, disabled, last seen, and
+// their files against the quota in force.
 func handleAdminUsers(o ops) http.Handler {
-	return adminList(o, "user.list", o.store.AdminUsers, func(u parley.AdminUser) adminUserReply {
-		return adminUserReply{userReply: fromUser(u.User), LastSeen: timeText(u.LastSeen)}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		quota := o.config(r).FileQuota()
+		adminList(o, "user.list", o.store.AdminUsers, func(u parley.AdminUser) adminUserReply {
+			return adminUserReply{userReply: fromUser(u.User), LastSeen: timeText(u.LastSeen),
+				Files: filesReply{Files: u.Files.Files, Bytes: u.Files.Bytes, Quota: quota}}
+		}).ServeHTTP(w, r)
 	})
 }
 

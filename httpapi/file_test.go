@@ -229,3 +229,70 @@ func TestFileLost(t *testing.T) {
 		t.Errorf("detail %q", p.Detail)
 	}
 }
+
+// TestFileUsage: GET /api/me carries the caller's files (uploading and
+// ready) with the quota and file size limit in force, and the operators'
+// user listing each user's files against the quota; a server that stores
+// no files leaves files out of /api/me.
+func TestFileUsage(t *testing.T) {
+	backends(t, func(t *testing.T, open func(*testing.T, parley.Options) parley.Store) {
+		blobs, err := blobdir.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := start(t, open(t, parley.Options{}), serverOptions{blobs: blobs, config: "file_quota: 5000\nmax_file_size: 1000\nrate_limits: {}"})
+		ana, ben := s.user("ana", parley.RoleAdmin), s.user("ben", parley.RoleUser)
+		type files struct {
+			Files, Bytes, Quota int64
+			MaxFileSize         int64 `json:"max_file_size"`
+		}
+		me := func(token string, want files) {
+			t.Helper()
+			var got struct{ Files *files }
+			s.do("GET", "/api/me", token, nil).want(200).decode(&got)
+			if got.Files == nil || *got.Files != want {
+				t.Errorf("GET /api/me files: %+v, want %+v", got.Files, want)
+			}
+		}
+		listed := func(want map[string]files) {
+			t.Helper()
+			var page struct {
+				Items []struct {
+					ID    string
+					Files files
+				}
+			}
+			s.do("GET", "/api/admin/users", ana, nil).want(200).decode(&page)
+			got := map[string]files{}
+			for _, u := range page.Items {
+				got[u.ID] = u.Files
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("admin users' files: %v, want %v", got, want)
+			}
+		}
+		me(ben, files{Quota: 5000, MaxFileSize: 1000})
+		listed(map[string]files{"ana": {Quota: 5000}, "ben": {Quota: 5000}})
+		putFile(t, s, blobs, "ben", "a.txt", "text/plain", []byte("twelve bytes"))
+		if _, err := s.store.CreateUpload(context.Background(), parley.Principal{User: "ben"}, parley.NewUpload{Name: "u.bin", Size: 700, MaxSize: 1000, Quota: 5000}); err != nil {
+			t.Fatal(err)
+		}
+		me(ben, files{Files: 2, Bytes: 712, Quota: 5000, MaxFileSize: 1000})
+		me(ana, files{Quota: 5000, MaxFileSize: 1000})
+		listed(map[string]files{"ana": {Quota: 5000}, "ben": {Files: 2, Bytes: 712, Quota: 5000}})
+
+		// The PATCH answers the account without the files; a server with
+		// no blob store has no files to show.
+		var patched map[string]any
+		s.do("PATCH", "/api/me", ben, map[string]any{"display_name": "Ben"}).want(200).decode(&patched)
+		if _, has := patched["files"]; has {
+			t.Errorf("PATCH /api/me: %v, want no files", patched)
+		}
+		bare := start(t, s.store, serverOptions{})
+		var got map[string]any
+		bare.do("GET", "/api/me", bare.user("cy", parley.RoleUser), nil).want(200).decode(&got)
+		if _, has := got["files"]; has {
+			t.Errorf("GET /api/me without a blob store: %v, want no files", got)
+		}
+	})
+}

@@ -14,8 +14,11 @@ import (
 // an index of migration 0006 (IndexedStatements checks the plans).
 const (
 	qAdminUsers = `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
-		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
-		FROM users u WHERE u.id COLLATE "C" > $1 ORDER BY u.id COLLATE "C" LIMIT $2`
+		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id),
+		f.files, f.bytes
+		FROM users u CROSS JOIN LATERAL (
+			SELECT count(*) AS files, coalesce(sum(size), 0)::bigint AS bytes FROM files WHERE owner = u.id) f
+		WHERE u.id COLLATE "C" > $1 ORDER BY u.id COLLATE "C" LIMIT $2`
 	qAdminConvs = `SELECT c.id, c.kind, c.title, c.owner, c.next_seq - 1, c.min_seq, c.epoch,
 		c.retain_max_age_ms, c.retain_last_n, c.created_at,
 		(SELECT count(*) FROM periods p WHERE p.conv_id = c.id AND p.to_seq IS NULL)
@@ -71,7 +74,7 @@ func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.Admin
 			var u parley.AdminUser
 			var role string
 			var seen *time.Time
-			err := row.Scan(&u.ID, &u.Email, &role, &u.Disabled, &u.CreatedAt, &seen)
+			err := row.Scan(&u.ID, &u.Email, &role, &u.Disabled, &u.CreatedAt, &seen, &u.Files.Files, &u.Files.Bytes)
 			u.Role, u.CreatedAt = parley.Role(role), ms(u.CreatedAt)
 			if seen != nil {
 				u.LastSeen = ms(*seen)

@@ -27,6 +27,7 @@ var IndexedStatements = []struct {
 	// retention claim walks the conversations with a policy.
 	{"admin: users page", qAdminUsers, "users_id_bytes", []any{"", 51}},
 	{"admin: users last seen", qAdminUsers, "tokens_by_user", []any{"", 51}},
+	{"admin: users files", qAdminUsers, "files_by_owner", []any{"", 51}},
 	{"admin: convs page", qAdminConvs, "conversations_id_bytes", []any{"", 51}},
 	{"admin: exports page", qAdminExports, "export_jobs_id_bytes", []any{"", 51}},
 	{"admin: hooks page", qAdminHooks, "hooks_id_bytes", []any{"", 51}},

@@ -13,7 +13,9 @@ import (
 // an index (IndexedStatements checks the plans).
 const (
 	qAdminUsers = `SELECT u.id, coalesce(u.email, ''), u.role, u.disabled, u.created_at,
-		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id)
+		(SELECT max(t.last_used_at) FROM tokens t WHERE t.user_id = u.id),
+		(SELECT count(*) FROM files f WHERE f.owner = u.id),
+		(SELECT coalesce(sum(f.size), 0) FROM files f WHERE f.owner = u.id)
 		FROM users u WHERE u.id > ? ORDER BY u.id LIMIT ?`
 	qAdminConvs = `SELECT ` + convColumns + `,
 		(SELECT count(*) FROM periods p WHERE p.conv_id = conversations.id AND p.to_seq IS NULL)
@@ -79,7 +81,7 @@ func (db *DB) AdminUsers(ctx context.Context, q parley.AdminQuery) (parley.Admin
 			var role string
 			var created int64
 			var seen sql.NullInt64
-			err := row.Scan(&u.ID, &u.Email, &role, &u.Disabled, &created, &seen)
+			err := row.Scan(&u.ID, &u.Email, &role, &u.Disabled, &created, &seen, &u.Files.Files, &u.Files.Bytes)
 			u.Role, u.CreatedAt = parley.Role(role), msTime(created)
 			if seen.Valid {
 				u.LastSeen = msTime(seen.Int64)

@@ -17,6 +17,7 @@ var IndexedStatements = []struct {
 	// retention claim walks the conversations with a policy.
 	{"admin: users page", qAdminUsers, "sqlite_autoindex_users_1", 2},
 	{"admin: users last seen", qAdminUsers, "tokens_by_user", 2},
+	{"admin: users files", qAdminUsers, "files_by_owner (owner=?)", 2},
 	{"admin: convs page", qAdminConvs, "sqlite_autoindex_conversations_1", 2},
 	{"admin: exports page", qAdminExports, "sqlite_autoindex_export_jobs_1", 2},
 	{"admin: hooks page", qAdminHooks, "sqlite_autoindex_hooks_1", 2},

@@ -253,7 +253,8 @@ func testFileQuotaConcurrent(t *testing.T, e *env) {
 }
 
 // testFileUsage: FileUsage counts a user's uploading and ready files and
-// nobody else's, and drops when the collector deletes one.
+// nobody else's, and drops when the collector deletes one; AdminUsers
+// lists every user with the same counts.
 func testFileUsage(t *testing.T, e *env) {
 	ps := e.users(t, "ana", "ben")
 	ana, ben := ps[0], ps[1]
@@ -261,6 +262,13 @@ func testFileUsage(t *testing.T, e *env) {
 		t.Helper()
 		if u, err := e.st.FileUsage(ctx(t), p); err != nil || u != want {
 			t.Errorf("usage of %s: %+v %v, want %+v", p.User, u, err, want)
+		}
+		// The operators' listing counts the same, for every user of the page.
+		page, err := e.st.AdminUsers(ctx(t), parley.AdminQuery{Limit: parley.MaxAdminPage})
+		ok(t, err, "admin users")
+		i := slices.IndexFunc(page.Items, func(u parley.AdminUser) bool { return u.ID == p.User })
+		if i < 0 || page.Items[i].Files != want {
+			t.Errorf("admin users: %s not listed with %+v: %+v", p.User, want, page.Items)
 		}
 	}
 	usage(ana, parley.FileUsage{})

@@ -1,4 +1,5 @@
-// views/account.js is the account screen: the user's display name, a
+// views/account.js is the account screen: the user's display name, what
+// their files take against the quota (when the server stores files), a
 // password change (which signs every other device out), and the devices
 // signed in to the account, each but this one with "Sign out". It loads
 // on demand (manage.js), like the other management screens.
@@ -6,7 +7,7 @@
 import { h, clear } from "../dom.js";
 import { url } from "../urls.js";
 import { setName } from "../names.js";
-import { button, busy, field, input, screen, statusLine, when } from "./forms.js";
+import { button, busy, field, input, screen, sizeText, statusLine, usageMeter, usageText, when } from "./forms.js";
 
 /**
  * renderAccount builds the account screen.
@@ -15,7 +16,7 @@ import { button, busy, field, input, screen, statusLine, when } from "./forms.js
  */
 export function renderAccount(ctx) {
   const devices = devicesSection(ctx);
-  const el = screen("Account", "account", nameSection(ctx), passwordSection(ctx), devices);
+  const el = screen("Account", "account", nameSection(ctx), filesSection(ctx), passwordSection(ctx), devices);
   el.dispose = devices.dispose;
   return el;
 }
@@ -46,6 +47,34 @@ function nameSection(ctx) {
   field("Display name", box, "Shown in place of your id (" + me.id + "); up to 64 characters. Leave empty to show your id."),
   save, status.el);
   return h("section", { "aria-labelledby": "acc-name" }, h("h2", { id: "acc-name", class: "m-h2" }, "Name"), form);
+}
+
+// filesSection shows the user's files against the quota, read afresh
+// from GET /api/me (the copy the app started with is out of date after an
+// upload). It stays hidden when the server stores no files.
+function filesSection(ctx) {
+  const status = statusLine();
+  const body = h("div", { "data-test": "my-files" });
+  const el = h("section", { "aria-labelledby": "acc-files", hidden: true },
+    h("h2", { id: "acc-files", class: "m-h2" }, "Files"), body, status.el);
+  (async () => {
+    try {
+      const r = await ctx.api("GET", url.me());
+      const f = r.files;
+      if (!f) return;
+      clear(body);
+      body.setAttribute("data-bytes", String(f.bytes));
+      body.append(
+        h("p", { class: "m-usage" }, usageMeter(f, "Your files"), " ", h("span", { "data-test": "my-files-used" }, usageText(f) + " used")),
+        h("p", { class: "m-hint" }, "Uploads in progress count at their full size. One file may have up to " + sizeText(f.max_file_size) + "."));
+      body.setAttribute("data-loaded", "true");
+      el.hidden = false;
+    } catch (err) {
+      el.hidden = false;
+      status.error(err);
+    }
+  })();
+  return el;
 }
 
 function passwordSection(ctx) {

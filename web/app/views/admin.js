@@ -2,7 +2,8 @@
 // them only to admins; the server decides: anyone else who opens one gets
 // its 403 "Access denied", shown as it is).
 //
-//   /admin/users  GET /api/admin/users?limit=&after= (paged), create
+//   /admin/users  GET /api/admin/users?limit=&after= (paged; each user's
+//                 files against the quota in force), create
 //                 (POST /api/admin/users), disable and enable
 //                 (POST /api/admin/users/{id}/disable|enable)
 //   /admin/audit  GET /api/admin/audit?limit=&before= (newest first)
@@ -16,7 +17,7 @@
 
 import { h, clear } from "../dom.js";
 import { url } from "../urls.js";
-import { button, busy, field, input, screen, statusLine, when } from "./forms.js";
+import { button, busy, field, input, screen, statusLine, usageMeter, usageText, when } from "./forms.js";
 
 const pageSize = 50;
 
@@ -73,7 +74,7 @@ function cell(...children) {
 // renderAdminUsers is the view of /admin/users.
 export function renderAdminUsers(ctx) {
   const status = statusLine();
-  const users = table("Accounts in id order", ["Id", "Email", "Role", "Status", "Last seen", "Created", ""], "user-table");
+  const users = table("Accounts in id order", ["Id", "Email", "Role", "Status", "Files", "Last seen", "Created", ""], "user-table");
   const content = h("div", { hidden: true });
 
   function row(u) {
@@ -88,10 +89,20 @@ export function renderAdminUsers(ctx) {
       cell(u.email || ""),
       cell(u.role),
       cell(state),
+      cell(filesCell(u)),
       cell(when(u.last_seen)),
       cell(when(u.created_at)),
       cell(toggle));
     return tr;
+  }
+
+  // filesCell shows what the user's files take against the quota, as
+  // the listing gave it (a disable or enable answers without it).
+  function filesCell(u) {
+    const f = u.files;
+    if (!f) return "";
+    return h("span", { class: "m-usage", "data-test": `user-files-${u.id}`, "data-bytes": String(f.bytes), "data-files": String(f.files) },
+      usageMeter(f, `Files of ${u.id}`), " ", usageText(f));
   }
 
   async function setDisabled(u, disabled, tr, b) {

@@ -120,3 +120,34 @@ export function when(iso) {
   if (Number.isNaN(d.getTime())) return iso;
   return d.toLocaleString();
 }
+
+// sizeText renders a byte count for people, in binary units as the
+// policy file writes them: "512 bytes", "1.5 KiB", "2.1 GiB", "10 GiB"
+// (one decimal under 10, none above).
+export function sizeText(bytes) {
+  const n = Number(bytes) || 0;
+  if (n < 1024) return n === 1 ? "1 byte" : `${n} bytes`;
+  const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  const text = v < 10 ? (Math.floor(v * 10) / 10).toFixed(1).replace(/\.0$/, "") : String(Math.floor(v));
+  return `${text} ${units[i]}`;
+}
+
+// usageText says what files take against a quota: "2.1 GiB of 10 GiB
+// (3 files)". files is the API's {files, bytes, quota}.
+export function usageText(files) {
+  const n = files.files === 1 ? "1 file" : `${files.files} files`;
+  return `${sizeText(files.bytes)} of ${sizeText(files.quota)} (${n})`;
+}
+
+// usageMeter is a <meter> of files.bytes against files.quota, labelled by
+// text for assistive technology; high from 90 %.
+export function usageMeter(files, label) {
+  return h("meter", { min: "0", max: String(files.quota), high: String(Math.floor(files.quota * 0.9)),
+    optimum: "0", value: String(Math.min(files.bytes, files.quota)), "aria-label": label, title: usageText(files) });
+}
