@@ -8,6 +8,8 @@
 //
 //	<job>.jsonl.gz          the artifact (ArtifactPath), present once the job is done
 //	<job>.jsonl.gz.tmp-*    an artifact being written
+//	<job>.files.zip         the files archive (FilesPath, files.go), when the lines attach files
+//	<job>.files.zip.tmp-*   a files archive being written
 //	<job>.shards/000000.jsonl  shard 0 of a running job (and *.tmp-* while written)
 //
 // Every file is written to a temp file in its final directory, fsynced
@@ -333,6 +335,10 @@ func parseName(name string) (job, kind string, ok bool) {
 		return job, kindTemp, true
 	case rest == shardsSuffix:
 		return job, kindShards, true
+	case rest == filesSuffix:
+		return job, kindFiles, true
+	case strings.HasPrefix(rest, filesSuffix+tmpInfix):
+		return job, kindTemp, true
 	}
 	return "", "", false
 }
@@ -341,4 +347,5 @@ const (
 	kindArtifact = "artifact"
 	kindTemp     = "temp"
 	kindShards   = "shards"
+	kindFiles    = "files"
 )

@@ -1,11 +1,21 @@
 package export
 
 import (
+	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"image"
 	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/blobdir"
@@ -210,6 +220,229 @@ func TestExportAttachments(t *testing.T) {
 		}
 		if !bytes.Contains(lines[0], []byte(`{"at":"`)) || !bytes.Contains(lines[0], []byte(`,"attachments":[{"height":30,"id":`)) {
 			t.Errorf("first line %s: want attachments right after at, keys sorted", lines[0])
+		}
+	})
+}
+
+// zipEntry is an entry of a files archive as the tests read it.
+type zipEntry struct {
+	name     string
+	method   uint16
+	modified time.Time
+	data     []byte
+}
+
+// readZip reads a zip file whole.
+func readZip(t *testing.T, data []byte) []zipEntry {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []zipEntry
+	for _, f := range zr.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatalf("entry %s: %v", f.Name, err)
+		}
+		out = append(out, zipEntry{name: f.Name, method: f.Method, modified: f.Modified, data: b})
+	}
+	return out
+}
+
+// lineTimes reads the at of each line of an artifact, by seq.
+func lineTimes(t *testing.T, body []byte) map[int64]time.Time {
+	t.Helper()
+	out := map[int64]time.Time{}
+	for _, raw := range bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n")) {
+		var l struct {
+			At  time.Time `json:"at"`
+			Seq int64     `json:"seq"`
+		}
+		if err := json.Unmarshal(raw, &l); err != nil {
+			t.Fatal(err)
+		}
+		out[l.Seq] = l.At
+	}
+	return out
+}
+
+// TestExportFilesArchive: a job whose lines attach files writes the files
+// archive beside the artifact: each distinct file once, stored, dated by
+// the first line that lists it, with its sha256; a file recalled before
+// the snapshot is not in it; one whose blob was collected after the
+// snapshot is listed missing; the manifest lists every attachment in
+// export order. The same snapshot gives the same bytes again; the job
+// records its sha256 and size; the link serves it with ranges; the
+// janitor deletes it with the job.
+func TestExportFilesArchive(t *testing.T) {
+	t.Parallel()
+	backends(t, true, func(t *testing.T, open opener) {
+		w := seedFiles(t, open(t))
+		job, err := w.st.CreateExport(ctxT(t), w.ana, parley.ExportRequest{Key: "k1", Scope: "all", NoReuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.afterSnapshot(t)
+		dir := t.TempDir()
+		wk := NewWorker(Options{
+			Store: w.st, Dir: dir, Config: cfg(t, "export: {retries: 3, backoff: 10ms, keep: 1h}\n"), Workers: 1,
+			Lease: 2 * time.Second, Poll: 10 * time.Millisecond, Janitor: time.Hour, Log: testLog(t), Blobs: w.blobs,
+		})
+		job = run(t, wk, job.ID, isDone)
+		archive, err := os.ReadFile(FilesPath(dir, job.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum(archive) != job.FilesSHA256 || int64(len(archive)) != job.FilesBytes {
+			t.Fatalf("archive sha256 %s, %d bytes; the job records %q, %d", sum(archive), len(archive), job.FilesSHA256, job.FilesBytes)
+		}
+		at := lineTimes(t, gunzip(t, ArtifactPath(dir, job.ID)))
+		entries := readZip(t, archive)
+		catPath, notesPath := "files/"+w.cat.ID+"/cat.png", "files/"+w.notes.ID+`/notes "1".txt`
+		want := []zipEntry{
+			{name: catPath, method: zip.Store, modified: at[w.lookSeq], data: w.catBytes},
+			{name: notesPath, method: zip.Store, modified: at[w.lookSeq], data: w.notesBytes},
+		}
+		if len(entries) != 3 || entries[2].name != manifestName {
+			t.Fatalf("entries %v: want the two files and the manifest", entries)
+		}
+		for i, e := range want {
+			got := entries[i]
+			if got.name != e.name || got.method != e.method || !got.modified.Equal(e.modified.Truncate(time.Second)) || sum(got.data) != sum(e.data) {
+				t.Errorf("entry %d: %s method %d at %v sha256 %s; want %s method %d at %v sha256 %s",
+					i, got.name, got.method, got.modified, sum(got.data), e.name, e.method, e.modified, sum(e.data))
+			}
+		}
+		if sum(w.catBytes) != w.cat.SHA256 {
+			t.Errorf("the seeded cat's sha256 is not its bytes'")
+		}
+		wantManifest := `{"files":[` + "\n" +
+			`{"conv":"c-files","id":"` + w.cat.ID + `","included":true,"mime":"image/png","name":"cat.png","path":"` + catPath + `","seq":3,"sha256":"` + w.cat.SHA256 + `","size":` + jsonOf(w.cat.Size) + "}\n" +
+			`,{"conv":"c-files","id":"` + w.notes.ID + `","included":true,"mime":"text/plain","name":"notes \"1\".txt","path":"files/` + w.notes.ID + `/notes \"1\".txt","seq":3,"sha256":"` + w.notes.SHA256 + `","size":` + jsonOf(w.notes.Size) + "}\n" +
+			`,{"conv":"c-files","id":"` + w.cat.ID + `","included":true,"mime":"image/png","name":"cat.png","path":"` + catPath + `","seq":5,"sha256":"` + w.cat.SHA256 + `","size":` + jsonOf(w.cat.Size) + "}\n" +
+			`,{"conv":"c-files","id":"` + w.late.ID + `","included":false,"mime":"text/plain","missing":"gone","name":"late.txt","seq":5,"sha256":"` + w.late.SHA256 + `","size":10}` + "\n]}\n"
+		if w.lookSeq != 3 || w.againSeq != 5 {
+			t.Fatalf("seqs %d %d, the manifest expects 3 and 5", w.lookSeq, w.againSeq)
+		}
+		if m := string(entries[2].data); m != wantManifest {
+			t.Errorf("manifest:\n%s\nwant\n%s", m, wantManifest)
+		}
+		var parsed struct{ Files []manifestEntry }
+		if err := json.Unmarshal(entries[2].data, &parsed); err != nil || len(parsed.Files) != 4 {
+			t.Errorf("manifest does not decode to 4 entries: %v", err)
+		}
+		// The same snapshot and blobs give the same bytes.
+		sha, size, err := wk.writeFiles(ctxT(t), job.ID, ArtifactPath(dir, job.ID))
+		if again, _ := os.ReadFile(FilesPath(dir, job.ID)); err != nil || sha != job.FilesSHA256 || size != job.FilesBytes || !bytes.Equal(again, archive) {
+			t.Errorf("rebuilt: %s %d (%v), want the same bytes %s %d", sha, size, err, job.FilesSHA256, job.FilesBytes)
+		}
+		wantFilesDownload(t, w.st, dir, job, archive)
+		if _, err := w.st.RevokeExport(ctxT(t), job.ID); err != nil {
+			t.Fatal(err)
+		}
+		wk.Sweep(ctxT(t))
+		if names := files(t, dir); len(names) != 0 {
+			t.Errorf("files after the revoked job's sweep: %v", names)
+		}
+	})
+}
+
+// wantFilesDownload checks the files archive's download: the link with
+// part=files serves it with its ETag, ranges and If-Range; the artifact is
+// still the link's default; an unknown part is 404.
+func wantFilesDownload(t *testing.T, st parley.Store, dir string, job parley.ExportJob, archive []byte) {
+	t.Helper()
+	ring, err := NewKeyring(testKeys(t), "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := serveDownloads(t, st, dir, ring)
+	link := ring.Link(job.ID, "ana", time.Now().Add(5*time.Minute))
+	etag := `"` + job.FilesSHA256 + `"`
+	n := len(archive)
+	r := d.do("GET", link+"&part=files")
+	if r.status != http.StatusOK || !bytes.Equal(r.body, archive) || r.h.Get("ETag") != etag || r.h.Get("Content-Type") != "application/zip" ||
+		r.h.Get("Content-Disposition") != `attachment; filename="parley-export-`+job.ID+`-files.zip"` {
+		t.Errorf("files: %d, %d bytes, headers %v", r.status, len(r.body), r.h)
+	}
+	r = d.do("GET", link+"&part=files", "Range", "bytes=10-", "If-Range", etag)
+	if cr := fmt.Sprintf("bytes 10-%d/%d", n-1, n); r.status != http.StatusPartialContent || r.h.Get("Content-Range") != cr || !bytes.Equal(r.body, archive[10:]) {
+		t.Errorf("files range: %d, Content-Range %q, %d bytes; want 206 %s", r.status, r.h.Get("Content-Range"), len(r.body), cr)
+	}
+	r = d.do("GET", link+"&part=files", "Range", "bytes=10-", "If-Range", `"stale"`)
+	if r.status != http.StatusOK || !bytes.Equal(r.body, archive) {
+		t.Errorf("files range with a stale If-Range: %d, %d bytes; want 200 whole", r.status, len(r.body))
+	}
+	if r = d.do("GET", link); r.status != http.StatusOK || r.h.Get("ETag") != `"`+job.SHA256+`"` {
+		t.Errorf("artifact: %d, ETag %q", r.status, r.h.Get("ETag"))
+	}
+	for _, bad := range []string{"&part=other", "&part=files&part=files", "&part="} {
+		if r = d.do("GET", link+bad); r.status != http.StatusNotFound || r.problem(t).Code != parley.CodeNotFound {
+			t.Errorf("%s: %d %s, want 404 NOT_FOUND", bad, r.status, r.body)
+		}
+	}
+}
+
+// flakyBlobs fails its first Open with an internal error, as an S3
+// server that does not answer.
+type flakyBlobs struct {
+	parley.BlobStore
+	mu     sync.Mutex
+	failed bool
+}
+
+func (f *flakyBlobs) Open(ctx context.Context, key string) (io.ReadSeekCloser, parley.Blob, error) {
+	f.mu.Lock()
+	first := !f.failed
+	f.failed = true
+	f.mu.Unlock()
+	if first {
+		return nil, parley.Blob{}, errors.New("connection refused")
+	}
+	return f.BlobStore.Open(ctx, key)
+}
+
+// TestExportFilesRetry: a blob store that fails an attempt sends the job
+// back to the queue (not failed); the next attempt builds the archive
+// from scratch to the bytes an undisturbed run gives, and leaves no temp
+// file. Without a blob store the job writes no archive.
+func TestExportFilesRetry(t *testing.T) {
+	t.Parallel()
+	backends(t, true, func(t *testing.T, open opener) {
+		w := seedFiles(t, open(t))
+		conf := cfg(t, "export: {retries: 3, backoff: 10ms, keep: 1h}\n")
+		worker := func(dir string, blobs parley.BlobStore) *Worker {
+			return NewWorker(Options{
+				Store: w.st, Dir: dir, Config: conf, Workers: 1,
+				Lease: 2 * time.Second, Poll: 10 * time.Millisecond, Janitor: time.Hour, Log: testLog(t), Blobs: blobs,
+			})
+		}
+		create := func(key string) parley.ExportJob {
+			j, err := w.st.CreateExport(ctxT(t), w.ana, parley.ExportRequest{Key: key, Scope: "all", NoReuse: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		// One job at a time: a worker stopped with a job claimed counts an attempt.
+		calm := run(t, worker(t.TempDir(), w.blobs), create("calm").ID, isDone)
+		flakyDir := t.TempDir()
+		flaky := run(t, worker(flakyDir, &flakyBlobs{BlobStore: w.blobs}), create("flaky").ID, isDone)
+		if flaky.Attempts != 2 || flaky.FilesSHA256 != calm.FilesSHA256 || flaky.FilesBytes != calm.FilesBytes || calm.FilesSHA256 == "" {
+			t.Errorf("after a failed read: attempts %d, files %s %d; undisturbed %s %d", flaky.Attempts, flaky.FilesSHA256, flaky.FilesBytes, calm.FilesSHA256, calm.FilesBytes)
+		}
+		if names := files(t, flakyDir); !slices.Equal(names, []string{flaky.ID + filesSuffix, flaky.ID + artifactSuffix}) {
+			t.Errorf("files after the retried job: %v", names)
+		}
+		bare := run(t, worker(t.TempDir(), nil), create("bare").ID, isDone)
+		if bare.FilesSHA256 != "" || bare.FilesBytes != 0 {
+			t.Errorf("without a blob store: files %q %d, want none", bare.FilesSHA256, bare.FilesBytes)
 		}
 	})
 }

@@ -154,12 +154,23 @@ func (w *Worker) stream(ctx context.Context, owner, job string, convs []parley.E
 	return placed, err
 }
 
-// complete finishes the artifact, records the job done, and removes the
-// shards.
+// complete finishes the artifact and, when its lines attach files, the
+// files archive, records the job done, and removes the shards.
 func (w *Worker) complete(ctx context.Context, owner, job string, art *artifact, dir string) error {
 	sha, size, err := art.finish()
 	if err != nil {
 		return err
+	}
+	if art.files && w.o.Blobs != nil {
+		fsha, fsize, err := w.writeFiles(ctx, job, art.final)
+		if err != nil {
+			return err
+		}
+		if err := w.call(ctx, func(ctx context.Context) error {
+			return w.o.Store.RecordExportFiles(ctx, owner, job, fsha, fsize)
+		}); err != nil {
+			return err
+		}
 	}
 	if err := w.call(ctx, func(ctx context.Context) error {
 		return w.o.Store.FinishExport(ctx, owner, job, sha, size, w.cfg().ExportKeep())
@@ -512,6 +523,7 @@ type artifact struct {
 	size  int64
 	bw    *bufio.Writer
 	zw    *gzip.Writer
+	files bool // a line lists attachments (attachmentsKey)
 }
 
 func (w *Worker) newArtifact(job string) (*artifact, error) {
@@ -542,6 +554,7 @@ func (a *artifact) compress(ctx context.Context, in <-chan []byte) error {
 			if _, err := a.zw.Write(b); err != nil {
 				return wrapWrite("write", a.final, err)
 			}
+			a.files = a.files || bytes.Contains(b, attachmentsKey)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
