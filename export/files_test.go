@@ -411,7 +411,8 @@ func (f *flakyBlobs) Open(ctx context.Context, key string) (io.ReadSeekCloser, p
 // TestExportFilesRetry: a blob store that fails an attempt sends the job
 // back to the queue (not failed); the next attempt builds the archive
 // from scratch to the bytes an undisturbed run gives, and leaves no temp
-// file. Without a blob store the job writes no archive.
+// file. Without a blob store the job writes no archive, and clears the
+// one an earlier attempt recorded.
 func TestExportFilesRetry(t *testing.T) {
 	t.Parallel()
 	backends(t, true, func(t *testing.T, open opener) {
@@ -440,9 +441,28 @@ func TestExportFilesRetry(t *testing.T) {
 		if names := files(t, flakyDir); !slices.Equal(names, []string{flaky.ID + filesSuffix, flaky.ID + artifactSuffix}) {
 			t.Errorf("files after the retried job: %v", names)
 		}
-		bare := run(t, worker(t.TempDir(), nil), create("bare").ID, isDone)
+		// An attempt that recorded an archive and then failed, retried by a
+		// worker without a blob store: the record and the file go.
+		bare, bareDir := create("bare"), t.TempDir()
+		ctx := ctxT(t)
+		if _, ok, err := w.st.ClaimExport(ctx, "w0", time.Minute); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if err := w.st.RecordExportFiles(ctx, "w0", bare.ID, sum([]byte("old")), 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(FilesPath(bareDir, bare.ID), []byte("old"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.st.FailExport(ctx, "w0", bare.ID, "the database is unavailable", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		bare = run(t, worker(bareDir, nil), bare.ID, isDone)
 		if bare.FilesSHA256 != "" || bare.FilesBytes != 0 {
 			t.Errorf("without a blob store: files %q %d, want none", bare.FilesSHA256, bare.FilesBytes)
+		}
+		if names := files(t, bareDir); !slices.Equal(names, []string{bare.ID + artifactSuffix}) {
+			t.Errorf("files after a run without a blob store: %v, want the artifact only", names)
 		}
 	})
 }
