@@ -129,6 +129,14 @@ type Exports interface {
 	// Errors: INVALID_ARGUMENT, ErrLeaseLost, NOT_FOUND.
 	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
 
+	// RecordExportFiles records the files archive of owner's running job
+	// (its sha256 in hex and its size) before FinishExport marks the job
+	// done; sha256 "" and bytes 0 clear it (a job whose lines attach no
+	// file has none). An attempt that records it and then fails leaves it
+	// for the next attempt to replace. Errors: INVALID_ARGUMENT,
+	// ErrLeaseLost, NOT_FOUND.
+	RecordExportFiles(ctx context.Context, owner, id, sha256 string, bytes int64) error
+
 	// FailExport ends owner's attempt at a running job: with retryAfter > 0
 	// the job is queued again, claimable after retryAfter (database clock),
 	// with reason kept in Error; with retryAfter <= 0 it is failed for good.
@@ -201,24 +209,29 @@ type ExportRequest struct {
 
 // ExportJob is an export job.
 type ExportJob struct {
-	ID         string
-	User       string
-	Key        string
-	Scope      string
-	State      ExportState
-	Error      string // why the job failed (or why its last attempt failed)
-	Done       int    // shards recorded
-	Total      int    // shards planned; 0 until a worker planned the job
-	SHA256     string // hex sha256 of the artifact when done
-	Bytes      int64  // artifact size when done
-	Attempts   int    // claims so far
-	Replayed   bool   // CreateExport: answered from an earlier request
-	Reused     bool   // CreateExport: a live, current artifact of another key (Replayed is set too)
-	CreatedAt  time.Time
-	ExpiresAt  time.Time // zero until done
-	LeaseOwner string
-	LeaseUntil time.Time
-	NotBefore  time.Time // a queued job is claimable from then on
+	ID     string
+	User   string
+	Key    string
+	Scope  string
+	State  ExportState
+	Error  string // why the job failed (or why its last attempt failed)
+	Done   int    // shards recorded
+	Total  int    // shards planned; 0 until a worker planned the job
+	SHA256 string // hex sha256 of the artifact when done
+	Bytes  int64  // artifact size when done
+	// FilesSHA256 and FilesBytes describe the job's files archive (the
+	// bytes of the files its lines attach), recorded with
+	// RecordExportFiles; "" and 0 when it has none.
+	FilesSHA256 string
+	FilesBytes  int64
+	Attempts    int  // claims so far
+	Replayed    bool // CreateExport: answered from an earlier request
+	Reused      bool // CreateExport: a live, current artifact of another key (Replayed is set too)
+	CreatedAt   time.Time
+	ExpiresAt   time.Time // zero until done
+	LeaseOwner  string
+	LeaseUntil  time.Time
+	NotBefore   time.Time // a queued job is claimable from then on
 }
 
 // ExportConv is one conversation of a job's snapshot.
@@ -379,6 +392,21 @@ func CheckExportFinish(owner, id, sha256 string, bytes int64) error {
 	}
 	if !validSHA256(sha256) || bytes < 0 {
 		return Errorf(CodeInvalidArgument, "an artifact needs a lower-case hex sha256 and a size")
+	}
+	return nil
+}
+
+// CheckExportFiles validates the arguments of RecordExportFiles: a
+// sha256 and a size, or "" and 0.
+func CheckExportFiles(owner, id, sha256 string, bytes int64) error {
+	if err := CheckExportStep(owner, id); err != nil {
+		return err
+	}
+	if sha256 == "" && bytes == 0 {
+		return nil
+	}
+	if !validSHA256(sha256) || bytes <= 0 {
+		return Errorf(CodeInvalidArgument, "a files archive needs a lower-case hex sha256 and a size, or neither")
 	}
 	return nil
 }

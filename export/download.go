@@ -16,7 +16,9 @@ import (
 )
 
 // Download serves GET (and HEAD) /download/{id}: a signed link's artifact,
-// with RFC 9110 ranges through http.ServeContent.
+// or with part=files its files archive (FilesPath), with RFC 9110 ranges
+// through http.ServeContent. The signature covers the job, not the part:
+// both are the job's, for the same user.
 //
 // Every request is checked in this order, whatever an earlier request
 // proved:
@@ -27,7 +29,9 @@ import (
 //	owner's account missing or disabled                 403
 //	job revoked, expired, or past its ExpiresAt         410
 //	job queued or running (not ready) or failed         404 NOT_FOUND
-//	artifact file missing or of the wrong size          410
+//	part=files of a job without a files archive, or an
+//	unknown part                                        404 NOT_FOUND
+//	artifact (or files archive) missing or of the wrong size  410
 //	store unavailable, or slower than Timeout           503 UNAVAILABLE (Retry-After)
 //
 // A missing job answers 410, not 404: the link's signature proves the job
@@ -173,27 +177,57 @@ func refuseState(w http.ResponseWriter, job parley.ExportJob, now time.Time) (wh
 	return ""
 }
 
-// send serves the job's artifact (ranges and Go's error answers as problems
-// through wire.ServeContent), or answers 410 when its file is gone or does
-// not match the record; it returns why for a refusal.
+// part is one file of a done job a link serves: the artifact (no part
+// parameter) or the files archive (part=files).
+type part struct {
+	name, path, sha256, contentType, filename string
+	size                                      int64
+}
+
+// partOf returns the part the request asks for, or answers 404 when the
+// job has no such part and returns ok false.
+func (d *Download) partOf(w http.ResponseWriter, r *http.Request, job parley.ExportJob) (p part, ok bool) {
+	switch q := r.URL.Query()["part"]; {
+	case len(q) == 0:
+		return part{name: "artifact", path: ArtifactPath(d.Dir, job.ID), sha256: job.SHA256, size: job.Bytes,
+			contentType: "application/gzip", filename: "parley-export-" + job.ID + ".jsonl.gz"}, true
+	case len(q) == 1 && q[0] == "files" && job.FilesSHA256 != "":
+		return part{name: "files", path: FilesPath(d.Dir, job.ID), sha256: job.FilesSHA256, size: job.FilesBytes,
+			contentType: "application/zip", filename: "parley-export-" + job.ID + "-files.zip"}, true
+	case len(q) == 1 && q[0] == "files":
+		problem(w, http.StatusNotFound, parley.CodeNotFound, "this export has no files")
+	default:
+		problem(w, http.StatusNotFound, parley.CodeNotFound, "no such part of an export")
+	}
+	return part{}, false
+}
+
+// send serves the part of the job's files the request asks for (ranges
+// and Go's error answers as problems through wire.ServeContent), or
+// answers 410 when its file is gone or does not match the record; it
+// returns why for a refusal.
 func (d *Download) send(w http.ResponseWriter, r *http.Request, job parley.ExportJob) (why string) {
-	f, err := os.Open(ArtifactPath(d.Dir, job.ID))
+	p, ok := d.partOf(w, r, job)
+	if !ok {
+		return "no such part"
+	}
+	f, err := os.Open(p.path)
 	if err != nil {
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is gone; create a new one")
-		return "artifact: " + err.Error()
+		return p.name + ": " + err.Error()
 	}
 	defer f.Close()
 	info, err := f.Stat()
-	if err != nil || info.Size() != job.Bytes {
+	if err != nil || info.Size() != p.size {
 		// Never serve bytes that do not match the recorded ETag.
 		problem(w, http.StatusGone, parley.CodeOriginalExpired, "this export's file is damaged; create a new one")
-		return "artifact size differs from the record"
+		return p.name + " size differs from the record"
 	}
 	h := w.Header()
-	etag := `"` + job.SHA256 + `"`
+	etag := `"` + p.sha256 + `"`
 	h.Set("ETag", etag)
-	h.Set("Content-Type", "application/gzip")
-	h.Set("Content-Disposition", `attachment; filename="parley-export-`+job.ID+`.jsonl.gz"`)
+	h.Set("Content-Type", p.contentType)
+	h.Set("Content-Disposition", `attachment; filename="`+p.filename+`"`)
 	h.Set("Cache-Control", "private, no-store")
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,22 +18,34 @@ import (
 // fields are omitted when empty, so a plain message's line is the line of
 // the version before them.
 type line struct {
-	At           string     `json:"at"`
-	Body         string     `json:"body"`
-	Conv         string     `json:"conv"`
-	Device       string     `json:"device"`
-	EditSeq      int64      `json:"edit_seq,omitempty"`
-	EditedAt     string     `json:"edited_at,omitempty"`
-	Kind         string     `json:"kind"`
-	LastReplySeq int64      `json:"last_reply_seq,omitempty"`
-	Mentions     []string   `json:"mentions,omitempty"`
-	MID          string     `json:"mid"`
-	Reactions    []reaction `json:"reactions,omitempty"`
-	Recalled     bool       `json:"recalled"`
-	Replies      int64      `json:"replies,omitempty"`
-	ReplyTo      int64      `json:"reply_to,omitempty"`
-	Sender       string     `json:"sender"`
-	Seq          int64      `json:"seq"`
+	At           string       `json:"at"`
+	Attachments  []attachment `json:"attachments,omitempty"`
+	Body         string       `json:"body"`
+	Conv         string       `json:"conv"`
+	Device       string       `json:"device"`
+	EditSeq      int64        `json:"edit_seq,omitempty"`
+	EditedAt     string       `json:"edited_at,omitempty"`
+	Kind         string       `json:"kind"`
+	LastReplySeq int64        `json:"last_reply_seq,omitempty"`
+	Mentions     []string     `json:"mentions,omitempty"`
+	MID          string       `json:"mid"`
+	Reactions    []reaction   `json:"reactions,omitempty"`
+	Recalled     bool         `json:"recalled"`
+	Replies      int64        `json:"replies,omitempty"`
+	ReplyTo      int64        `json:"reply_to,omitempty"`
+	Sender       string       `json:"sender"`
+	Seq          int64        `json:"seq"`
+}
+
+// attachment is one entry of a line's attachments, fields in key order.
+type attachment struct {
+	Height int    `json:"height,omitempty"`
+	ID     string `json:"id"`
+	MIME   string `json:"mime"`
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	Width  int    `json:"width,omitempty"`
 }
 
 // reaction is one entry of a line's reactions, fields in key order.
@@ -49,6 +62,13 @@ func jsonLine(t testing.TB, ev parley.Event) []byte {
 	l := line{
 		At: ev.At.UTC().Format(timeFormat), Body: ev.Body, Conv: ev.Conv, Device: ev.Device, Kind: string(ev.Kind),
 		Mentions: ev.Mentions, MID: ev.MID, Recalled: ev.Recalled, ReplyTo: ev.ReplyTo, Sender: ev.Sender, Seq: ev.Seq,
+	}
+	if !ev.Recalled {
+		for _, a := range ev.Attachments {
+			l.Attachments = append(l.Attachments, attachment{
+				Height: a.Height, ID: a.ID, MIME: a.MIME, Name: a.Name, SHA256: a.SHA256, Size: a.Size, Width: a.Width,
+			})
+		}
 	}
 	if d := ev.Derived; d != nil {
 		l.EditSeq, l.LastReplySeq, l.Replies = d.EditSeq, d.LastReplySeq, d.Replies
@@ -112,6 +132,10 @@ func TestAppendLineMatchesJSON(t *testing.T) {
 func decorate(ev *parley.Event, s string, n int64) {
 	ev.ReplyTo = n
 	ev.Mentions = []string{"bo", s}
+	ev.Attachments = []parley.Attachment{
+		{ID: "f" + strconv.FormatInt(n, 36), Name: s, Size: n, MIME: "image/png", SHA256: strings.Repeat("ab", 32), Width: int(n % 7), Height: int(n % 5)},
+		{ID: "g", Name: "notes " + s + ".txt", Size: 3, MIME: "text/plain; charset=utf-8", SHA256: strings.Repeat("0f", 32)},
+	}
 	ev.Derived = &parley.Derived{
 		AsOf: n + 9, EditSeq: n, EditedAt: ev.At.Add(time.Duration(n) * time.Second),
 		Replies: n % 5, LastReplySeq: n + 2,
@@ -138,6 +162,16 @@ func TestAppendLineOptional(t *testing.T) {
 		{"reply", func(ev *parley.Event) { ev.ReplyTo = 2 }, `"reply_to":2`},
 		{"root", func(ev *parley.Event) { ev.Derived = &parley.Derived{Replies: 2, LastReplySeq: 7} }, `"last_reply_seq":7`},
 		{"mentions", func(ev *parley.Event) { ev.Mentions = []string{"bo", "cy"} }, `"mentions":["bo","cy"]`},
+		{"attachments", func(ev *parley.Event) {
+			ev.Attachments = []parley.Attachment{
+				{ID: "f1", Name: "cat.png", Size: 9, MIME: "image/png", SHA256: "aa", Width: 3, Height: 2},
+				{ID: "f0", Name: "a.txt", Size: 1, MIME: "text/plain", SHA256: "bb"},
+			}
+		}, `"at":"2026-12-03T06:40:00.123Z","attachments":[{"height":2,"id":"f1","mime":"image/png","name":"cat.png","sha256":"aa","size":9,"width":3},{"id":"f0","mime":"text/plain","name":"a.txt","sha256":"bb","size":1}],"body":"hi"`},
+		{"attachments of a recalled message", func(ev *parley.Event) {
+			ev.Body, ev.Recalled = "", true
+			ev.Attachments = []parley.Attachment{{ID: "f1", Name: "cat.png", Size: 9, MIME: "image/png", SHA256: "aa"}}
+		}, `"at":"2026-12-03T06:40:00.123Z","body":""`},
 		{"reactions", func(ev *parley.Event) {
 			ev.Derived = &parley.Derived{Reactions: []parley.Reaction{{Emoji: "👍", Count: 2, Me: true}}}
 		}, `"reactions":[{"count":2,"emoji":"👍","me":true}]`},

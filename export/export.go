@@ -8,6 +8,8 @@
 //
 //	<job>.jsonl.gz          the artifact (ArtifactPath), present once the job is done
 //	<job>.jsonl.gz.tmp-*    an artifact being written
+//	<job>.files.zip         the files archive (FilesPath, files.go), when the lines attach files
+//	<job>.files.zip.tmp-*   a files archive being written
 //	<job>.shards/000000.jsonl  shard 0 of a running job (and *.tmp-* while written)
 //
 // Every file is written to a temp file in its final directory, fsynced
@@ -89,8 +91,9 @@ func encodeShard(evs []parley.Event) ([]byte, error) {
 //
 // Keys are in sorted order. The fields of derived state (edit_seq,
 // edited_at, last_reply_seq, reactions, replies) and of replies and
-// mentions (reply_to, mentions) are left out when empty, so the line of a
-// plain message keeps the bytes it had before they existed.
+// mentions (reply_to, mentions) and the attachments are left out when
+// empty, so the line of a plain message keeps the bytes it had before they
+// existed. A message recalled at the snapshot lists no attachments.
 func appendLine(b []byte, ev parley.Event) []byte {
 	var d parley.Derived
 	if ev.Derived != nil {
@@ -98,7 +101,11 @@ func appendLine(b []byte, ev parley.Event) []byte {
 	}
 	b = append(b, `{"at":"`...)
 	b = ev.At.UTC().AppendFormat(b, timeFormat)
-	b = append(b, `","body":`...)
+	b = append(b, '"')
+	if !ev.Recalled {
+		b = appendAttachments(b, ev.Attachments)
+	}
+	b = append(b, `,"body":`...)
 	b = appendJSONString(b, ev.Body)
 	b = append(b, `,"conv":`...)
 	b = appendJSONString(b, ev.Conv)
@@ -145,6 +152,43 @@ func appendLine(b []byte, ev parley.Event) []byte {
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
 	return append(b, "}\n"...)
+}
+
+// appendAttachments appends the attachments member (keys sorted: height,
+// id, mime, name, sha256, size, width; the pixel sizes only when known),
+// in the message's order; nothing when there are none.
+func appendAttachments(b []byte, as []parley.Attachment) []byte {
+	if len(as) == 0 {
+		return b
+	}
+	b = append(b, `,"attachments":[`...)
+	for i, a := range as {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if a.Height != 0 {
+			b = append(b, `"height":`...)
+			b = strconv.AppendInt(b, int64(a.Height), 10)
+			b = append(b, ',')
+		}
+		b = append(b, `"id":`...)
+		b = appendJSONString(b, a.ID)
+		b = append(b, `,"mime":`...)
+		b = appendJSONString(b, a.MIME)
+		b = append(b, `,"name":`...)
+		b = appendJSONString(b, a.Name)
+		b = append(b, `,"sha256":`...)
+		b = appendJSONString(b, a.SHA256)
+		b = append(b, `,"size":`...)
+		b = strconv.AppendInt(b, a.Size, 10)
+		if a.Width != 0 {
+			b = append(b, `,"width":`...)
+			b = strconv.AppendInt(b, int64(a.Width), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // appendReactions appends the reactions member (keys sorted: count,
@@ -291,6 +335,10 @@ func parseName(name string) (job, kind string, ok bool) {
 		return job, kindTemp, true
 	case rest == shardsSuffix:
 		return job, kindShards, true
+	case rest == filesSuffix:
+		return job, kindFiles, true
+	case strings.HasPrefix(rest, filesSuffix+tmpInfix):
+		return job, kindTemp, true
 	}
 	return "", "", false
 }
@@ -299,4 +347,5 @@ const (
 	kindArtifact = "artifact"
 	kindTemp     = "temp"
 	kindShards   = "shards"
+	kindFiles    = "files"
 )

@@ -152,10 +152,13 @@ func olderThan(e os.DirEntry, t time.Time) bool {
 // removeAll deletes every file of a job.
 func (w *Worker) removeAll(id, why string) {
 	w.remove(ArtifactPath(w.o.Dir, id), id, why)
+	w.remove(FilesPath(w.o.Dir, id), id, why)
 	w.remove(shardDir(w.o.Dir, id), id, why)
-	tmps, _ := filepath.Glob(filepath.Join(w.o.Dir, id+artifactSuffix+tmpInfix+"*"))
-	for _, p := range tmps {
-		w.remove(p, id, why)
+	for _, suffix := range []string{artifactSuffix, filesSuffix} {
+		tmps, _ := filepath.Glob(filepath.Join(w.o.Dir, id+suffix+tmpInfix+"*"))
+		for _, p := range tmps {
+			w.remove(p, id, why)
+		}
 	}
 }
 

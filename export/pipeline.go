@@ -87,7 +87,7 @@ func (w *Worker) execute(ctx context.Context, owner string, job parley.ExportJob
 	if placed != total {
 		return &jobError{reason: fmt.Sprintf("export is not deterministic: planned %d shards, wrote %d; create a new export", total, placed)}
 	}
-	return w.complete(ctx, owner, job.ID, art, dir)
+	return w.complete(ctx, owner, job, art, dir)
 }
 
 // plan reads the job's snapshot, announces its shard total (the lease is
@@ -154,12 +154,35 @@ func (w *Worker) stream(ctx context.Context, owner, job string, convs []parley.E
 	return placed, err
 }
 
-// complete finishes the artifact, records the job done, and removes the
-// shards.
-func (w *Worker) complete(ctx context.Context, owner, job string, art *artifact, dir string) error {
+// complete finishes the artifact and, when its lines attach files, the
+// files archive, records the job done, and removes the shards.
+func (w *Worker) complete(ctx context.Context, owner string, j parley.ExportJob, art *artifact, dir string) error {
+	job := j.ID
 	sha, size, err := art.finish()
 	if err != nil {
 		return err
+	}
+	var fsha string
+	var fsize int64
+	if art.files && w.o.Blobs != nil {
+		if fsha, fsize, err = w.writeFiles(ctx, job, art.final); err != nil {
+			return err
+		}
+	}
+	// An earlier attempt's record is replaced; one that wrote no archive
+	// records nothing (most exports attach no file).
+	if fsha != "" || j.FilesSHA256 != "" {
+		if err := w.call(ctx, func(ctx context.Context) error {
+			return w.o.Store.RecordExportFiles(ctx, owner, job, fsha, fsize)
+		}); err != nil {
+			return err
+		}
+	}
+	if fsha == "" {
+		// An earlier attempt's archive, if any, is no part of this job.
+		if err := os.Remove(FilesPath(w.o.Dir, job)); err != nil && !os.IsNotExist(err) {
+			w.log.Warn("export: removing a stale files archive failed (the janitor removes it with the job)", "job", job, "err", err)
+		}
 	}
 	if err := w.call(ctx, func(ctx context.Context) error {
 		return w.o.Store.FinishExport(ctx, owner, job, sha, size, w.cfg().ExportKeep())
@@ -512,6 +535,7 @@ type artifact struct {
 	size  int64
 	bw    *bufio.Writer
 	zw    *gzip.Writer
+	files bool // a line lists attachments (attachmentsKey)
 }
 
 func (w *Worker) newArtifact(job string) (*artifact, error) {
@@ -542,6 +566,7 @@ func (a *artifact) compress(ctx context.Context, in <-chan []byte) error {
 			if _, err := a.zw.Write(b); err != nil {
 				return wrapWrite("write", a.final, err)
 			}
+			a.files = a.files || bytes.Contains(b, attachmentsKey)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -31,6 +31,7 @@ type WorkerStore interface {
 	ExportShards(ctx context.Context, id string) ([]parley.ExportShard, error)
 	ExportEvents(ctx context.Context, id, conv string, after int64, limit int) ([]parley.Event, error)
 	RecordShard(ctx context.Context, owner string, shards ...parley.ExportShard) error
+	RecordExportFiles(ctx context.Context, owner, id, sha256 string, bytes int64) error
 	FinishExport(ctx context.Context, owner, id, sha256 string, bytes int64, keep time.Duration) error
 	FailExport(ctx context.Context, owner, id, reason string, retryAfter time.Duration) error
 
@@ -49,6 +50,10 @@ type Options struct {
 	Poll    time.Duration         // idle poll interval, default 500ms
 	Janitor time.Duration         // expiry/cleanup sweep interval, default 1m
 	Owner   string                // lease owner id, default hostname:pid:random
+	// Blobs holds the bytes of uploaded files: a job whose lines attach
+	// files also writes a files archive (FilesPath) from it. Nil: no
+	// archive (the lines still list the attachments).
+	Blobs parley.BlobStore
 	// Attempt, if not nil, hears how each attempt ended and how long it
 	// ran (metrics.ExportAttempt): "done", "retry", "failed", "lost"
 	// (revoked, rolled back, taken over or deleted) or "stopped" (this
@@ -316,6 +321,8 @@ func (w *Worker) retry(ctx context.Context, log *slog.Logger, owner string, job 
 	what := "writing the export failed"
 	if errors.Is(err, syscall.ENOSPC) {
 		what = "the disk is full"
+	} else if _, ok := errors.AsType[*blobError](err); ok {
+		what = "reading the files failed"
 	} else if _, ok := errors.AsType[*writeError](err); !ok {
 		what = "the database is unavailable"
 	}
@@ -337,6 +344,9 @@ func (w *Worker) retry(ctx context.Context, log *slog.Logger, owner string, job 
 // failure or a store that did not answer.
 func retryable(err error) bool {
 	if _, ok := errors.AsType[*writeError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[*blobError](err); ok {
 		return true
 	}
 	return parley.ErrorCode(err) == parley.CodeUnavailable

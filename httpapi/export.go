@@ -27,9 +27,13 @@ type exportReply struct {
 	URLTTL   int            `json:"url_expires_in,omitempty"`
 	SHA256   string         `json:"sha256,omitempty"`
 	Bytes    int64          `json:"bytes,omitempty"`
-	Error    string         `json:"error,omitempty"`
-	Expires  string         `json:"expires_at,omitempty"`
-	Created  string         `json:"created_at"`
+	// The files archive, when the export's lines attach files.
+	FilesURL    string `json:"files_url,omitempty"`
+	FilesSHA256 string `json:"files_sha256,omitempty"`
+	FilesBytes  int64  `json:"files_bytes,omitempty"`
+	Error       string `json:"error,omitempty"`
+	Expires     string `json:"expires_at,omitempty"`
+	Created     string `json:"created_at"`
 }
 
 type exportProgress struct {
@@ -53,9 +57,15 @@ func (x exportLinks) reply(j parley.ExportJob) exportReply {
 	if j.State == parley.ExportDone {
 		out.SHA256, out.Bytes = j.SHA256, j.Bytes
 		out.Expires = j.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		if j.FilesSHA256 != "" {
+			out.FilesSHA256, out.FilesBytes = j.FilesSHA256, j.FilesBytes
+		}
 		if x.link != nil {
 			out.URL = x.link(j.ID, j.User, x.now().Add(LinkTTL))
 			out.URLTTL = int(LinkTTL / time.Second)
+			if j.FilesSHA256 != "" {
+				out.FilesURL = out.URL + "&part=files"
+			}
 		}
 	}
 	return out

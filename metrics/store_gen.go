@@ -72,6 +72,7 @@ var StoreOps = []string{
 	"ReadyFiles",
 	"RebuildSearch",
 	"Recall",
+	"RecordExportFiles",
 	"RecordShard",
 	"RemoveMember",
 	"RevokeDevice",
@@ -380,6 +381,11 @@ func (s *store) RebuildSearch(ctx context.Context, a1 string, a2 parley.SearchPr
 func (s *store) Recall(ctx context.Context, a1 parley.Principal, a2 parley.RecallRequest) (_ parley.Recalled, err error) {
 	defer s.observe("Recall", time.Now(), &err)
 	return s.Store.Recall(ctx, a1, a2)
+}
+
+func (s *store) RecordExportFiles(ctx context.Context, a1 string, a2 string, a3 string, a4 int64) (err error) {
+	defer s.observe("RecordExportFiles", time.Now(), &err)
+	return s.Store.RecordExportFiles(ctx, a1, a2, a3, a4)
 }
 
 func (s *store) RecordShard(ctx context.Context, a1 string, a2 ...parley.ExportShard) (err error) {

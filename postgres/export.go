@@ -38,7 +38,7 @@ const exportLockSpace int32 = 0x70457870
 
 // jobCols lists an export job's columns for scanJob.
 const jobCols = `id, user_id, idem_key, scope, state, error, done, total, sha256, bytes, attempts,
-	lease_owner, lease_until, not_before, expires_at, created_at`
+	lease_owner, lease_until, not_before, expires_at, created_at, files_sha256, files_bytes`
 
 // scanJob reads a row of jobCols.
 func scanJob(row pgx.Row) (parley.ExportJob, error) {
@@ -46,7 +46,7 @@ func scanJob(row pgx.Row) (parley.ExportJob, error) {
 	var state string
 	var leaseUntil, expiresAt *time.Time
 	err := row.Scan(&j.ID, &j.User, &j.Key, &j.Scope, &state, &j.Error, &j.Done, &j.Total, &j.SHA256, &j.Bytes, &j.Attempts,
-		&j.LeaseOwner, &leaseUntil, &j.NotBefore, &expiresAt, &j.CreatedAt)
+		&j.LeaseOwner, &leaseUntil, &j.NotBefore, &expiresAt, &j.CreatedAt, &j.FilesSHA256, &j.FilesBytes)
 	if err != nil {
 		return parley.ExportJob{}, err
 	}
@@ -512,6 +512,18 @@ func (db *DB) ExportShards(ctx context.Context, id string) ([]parley.ExportShard
 		return nil, wrap("export shards", err)
 	}
 	return out, nil
+}
+
+// RecordExportFiles implements parley.Exports.
+func (db *DB) RecordExportFiles(ctx context.Context, owner, id, sha256 string, bytes int64) error {
+	if err := parley.CheckExportFiles(owner, id, sha256, bytes); err != nil {
+		return err
+	}
+	return db.leased(ctx, "record export files", owner, id, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE export_jobs SET files_sha256 = $2, files_bytes = $3, updated_at = clock_timestamp() WHERE id = $1`,
+			id, sha256, bytes)
+		return err
+	})
 }
 
 // FinishExport implements parley.Exports.

@@ -15,7 +15,7 @@ import (
 )
 
 const jobColumns = `id, user_id, idem_key, scope, state, error, done, total, sha256, bytes, attempts,
-	lease_owner, lease_until, not_before, expires_at, created_at`
+	lease_owner, lease_until, not_before, expires_at, created_at, files_sha256, files_bytes`
 
 func scanJob(s scanner) (parley.ExportJob, error) {
 	var j parley.ExportJob
@@ -23,7 +23,7 @@ func scanJob(s scanner) (parley.ExportJob, error) {
 	var leaseUntil, expiresAt sql.NullInt64
 	var notBefore, createdAt int64
 	err := s.Scan(&j.ID, &j.User, &j.Key, &j.Scope, &state, &j.Error, &j.Done, &j.Total, &j.SHA256, &j.Bytes, &j.Attempts,
-		&j.LeaseOwner, &leaseUntil, &notBefore, &expiresAt, &createdAt)
+		&j.LeaseOwner, &leaseUntil, &notBefore, &expiresAt, &createdAt, &j.FilesSHA256, &j.FilesBytes)
 	j.State = parley.ExportState(state)
 	if leaseUntil.Valid {
 		j.LeaseUntil = msTime(leaseUntil.Int64)
@@ -584,6 +584,21 @@ func (db *DB) ExportShards(ctx context.Context, id string) ([]parley.ExportShard
 		return nil, err
 	}
 	return out, nil
+}
+
+// RecordExportFiles implements parley.Exports.
+func (db *DB) RecordExportFiles(ctx context.Context, owner, id, sha256 string, bytes int64) error {
+	if err := parley.CheckExportFiles(owner, id, sha256, bytes); err != nil {
+		return err
+	}
+	return db.write(ctx, "record export files", func(tx *txn) error {
+		if err := leased(ctx, tx, owner, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE export_jobs SET files_sha256 = ?, files_bytes = ?, updated_at = `+nowMS+` WHERE id = ?`,
+			sha256, bytes, id)
+		return err
+	})
 }
 
 // FinishExport implements parley.Exports.

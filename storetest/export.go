@@ -133,8 +133,8 @@ func (e *env) wantState(t *testing.T, id string, state parley.ExportState, errTe
 
 // jobLine renders a job without its times, which are compared apart.
 func jobLine(j parley.ExportJob) string {
-	return fmt.Sprintf("id %s user %s key %q scope %q state %s error %q done %d/%d sha %q bytes %d attempts %d replayed %v lease %q",
-		j.ID, j.User, j.Key, j.Scope, j.State, j.Error, j.Done, j.Total, j.SHA256, j.Bytes, j.Attempts, j.Replayed, j.LeaseOwner)
+	return fmt.Sprintf("id %s user %s key %q scope %q state %s error %q done %d/%d sha %q bytes %d files %q %d attempts %d replayed %v lease %q",
+		j.ID, j.User, j.Key, j.Scope, j.State, j.Error, j.Done, j.Total, j.SHA256, j.Bytes, j.FilesSHA256, j.FilesBytes, j.Attempts, j.Replayed, j.LeaseOwner)
 }
 
 // sameJob compares jobs field by field, times by Equal, Replayed ignored.
@@ -208,6 +208,7 @@ func ownerCalls(t *testing.T, st parley.Store, owner, id, conv string) []struct 
 		{"record_shard", func() error {
 			return st.RecordShard(ctx(t), owner, parley.ExportShard{Job: id, Index: 0, Conv: conv, After: 0, Last: 9, Count: 3, SHA256: shaOf("lost")})
 		}},
+		{"record_files", func() error { return st.RecordExportFiles(ctx(t), owner, id, shaOf("files"), 100) }},
 		{"finish", func() error { return st.FinishExport(ctx(t), owner, id, shaOf("artifact"), 100, time.Hour) }},
 		{"fail_retry", func() error { return st.FailExport(ctx(t), owner, id, "late", time.Minute) }},
 		{"fail", func() error { return st.FailExport(ctx(t), owner, id, "late", 0) }},
@@ -1265,11 +1266,13 @@ func testExportFinishFailRetry(t *testing.T, e *env) {
 				wantSameJob(t, "the job after a rejected finish", e.job(t, j.ID), job)
 			})
 		}
+		e.recordFiles(t, j.ID)
 		start := time.Now()
 		ok(t, e.st.FinishExport(ctx(t), "w1", j.ID, shaOf("artifact"), 5038, time.Hour), "finish")
 		end := time.Now()
 		got := e.wantState(t, j.ID, parley.ExportDone, "")
-		if got.SHA256 != shaOf("artifact") || got.Bytes != 5038 || got.LeaseOwner != "" || got.Done != 1 || got.Total != 1 || got.Attempts != 1 {
+		if got.SHA256 != shaOf("artifact") || got.Bytes != 5038 || got.LeaseOwner != "" || got.Done != 1 || got.Total != 1 || got.Attempts != 1 ||
+			got.FilesSHA256 != shaOf("files") || got.FilesBytes != 77 {
 			t.Errorf("done job: %s", jobLine(got))
 		}
 		if !within(got.ExpiresAt, start.Add(time.Hour), end.Add(time.Hour)) || !got.ExpiresAt.After(time.Now()) {
@@ -1330,6 +1333,31 @@ func testExportFinishFailRetry(t *testing.T, e *env) {
 			t.Errorf("done after a retry: %s", jobLine(got))
 		}
 	})
+}
+
+// recordFiles checks RecordExportFiles on job id, claimed by w1: bad
+// arguments are INVALID_ARGUMENT and change nothing; a record replaces the
+// one before, "" and 0 clear it. It leaves sha256 of "files", 77 bytes.
+func (e *env) recordFiles(t *testing.T, id string) {
+	t.Helper()
+	for _, tc := range []struct {
+		name, sha string
+		bytes     int64
+	}{{"short_sha", shaOf("a")[:10], 10}, {"sha_without_size", shaOf("a"), 0}, {"size_without_sha", "", 10}, {"negative", shaOf("a"), -1}} {
+		before, job := e.exportRows(t), e.job(t, id)
+		wantCode(t, e.st.RecordExportFiles(ctx(t), "w1", id, tc.sha, tc.bytes), parley.CodeInvalidArgument)
+		e.exportUnchanged(t, before)
+		wantSameJob(t, "the job after a rejected files record ("+tc.name+")", e.job(t, id), job)
+	}
+	for _, rec := range []struct {
+		sha   string
+		bytes int64
+	}{{shaOf("old"), 5}, {"", 0}, {shaOf("files"), 77}} {
+		ok(t, e.st.RecordExportFiles(ctx(t), "w1", id, rec.sha, rec.bytes), "record files")
+		if got := e.job(t, id); got.FilesSHA256 != rec.sha || got.FilesBytes != rec.bytes || got.State != parley.ExportRunning {
+			t.Errorf("after recording files %q %d: %s", rec.sha, rec.bytes, jobLine(got))
+		}
+	}
 }
 
 // testExportRevokeExpire: RevokeExport revokes a job in any state but

@@ -276,10 +276,11 @@ func (s *server) build(ctx context.Context, getenv func(string) string, stderr i
 	if err := s.newHub(); err != nil {
 		return nil, err
 	}
-	if err := s.newExports(); err != nil {
+	// The blobs first: the export worker reads the files' bytes.
+	if s.blobs, err = s.f.files.openBlobs(ctx, getenv); err != nil {
 		return nil, err
 	}
-	if s.blobs, err = s.f.files.openBlobs(ctx, getenv); err != nil {
+	if err := s.newExports(); err != nil {
 		return nil, err
 	}
 	s.thumbs = newThumbs(s.blobs, s.log, s.m)
@@ -492,7 +493,7 @@ func (s *server) newExports() error {
 	s.keys = keys
 	s.worker = export.NewWorker(export.Options{
 		Store: s.store, Dir: s.f.exportDir, Log: s.log, Config: s.cfg.Current, Workers: s.f.exportJobs, Lease: s.f.exportLease,
-		Attempt: s.m.ExportAttempt,
+		Attempt: s.m.ExportAttempt, Blobs: s.blobs,
 	})
 	registerExportMetrics(s.m, s.worker, s.store)
 	return nil
