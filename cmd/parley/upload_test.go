@@ -198,7 +198,9 @@ func TestServeFilesFlags(t *testing.T) {
 	if err != nil || f.files.dir != filepath.Join("/d", "files") || f.files.stagingDir() != filepath.Join("/d", "files", "uploads") {
 		t.Fatalf("default files dir: %+v %v", f, err)
 	}
-	f, err = parseServe(nil, func(k string) string { return map[string]string{"PARLEY_FILES_DIR": "/shared/f", "PARLEY_FILES": "s3://b?endpoint=h:1"}[k] }, io.Discard)
+	f, err = parseServe(nil, func(k string) string {
+		return map[string]string{"PARLEY_FILES_DIR": "/shared/f", "PARLEY_FILES": "s3://b?endpoint=h:1"}[k]
+	}, io.Discard)
 	if err != nil || f.files.dir != "/shared/f" || f.files.store != "s3://b?endpoint=h:1" {
 		t.Fatalf("from the environment: %+v %v", f.files, err)
 	}
