@@ -174,7 +174,7 @@ func hashUpTo(path string, offset int64) (hash.Hash, error) {
 	if b, err := os.ReadFile(hashPath(path)); err == nil {
 		if at, state, ok := strings.Cut(string(b), "\n"); ok {
 			n, err := strconv.ParseInt(at, 10, 64)
-			if err == nil && n <= offset && h.(encoding.BinaryUnmarshaler).UnmarshalBinary([]byte(state)) == nil {
+			if err == nil && 0 <= n && n <= offset && h.(encoding.BinaryUnmarshaler).UnmarshalBinary([]byte(state)) == nil {
 				from = n
 			} else {
 				h.Reset()
