@@ -73,13 +73,17 @@ type env struct {
 }
 
 type envOptions struct {
-	config      string        // the policy file's text ("": defaults, rate limits off)
+	config      string        // the policy file's text ("": defaults)
+	rateLimits  string        // its rate_limits value ("": {}, every limit off)
 	bodyTimeout time.Duration // --body-timeout, and the uploads' idle bound (0: 30s)
 }
 
 func newEnv(t testing.TB, store parley.Store, o envOptions) *env {
 	t.Helper()
-	cfg, warnings, err := config.Parse([]byte(o.config + "\nrate_limits: {}\n"))
+	if o.rateLimits == "" {
+		o.rateLimits = "{}"
+	}
+	cfg, warnings, err := config.Parse([]byte(o.config + "\nrate_limits: " + o.rateLimits + "\n"))
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("config: %v %v", err, warnings)
 	}

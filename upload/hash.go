@@ -88,7 +88,7 @@ func (u *stagedUpload) WriteChunk(ctx context.Context, offset int64, src io.Read
 	if err != nil {
 		return 0, err
 	}
-	n, err := copyHashing(f, src, h)
+	n, err := copyHashing(f, offset, src, h)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -99,14 +99,28 @@ func (u *stagedUpload) WriteChunk(ctx context.Context, offset int64, src io.Read
 	return n, err
 }
 
-// copyHashing copies src to dst; the bytes written go to h on another
-// goroutine, so hashing overlaps with receiving.
-func copyHashing(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
+// bufferPool holds the copy buffers of finished requests: uploads reuse
+// them instead of leaving 4 MiB of garbage each.
+var bufferPool = sync.Pool{New: func() any { return new([copyBuffer]byte) }}
+
+// writebackEvery is how many bytes are written between two requests to
+// the kernel to start writing them to the disk.
+const writebackEvery = 16 << 20
+
+// copyHashing appends src to dst, whose size is offset; the bytes written
+// go to h on another goroutine, so hashing overlaps with receiving, and
+// are handed to the disk as they come.
+func copyHashing(dst *os.File, offset int64, src io.Reader, h hash.Hash) (int64, error) {
 	const buffers = 4
 	free := make(chan []byte, buffers)
 	for range buffers {
-		free <- make([]byte, copyBuffer)
+		free <- bufferPool.Get().(*[copyBuffer]byte)[:]
 	}
+	defer func() {
+		for range buffers {
+			bufferPool.Put((*[copyBuffer]byte)(<-free))
+		}
+	}()
 	full := make(chan []byte, buffers)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -115,13 +129,19 @@ func copyHashing(dst io.Writer, src io.Reader, h hash.Hash) (int64, error) {
 			free <- b[:cap(b)]
 		}
 	})
-	var n int64
+	var n, flushed int64
 	var err error
 	for {
+		if n-flushed >= writebackEvery {
+			startWriteback(dst, offset+flushed, n-flushed)
+			flushed = n
+		}
 		buf := <-free
 		var r int
 		r, err = io.ReadFull(src, buf)
-		if r > 0 {
+		if r == 0 {
+			free <- buf // every buffer goes back to the pool
+		} else {
 			w, werr := dst.Write(buf[:r])
 			n += int64(w)
 			full <- buf[:w]
@@ -154,7 +174,7 @@ func hashUpTo(path string, offset int64) (hash.Hash, error) {
 	if b, err := os.ReadFile(hashPath(path)); err == nil {
 		if at, state, ok := strings.Cut(string(b), "\n"); ok {
 			n, err := strconv.ParseInt(at, 10, 64)
-			if err == nil && n <= offset && h.(encoding.BinaryUnmarshaler).UnmarshalBinary([]byte(state)) == nil {
+			if err == nil && 0 <= n && n <= offset && h.(encoding.BinaryUnmarshaler).UnmarshalBinary([]byte(state)) == nil {
 				from = n
 			} else {
 				h.Reset()

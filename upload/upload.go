@@ -28,7 +28,9 @@
 //     time between two reads (Options.IdleTimeout), not the whole body.
 //
 // Staged files live in one directory (Options.Dir) on the filesystem of
-// the blob directory, so a finish is a rename. Sweep removes staged files
+// the blob directory, so a finish is a rename. Their SHA-256 is computed
+// as they arrive and kept across resumes and restarts (hash.go), so a
+// finish does not read them again. Sweep removes staged files
 // untouched for Options.Expiry or whose upload's row is gone; the rows of
 // unfinished uploads are the collector's.
 package upload
@@ -170,7 +172,6 @@ func New(o Options) (*Handler, error) {
 		PreUploadCreateCallback:   h.preCreate,
 		PreFinishResponseCallback: h.preFinish,
 		NetworkTimeout:            o.IdleTimeout,
-		AcquireLockTimeout:        o.StoreTimeout(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("upload: %w", err)

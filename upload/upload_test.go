@@ -185,6 +185,10 @@ func TestUploadRefused(t *testing.T) {
 			t.Fatalf("staged %v, %v; want 10 bytes", st, err)
 		}
 
+		// A page of another site cannot change an upload (the session
+		// cookie would go with its request).
+		e.do("PATCH", path, ana, []byte("x"), "Upload-Offset", "10", ct, oct, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site").want(http.StatusForbidden, parley.CodePermissionDenied)
+
 		// Termination frees the quota and the staging.
 		e.do("DELETE", path, ana, nil).want(http.StatusNoContent)
 		e.do("HEAD", path, ana, nil).want(http.StatusNotFound)
@@ -417,4 +421,19 @@ func TestHashStateRecovers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUploadRateLimited: the tus requests count in the upload bucket.
+func TestUploadRateLimited(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "parley.db"), parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := newEnv(t, s, envOptions{rateLimits: "{upload: {limit: 2, window: 1m}}"})
+	ana := e.user("ana")
+	path := e.create(ana, "a", 10)
+	e.do("HEAD", path, ana, nil).want(http.StatusOK)
+	e.patch(ana, path, 0, []byte("x")).want(http.StatusTooManyRequests, parley.CodeRateLimited)
 }

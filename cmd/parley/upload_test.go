@@ -13,12 +13,16 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/blobdir"
 )
@@ -203,5 +207,57 @@ func TestServeFilesFlags(t *testing.T) {
 	}, io.Discard)
 	if err != nil || f.files.dir != "/shared/f" || f.files.store != "s3://b?endpoint=h:1" {
 		t.Fatalf("from the environment: %+v %v", f.files, err)
+	}
+}
+
+// TestUploadToS3: with --files s3://…, a finished upload's bytes are in
+// the bucket (credentials from the environment), not on the disk.
+func TestUploadToS3(t *testing.T) {
+	raw := os.Getenv("PARLEY_TEST_S3")
+	if raw == "" {
+		t.Skip("PARLEY_TEST_S3 is not set (http://KEY:SECRET@HOST:PORT): S3 test skipped")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		t.Fatalf("PARLEY_TEST_S3=%q: want http://ACCESS:SECRET@HOST:PORT", raw)
+	}
+	secret, _ := u.User.Password()
+	mc, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(u.User.Username(), secret, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bucket := "parley-upload-" + strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for o := range mc.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+			mc.RemoveObject(ctx, bucket, o.Key, minio.RemoveObjectOptions{})
+		}
+		mc.RemoveBucket(ctx, bucket)
+	})
+	dir := t.TempDir()
+	b := backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir}
+	ana := seed(t, b.store(t), "ana/phone")["ana/phone"]
+	p := serveEnv(t, []string{"PARLEY_S3_ACCESS_KEY=" + u.User.Username(), "PARLEY_S3_SECRET_KEY=" + secret},
+		"--db", b.db, "--data-dir", dir, "--files", "s3://"+bucket+"/blobs?endpoint="+u.Host+"&region=us-east-1&secure=false")
+	data := bytes.Repeat([]byte("bytes for the bucket\n"), 500_000) // 10 MiB: a multipart upload
+	path := tusCreate(t, p.http, ana, "to-s3.txt", len(data))
+	resp, body := tusReq(t, p.http, "PATCH", path, ana, data, "Upload-Offset", "0", "Content-Type", "application/offset+octet-stream")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", resp.StatusCode, body)
+	}
+	id := strings.TrimPrefix(path, "/api/uploads/")
+	obj, err := mc.GetObject(ctx, bucket, "blobs/"+id, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(obj)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the bucket holds %d bytes (%v), want the %d uploaded", len(got), err, len(data))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "files", "uploads")); len(entries) != 0 {
+		t.Fatalf("staging keeps %d files after the finish", len(entries))
 	}
 }
