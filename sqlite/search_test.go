@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -226,8 +227,9 @@ func TestSearchRebuildChunks(t *testing.T) {
 }
 
 // TestSearchPlan asks SQLite's planner how it runs a search: FTS5 first,
-// then each row it found by search_docs' rowid, never a scan of the docs
-// table (whose size is every version of every message).
+// in rowid order (newest first, with no sort: a search stops after a
+// page), then each row it found by search_docs' rowid, never a scan of
+// the docs table (whose size is every version of every message).
 func TestSearchPlan(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "parley.db")
 	db, err := sqlite.Open(context.Background(), file, parley.Options{})
@@ -240,7 +242,7 @@ func TestSearchPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	args := []any{`"x"`, "", "", nil, nil, "", 0, "ana", 21}
+	args := []any{`"x"`, 0, int64(math.MaxInt64), "", "", nil, "", 0, "ana"}
 	rows, err := raw.Query("EXPLAIN QUERY PLAN "+sqlite.SearchSQL, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +263,9 @@ func TestSearchPlan(t *testing.T) {
 	text := strings.Join(plan, "\n")
 	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN search_fts VIRTUAL TABLE") {
 		t.Errorf("the plan does not start with the FTS5 match:\n%s", text)
+	}
+	if strings.Contains(text, "TEMP B-TREE") {
+		t.Errorf("the plan sorts the matches:\n%s", text)
 	}
 	if !strings.Contains(text, "SEARCH d USING INTEGER PRIMARY KEY (rowid=?)") {
 		t.Errorf("the plan does not read docs rows by rowid:\n%s", text)

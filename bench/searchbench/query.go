@@ -24,6 +24,9 @@ type queryFlags struct {
 	seed   uint64
 	limit  int
 	report string
+	hits   string
+	pages  int
+	hitsW  io.Writer
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
@@ -32,6 +35,29 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.seed, "seed", 2, "random seed of the queries drawn")
 	fs.IntVar(&f.limit, "limit", 0, "hits per page (0: the default page)")
 	fs.StringVar(&f.report, "report", "", "also write the figures to this file (JSON)")
+	fs.StringVar(&f.hits, "hits", "", "also write each measured query's hits to this file, one line a query (to compare two stores or builds)")
+	fs.IntVar(&f.pages, "pages", 1, "with --hits: pages of each query to write, the later ones read after the measurement")
+}
+
+// recordHits writes one line to the --hits file: the query, then the
+// conv/seq of each hit of its first f.pages pages, following Next.
+func (f *queryFlags) recordHits(ctx context.Context, store parley.Store, p parley.Principal, w string, page parley.SearchPage) error {
+	line := w
+	for n := 1; ; n++ {
+		for _, h := range page.Hits {
+			line += fmt.Sprintf(" %s/%d", h.Event.Conv, h.Event.Seq)
+		}
+		if page.Next == "" || n == f.pages {
+			break
+		}
+		line += " |"
+		var err error
+		if page, err = store.Search(ctx, p, parley.SearchRequest{Query: w, Limit: f.limit, Cursor: page.Next}); err != nil {
+			return fmt.Errorf("search %q as %s, page %d: %w", w, p.User, n+1, err)
+		}
+	}
+	_, err := fmt.Fprintln(f.hitsW, line)
+	return err
 }
 
 // bucket is a set of query words of one frequency band.
@@ -121,6 +147,14 @@ func (f *queryFlags) query(ctx context.Context, store parley.Store) error {
 		}
 		byKind[b.kind] = append(byKind[b.kind], i)
 	}
+	if f.hits != "" {
+		file, err := os.Create(f.hits)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		f.hitsW = file
+	}
 	samples := make([][]sample, len(bs))
 	full := make([]int, len(bs))
 	for i := range f.warmup + f.n {
@@ -139,6 +173,11 @@ func (f *queryFlags) query(ctx context.Context, store parley.Store) error {
 			samples[bi] = append(samples[bi], sample{ms: float64(d.Microseconds()) / 1000, hits: len(page.Hits)})
 			if page.Next != "" {
 				full[bi]++
+			}
+			if f.hitsW != nil {
+				if err := f.recordHits(ctx, store, p, w, page); err != nil {
+					return err
+				}
 			}
 		}
 		if (i+1)%500 == 0 {
