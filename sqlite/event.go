@@ -124,7 +124,7 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 			return nil
 		}
 		// The batch's index rows, in one go after its events (indexDocs).
-		if err := indexDocs(ctx, tx, docs); err != nil {
+		if err := indexDocs(ctx, tx, docs, &db.queue); err != nil {
 			return err
 		}
 		return fault.Hit(fault.StoreBeforeCommit)

@@ -52,3 +52,7 @@ var IndexedStatements = []struct {
 
 // SearchSQL is the statement of one page of search hits (TestSearchPlan).
 var SearchSQL = searchSQL
+
+// SetSearchFlushAt sets how many queued index rows db's writer moves into
+// FTS5 at once (1: at every send and edit), before db's first write.
+func SetSearchFlushAt(db *DB, n int) { db.queue.flushAt = n }

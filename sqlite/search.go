@@ -23,6 +23,15 @@ import (
 // keeping those the caller may read (rule 2 of derived state) row by row;
 // only the rows of the page's last millisecond are read whole and sorted
 // by conversation and seq (searchPage).
+//
+// A send or an edit does not write search_fts itself: it writes its docs
+// row and a row of search_queue (the terms), in its transaction, and the
+// writer moves the queue into search_fts in one statement once it holds
+// searchFlushAt rows (FTS5 writes a segment at every commit that touched
+// it, which cost as much as the send). A search matches the queued rows
+// by their terms in Go (queuedMatch), under the same filters: every
+// committed version is found, by the same rule as FTS5's. A recall, purge
+// or rollback deletes a queued row's terms with the row.
 
 // slotBits is how many low bits of an index row's id count the versions
 // of one millisecond: a version is indexed at its message's time, so the
@@ -56,7 +65,33 @@ const (
 		SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?1)`
 	// qInsertFTS: ?1 is [[id, terms], …].
 	qInsertFTS = `INSERT INTO search_fts (rowid, terms) SELECT value ->> 0, value ->> 1 FROM json_each(?1)`
+	// qInsertQueue: ?1 as qInsertFTS's.
+	qInsertQueue = `INSERT INTO search_queue (id, terms) SELECT value ->> 0, value ->> 1 FROM json_each(?1)`
 )
+
+// searchFlushAt is how many queued rows the writer moves into search_fts
+// at once: a search matches at most about that many rows by their terms.
+const searchFlushAt = 512
+
+// searchQueue is the writer's count of the rows of search_queue (touched
+// in the writer's turn only) and the count at which it flushes them. A
+// write that rolls back leaves the count off by its rows: the flush comes
+// sooner, or up to a flush's worth later.
+type searchQueue struct {
+	n, flushAt int
+}
+
+// flushQueue moves every queued row into search_fts: one FTS5 segment.
+func flushQueue(ctx context.Context, tx *txn, queue *searchQueue) error {
+	for _, q := range []string{`INSERT INTO search_fts (rowid, terms) SELECT id, terms FROM search_queue ORDER BY id`,
+		`DELETE FROM search_queue`} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	queue.n = 0
+	return nil
+}
 
 // searchDoc is one index row to write: version vseq of message seq of
 // conv (vseq = seq for the original), at its message's time.
@@ -70,9 +105,9 @@ type searchDoc struct {
 
 // indexDocs writes the index rows of docs, each under the next free slot
 // of its millisecond, in three statements: the slots in use, the docs
-// rows, the FTS5 rows (which must be the transaction's last writes to
-// search_fts before its commit or its next read of it: see qInsertFTS).
-func indexDocs(ctx context.Context, tx *txn, docs []searchDoc) error {
+// rows, their terms: into queue (then its flush, when due), or, queue
+// nil, into search_fts (the transaction's last write to it: qInsertFTS).
+func indexDocs(ctx context.Context, tx *txn, docs []searchDoc, queue *searchQueue) error {
 	if len(docs) == 0 {
 		return nil
 	}
@@ -115,10 +150,14 @@ func indexDocs(ctx context.Context, tx *txn, docs []searchDoc) error {
 		docRows[i] = []any{id, d.conv, d.seq, d.vseq, d.sender, d.at}
 		ftsRows[i] = []any{id, d.terms}
 	}
+	terms := qInsertFTS
+	if queue != nil {
+		terms = qInsertQueue
+	}
 	for _, st := range []struct {
 		q    string
 		rows [][]any
-	}{{qInsertDocs, docRows}, {qInsertFTS, ftsRows}} {
+	}{{qInsertDocs, docRows}, {terms, ftsRows}} {
 		list, err := json.Marshal(st.rows)
 		if err != nil {
 			return err
@@ -127,14 +166,21 @@ func indexDocs(ctx context.Context, tx *txn, docs []searchDoc) error {
 			return err
 		}
 	}
-	return nil
+	if queue == nil {
+		return nil
+	}
+	if queue.n += len(docs); queue.n < queue.flushAt {
+		return nil
+	}
+	return flushQueue(ctx, tx, queue)
 }
 
 // qUnindexRows reads up to ?4 index rows of the messages of conversation
-// ?1 with ?2 <= seq <= ?3, each with what its terms were made of: its
-// sender and the body of its version's event (none: the event is gone).
-const qUnindexRows = `SELECT d.id, d.sender_user, e.seq IS NOT NULL, coalesce(e.body, '')
-	FROM search_docs d LEFT JOIN events e ON e.conv_id = d.conv_id AND e.seq = d.vseq
+// ?1 with ?2 <= seq <= ?3, each with whether its terms are queued, and
+// what they were made of: its sender and the body of its version's event
+// (none: the event is gone).
+const qUnindexRows = `SELECT d.id, q.id IS NOT NULL, d.sender_user, e.seq IS NOT NULL, coalesce(e.body, '')
+	FROM search_docs d LEFT JOIN search_queue q ON q.id = d.id LEFT JOIN events e ON e.conv_id = d.conv_id AND e.seq = d.vseq
 	WHERE d.conv_id = ?1 AND d.seq >= ?2 AND d.seq <= ?3 ORDER BY d.seq, d.vseq LIMIT ?4`
 
 // unindexChunk is how many index rows unindex deletes per statement.
@@ -145,13 +191,13 @@ const unindexChunk = 500
 // them; purge and rollback call it first). Each FTS5 row is deleted by the
 // 'delete' command with the terms it was written with, computed again from
 // its event, so secure-delete takes its tokens out of the index's pages;
-// the docs rows go first (FTS5's writes come last: qInsertFTS). A row
-// whose event is already gone (an index out of step with its log) loses
-// its docs row only, and its id goes into search_lost: its FTS5 entries
-// stay, and no later row may take that id and match them.
+// the docs rows and queued terms go first (FTS5's writes come last:
+// qInsertFTS). A row whose event is already gone (an index out of step
+// with its log) loses its docs row only, and its id goes into search_lost:
+// its FTS5 entries stay, and no later row may take that id and match them.
 func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error {
 	for {
-		var ids, lost []int64
+		var ids, queued, lost []int64
 		var ftsArgs []any
 		rows, err := tx.QueryContext(ctx, qUnindexRows, convID, from, to, unindexChunk)
 		if err != nil {
@@ -160,15 +206,18 @@ func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error 
 		for rows.Next() {
 			var id int64
 			var sender, body string
-			var hasEvent bool
-			if err := rows.Scan(&id, &sender, &hasEvent, &body); err != nil {
+			var isQueued, hasEvent bool
+			if err := rows.Scan(&id, &isQueued, &sender, &hasEvent, &body); err != nil {
 				rows.Close()
 				return err
 			}
 			ids = append(ids, id)
-			if hasEvent {
+			switch {
+			case isQueued:
+				queued = append(queued, id)
+			case hasEvent:
 				ftsArgs = append(ftsArgs, id, searchTerms(convID, sender, body))
-			} else {
+			default:
 				lost = append(lost, id)
 			}
 		}
@@ -181,6 +230,7 @@ func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error 
 			ids []int64
 		}{
 			{`DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?))`, ids},
+			{`DELETE FROM search_queue WHERE id IN (SELECT value FROM json_each(?))`, queued},
 			{`INSERT OR IGNORE INTO search_lost (id) SELECT value FROM json_each(?)`, lost},
 		} {
 			if len(st.ids) == 0 {
@@ -239,7 +289,7 @@ func reindex(ctx context.Context, tx *txn, convID string) (int64, error) {
 		if err != nil {
 			return written, err
 		}
-		if err := indexDocs(ctx, tx, docs); err != nil {
+		if err := indexDocs(ctx, tx, docs, nil); err != nil {
 			return written, err
 		}
 		written += int64(len(docs))
@@ -360,6 +410,22 @@ func ftsMatch(q parley.SearchQuery, convs []string, narrow bool) string {
 	return strings.Join(parts, " AND ")
 }
 
+// hitCase is 1 when index row d is a hit for the search, else 0: in
+// conversation ?4 (empty: any), sent by ?5 (empty: anyone), strictly after
+// the cursor (?6, ?7, ?8) in the order of results (?6 NULL: the first
+// page), that user ?9 reads: the message's seq and the version's inside
+// their periods, and no newer version of the same message inside them.
+// The CASE tests them one after another, the cheap ones first.
+var hitCase = `CASE
+		WHEN ?4 <> '' AND d.conv_id <> ?4 THEN 0
+		WHEN ?5 <> '' AND d.sender_user <> ?5 THEN 0
+		WHEN ?6 IS NOT NULL AND (d.at, d.conv_id, d.seq) >= (?6, ?7, ?8) THEN 0
+		WHEN NOT ` + docIn("d", "d.seq") + ` THEN 0
+		WHEN NOT ` + docIn("d", "d.vseq") + ` THEN 0
+		WHEN EXISTS (SELECT 1 FROM search_docs n WHERE n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq
+			AND ` + docIn("n", "n.vseq") + `) THEN 0
+		ELSE 1 END`
+
 // docIn is the rule-2 filter on an index row: seq (a column of row
 // alias) inside the periods of user ?9 in the row's conversation.
 func docIn(alias, seq string) string {
@@ -369,25 +435,17 @@ func docIn(alias, seq string) string {
 
 // searchSQL walks the index rows whose tokens match ?1 with ?2 <= id < ?3,
 // newest first (FTS5 yields them in rowid order, each then read by its
-// rowid: CROSS JOIN keeps that order), each with whether it is a hit: in
-// conversation ?4 (empty: any), sent by ?5 (empty: anyone), strictly after
-// the cursor (?6, ?7, ?8) in the order of results (?6 NULL: the first
-// page), that user ?9 reads: the message's seq and the version's inside
-// their periods, and no newer version of the same message inside them.
-// The caller reads as many rows as it needs (searchWalk); the CASE tests
-// the filters one after another, the cheap ones first.
-var searchSQL = `SELECT search_fts.rowid, d.conv_id, d.seq, d.at, CASE
-		WHEN ?4 <> '' AND d.conv_id <> ?4 THEN 0
-		WHEN ?5 <> '' AND d.sender_user <> ?5 THEN 0
-		WHEN ?6 IS NOT NULL AND (d.at, d.conv_id, d.seq) >= (?6, ?7, ?8) THEN 0
-		WHEN NOT ` + docIn("d", "d.seq") + ` THEN 0
-		WHEN NOT ` + docIn("d", "d.vseq") + ` THEN 0
-		WHEN EXISTS (SELECT 1 FROM search_docs n WHERE n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq
-			AND ` + docIn("n", "n.vseq") + `) THEN 0
-		ELSE 1 END
+// rowid: CROSS JOIN keeps that order), each with whether it is a hit
+// (hitCase). The caller reads as many rows as it needs (walker.walk).
+var searchSQL = `SELECT search_fts.rowid, d.conv_id, d.seq, d.at, ` + hitCase + `
 	FROM search_fts CROSS JOIN search_docs d ON d.id = search_fts.rowid
 	WHERE search_fts MATCH ?1 AND search_fts.rowid >= ?2 AND search_fts.rowid < ?3
 	ORDER BY search_fts.rowid DESC`
+
+// queuedSQL reads the hits among the queued rows ?1 (a JSON array of ids)
+// with ?2 <= id < ?3 (hitCase).
+var queuedSQL = `SELECT d.conv_id, d.seq, d.at FROM search_docs d
+	WHERE d.id IN (SELECT value FROM json_each(?1)) AND d.id >= ?2 AND d.id < ?3 AND ` + hitCase + ` = 1`
 
 // Search implements parley.Store.
 func (db *DB) Search(ctx context.Context, p parley.Principal, r parley.SearchRequest) (parley.SearchPage, error) {
@@ -445,12 +503,12 @@ func search(ctx context.Context, tx *txn, user string, q parley.SearchQuery) ([]
 }
 
 // searchPage returns the first q.Limit+1 hits in the order of results
-// (time, then conversation and seq, all descending). The index yields
-// them by id: by time, and in the order they were written within a
-// millisecond. So it walks until a page is full, drops the hits of the
-// page's last millisecond, reads every hit of that millisecond and sorts
-// the lot: every millisecond kept is then whole, and sorted as the
-// results are.
+// (time, then conversation and seq, all descending). FTS5 yields them by
+// id: by time, and in the order they were written within a millisecond.
+// So it walks until a page is full, drops the hits of the page's last
+// millisecond, reads every hit of that millisecond, adds every queued hit
+// and sorts the lot: every millisecond kept is then whole, and sorted as
+// the results are.
 func searchPage(ctx context.Context, w *walker, convs []string) ([]hit, error) {
 	want := w.q.Limit + 1
 	narrow := len(convs) == 1 // one conversation's token bounds the walk at once
@@ -478,6 +536,11 @@ func searchPage(ctx context.Context, w *walker, convs []string) ([]hit, error) {
 		}
 		hits = append(hits, whole...)
 	}
+	queued, err := w.queued(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hits = append(hits, queued...)
 	slices.SortFunc(hits, func(a, b hit) int {
 		return cmp.Or(cmp.Compare(b.at, a.at), cmp.Compare(b.conv, a.conv), cmp.Compare(b.seq, a.seq))
 	})
@@ -502,13 +565,9 @@ type walker struct {
 // until it has want hits (0: every one) or has read bound rows (0: no
 // bound); it returns the hits, the rows read and the id of the last.
 func (w *walker) walk(ctx context.Context, match string, lo, hi int64, want, bound int) (hits []hit, walked int, last int64, err error) {
-	var afterAt any
-	var afterConv string
-	var afterSeq int64
-	if a := w.q.After; a != nil {
-		afterAt, afterConv, afterSeq = a.At, a.Conv, a.Seq
-	}
-	rows, err := w.tx.QueryContext(ctx, searchSQL, match, lo, hi, w.q.Conv, w.q.From, afterAt, afterConv, afterSeq, w.user)
+	args := w.args()
+	args[0], args[1], args[2] = match, lo, hi
+	rows, err := w.tx.QueryContext(ctx, searchSQL, args...)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -525,6 +584,95 @@ func (w *walker) walk(ctx context.Context, match string, lo, hi int64, want, bou
 		}
 	}
 	return hits, walked, last, rows.Err()
+}
+
+// queued returns the hits among the queued rows below w.hi: those whose
+// terms match (queuedMatch), then filtered by hitCase.
+func (w *walker) queued(ctx context.Context) ([]hit, error) {
+	rows, err := w.tx.QueryContext(ctx, `SELECT id, terms FROM search_queue WHERE id < ?`, w.hi)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		var terms string
+		if err := rows.Scan(&id, &terms); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if queuedMatch(w.q, terms) {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	args := w.args()
+	args[0], args[1], args[2] = string(list), 0, w.hi
+	rows, err = w.tx.QueryContext(ctx, queuedSQL, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var hits []hit
+	for rows.Next() {
+		var h hit
+		if err := rows.Scan(&h.conv, &h.seq, &h.at); err != nil {
+			return nil, err
+		}
+		hits = append(hits, h)
+	}
+	return hits, rows.Err()
+}
+
+// args are the arguments of searchSQL and queuedSQL, ?1 to ?3 left to set.
+func (w *walker) args() []any {
+	var afterAt any
+	var afterConv string
+	var afterSeq int64
+	if a := w.q.After; a != nil {
+		afterAt, afterConv, afterSeq = a.At, a.Conv, a.Seq
+	}
+	return []any{nil, nil, nil, w.q.Conv, w.q.From, afterAt, afterConv, afterSeq, w.user}
+}
+
+// queuedMatch reports whether a queued row's terms (SearchDocTokens joined
+// by spaces) match q as its FTS5 expression would (ftsMatch): each term's
+// tokens next to each other in order, the last a prefix when the term is
+// one; and q.From's sender token. q.Conv and the caller's conversations
+// are hitCase's to check.
+func queuedMatch(q parley.SearchQuery, terms string) bool {
+	toks := strings.Split(terms, " ")
+	for _, t := range q.Terms {
+		if !hasPhrase(toks, t) {
+			return false
+		}
+	}
+	return q.From == "" || slices.Contains(toks, parley.SenderToken(q.From))
+}
+
+// hasPhrase reports whether t's tokens occur in toks next to each other.
+func hasPhrase(toks []string, t parley.SearchTerm) bool {
+	n := len(t.Tokens)
+	for i := 0; i+n <= len(toks); i++ {
+		k := 0
+		for ; k < n; k++ {
+			got, want := toks[i+k], t.Tokens[k]
+			if got != want && !(k == n-1 && t.Prefix && strings.HasPrefix(got, want)) {
+				break
+			}
+		}
+		if k == n {
+			return true
+		}
+	}
+	return false
 }
 
 // ref names one message.

@@ -31,6 +31,17 @@ CREATE TABLE search_lost (
     id INTEGER PRIMARY KEY
 ) STRICT;
 
+-- The versions written since the last flush, with their terms: a send or
+-- an edit writes its docs row and a row here in its transaction, and the
+-- writer moves the queue into search_fts in one statement once it holds
+-- enough rows (FTS5 writes a segment per transaction, which cost a send
+-- as much again as the send itself). A search matches the queued rows by
+-- their terms itself; a recall, purge or rollback deletes them here.
+CREATE TABLE search_queue (
+    id    INTEGER PRIMARY KEY,
+    terms TEXT NOT NULL
+) STRICT;
+
 -- As in 0011, plus columnsize=0: no row of token counts per row (they
 -- serve ranking by relevance, which search does not do).
 CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='', tokenize='ascii', columnsize=0);
