@@ -303,3 +303,59 @@ func TestSearchPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchUpgrade: a database whose index was built in the layout of
+// migration 0011 (ids given in order of writing) is upgraded by 0013: its
+// conversations are marked not built, a search over them answers
+// ErrSearchBuilding, and after RebuildSearch every row's id is its
+// message's time and a slot, and the hits are those of before.
+func TestSearchUpgrade(t *testing.T) {
+	h, ana, ben := searchEnv(t)
+	ctx := context.Background()
+	s3 := send(t, h.store, ana, "c-ab", "k3", "upgrade alpha")
+	send(t, h.store, ben, "c-ab", "k4", "upgrade beta 上海")
+	if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-ab", Target: s3, CMID: "e5", Body: "upgrade gamma"}); err != nil {
+		t.Fatal(err)
+	}
+	h.store.Close()
+	// The index as 0011 wrote it: ids 1, 2, 3 in order of writing.
+	for _, table := range []string{"search_fts", "search_docs", "search_queue", "search_lost"} {
+		h.Exec(t, "DROP TABLE "+table)
+	}
+	h.Exec(t, `CREATE TABLE search_docs (id INTEGER PRIMARY KEY AUTOINCREMENT, conv_id TEXT NOT NULL, seq INTEGER NOT NULL,
+		vseq INTEGER NOT NULL, sender_user TEXT NOT NULL, at INTEGER NOT NULL, UNIQUE (conv_id, seq, vseq)) STRICT`)
+	h.Exec(t, `CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='', tokenize='ascii')`)
+	for i, v := range []struct {
+		seq, vseq int64
+		sender    string
+	}{{3, 3, "ana"}, {4, 4, "ben"}, {3, 5, "ana"}} {
+		h.Exec(t, `INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at)
+			SELECT conv_id, ?, seq, ?, created_at FROM events WHERE conv_id = 'c-ab' AND seq = ?`, v.seq, v.sender, v.vseq)
+		body := h.Text(t, `SELECT body FROM events WHERE conv_id = 'c-ab' AND seq = ?`, v.vseq)
+		h.Exec(t, `INSERT INTO search_fts (rowid, terms) VALUES (?, ?)`, i+1,
+			strings.Join(parley.SearchDocTokens("c-ab", v.sender, body), " "))
+	}
+	h.Exec(t, "DELETE FROM schema_migrations WHERE version = 13")
+	db, err := sqlite.Open(ctx, h.file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := h.Text(t, "SELECT group_concat(conv_id) FROM search_pending"); got != "c-ab" {
+		t.Fatalf("pending after the upgrade: %q, want c-ab", got)
+	}
+	if _, err := db.Search(ctx, ben, parley.SearchRequest{Query: "upgrade"}); parley.ErrorCode(err) != parley.CodeUnavailable {
+		t.Fatalf("search before the rebuild: %v, want ErrSearchBuilding", err)
+	}
+	if res, err := db.RebuildSearch(ctx, "", nil); err != nil || res.Rows != 3 {
+		t.Fatalf("rebuild: %+v %v, want 3 rows", res, err)
+	}
+	if n := h.Int(t, "SELECT count(*) FROM search_docs WHERE id >> 20 <> at OR id < 1 << 20"); n != 0 {
+		t.Errorf("%d rows whose id is not their time and a slot", n)
+	}
+	for q, want := range map[string]string{"upgrade": "[4 3]", "alpha": "[]", "gamma": "[3]", "上海": "[4]", "from:ben": "[4]"} {
+		if got := fmt.Sprint(hitSeqs(t, db, ben, q)); got != want {
+			t.Errorf("search %q after the upgrade: %s, want %s", q, got, want)
+		}
+	}
+}
