@@ -359,3 +359,69 @@ func TestSearchUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchTies: many messages of several conversations in one
+// millisecond (the index yields them in the order they were written),
+// some found in FTS5 and some queued, an edit among them: a walk of small
+// pages returns them in the order of results — time, then conversation
+// and seq, all descending — each once.
+func TestSearchTies(t *testing.T) {
+	for _, flushAt := range []int{1, 0} {
+		t.Run(fmt.Sprintf("flush_at_%d", flushAt), func(t *testing.T) {
+			h, ana, ben := searchEnv(t)
+			if flushAt > 0 {
+				sqlite.SetSearchFlushAt(h.store, flushAt)
+			}
+			ctx := context.Background()
+			for _, c := range []string{"c-cd", "c-ef"} {
+				if _, err := h.store.CreateConversation(ctx, ana, parley.NewConversation{ID: c, Kind: parley.KindGroup, Members: []string{"ben"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []string{"c-ab", "c-cd", "c-ef"} {
+				storetest.Fill(t, h, ana, c, 40)
+			}
+			h.Exec(t, "UPDATE events SET created_at = (SELECT min(created_at) FROM events WHERE kind = 'message') WHERE kind = 'message'")
+			if _, err := h.store.RebuildSearch(ctx, "", nil); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range []string{"c-cd", "c-ab", "c-ef", "c-cd"} {
+				send(t, h.store, ben, c, fmt.Sprintf("late-%d", i), fmt.Sprintf("fill late %d", i))
+			}
+			if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-cd", Target: 20, CMID: "e", Body: "fill edited"}); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := h.raw.Query(`SELECT conv_id, seq FROM events WHERE kind = 'message' AND body LIKE 'fill%'
+				ORDER BY created_at DESC, conv_id DESC, seq DESC`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for rows.Next() {
+				var c string
+				var seq int64
+				if err := rows.Scan(&c, &seq); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, fmt.Sprintf("%s/%d", c, seq))
+			}
+			rows.Close()
+			var got []string
+			for r := (parley.SearchRequest{Query: "fill", Limit: 7}); ; {
+				pg, err := h.store.Search(ctx, ben, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, hit := range pg.Hits {
+					got = append(got, fmt.Sprintf("%s/%d", hit.Event.Conv, hit.Event.Seq))
+				}
+				if r.Cursor = pg.Next; r.Cursor == "" {
+					break
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("walk of %d hits:\n got %v\nwant %v", len(got), got, want)
+			}
+		})
+	}
+}
