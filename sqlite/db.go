@@ -185,7 +185,7 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 }
 
 // hotWrites are the statements of a send and a recall.
-var hotWrites = []string{qLoadConv, qKeyLookup, qTombstone, qOpenMember, qInsertEvent, qAdvanceConv, qDocSlots, qInsertDocs, qInsertQueue,
+var hotWrites = []string{qLoadConv, qKeyLookup, qTombstone, qOpenMember, qInsertEvent, qAdvanceConv, qDocSlots,
 	qAttachable, qInsertLink}
 
 // migrate applies the embedded migrations that schema_migrations lacks, each

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/sendqueue"
 )
 
 // Full-text search (search.go in the root package; migrations 0011, 0013).
@@ -48,26 +49,36 @@ func searchTerms(convID, sender, body string) string {
 	return strings.Join(parley.SearchDocTokens(convID, sender, body), " ")
 }
 
-// The statements that write index rows (the send path: DB.prepared). Each
-// takes its rows as one JSON array, so a batch of sends writes its rows in
-// three statements of fixed text. The FTS5 rows go last in a transaction:
+// qDocSlots reads, for each millisecond of ?1 (a JSON array), the highest
+// id in use in it (0: none), by a row or by a lost row (unindex).
+const qDocSlots = `SELECT j.value, max(
+	coalesce((SELECT max(id) FROM search_docs WHERE id >= j.value << 20 AND id < (j.value + 1) << 20), 0),
+	coalesce((SELECT max(id) FROM search_lost WHERE id >= j.value << 20 AND id < (j.value + 1) << 20), 0))
+	FROM json_each(?1) j`
+
+// The inserts of n index rows: docs rows (id, conv, seq, vseq, sender,
+// at), and terms (id, terms) queued or into search_fts. A batch of sends
+// writes its rows in one statement each; those of up to a batch's rows
+// are prepared once (hotWrites). search_fts's go last in a transaction:
 // FTS5 writes its pending rows out as a segment at every statement
 // savepoint that follows them, and once more at the commit.
-const (
-	// qDocSlots: for each millisecond of ?1, the highest id in use in it
-	// (0: none), by a row or by a lost row (unindex).
-	qDocSlots = `SELECT j.value, max(
-		coalesce((SELECT max(id) FROM search_docs WHERE id >= j.value << 20 AND id < (j.value + 1) << 20), 0),
-		coalesce((SELECT max(id) FROM search_lost WHERE id >= j.value << 20 AND id < (j.value + 1) << 20), 0))
-		FROM json_each(?1) j`
-	// qInsertDocs: ?1 is [[id, conv, seq, vseq, sender, at], …].
-	qInsertDocs = `INSERT INTO search_docs (id, conv_id, seq, vseq, sender_user, at)
-		SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 FROM json_each(?1)`
-	// qInsertFTS: ?1 is [[id, terms], …].
-	qInsertFTS = `INSERT INTO search_fts (rowid, terms) SELECT value ->> 0, value ->> 1 FROM json_each(?1)`
-	// qInsertQueue: ?1 as qInsertFTS's.
-	qInsertQueue = `INSERT INTO search_queue (id, terms) SELECT value ->> 0, value ->> 1 FROM json_each(?1)`
-)
+func qInsertDocs(n int) string {
+	return `INSERT INTO search_docs (id, conv_id, seq, vseq, sender_user, at) VALUES ` + valueRows(n, "(?, ?, ?, ?, ?, ?)")
+}
+
+func qInsertQueue(n int) string {
+	return `INSERT INTO search_queue (id, terms) VALUES ` + valueRows(n, "(?, ?)")
+}
+
+func qInsertFTS(n int) string {
+	return `INSERT INTO search_fts (rowid, terms) VALUES ` + valueRows(n, "(?, ?)")
+}
+
+func init() {
+	for n := 1; n <= sendqueue.DefaultMaxBatch; n++ {
+		hotWrites = append(hotWrites, qInsertDocs(n), qInsertQueue(n))
+	}
+}
 
 // searchFlushAt is how many queued rows the writer moves into search_fts
 // at once: a search matches at most about that many rows by their terms.
@@ -139,32 +150,26 @@ func indexDocs(ctx context.Context, tx *txn, docs []searchDoc, queue *searchQueu
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	docRows := make([][]any, len(docs))
-	ftsRows := make([][]any, len(docs))
-	for i, d := range docs {
+	docArgs := make([]any, 0, 6*len(docs))
+	termArgs := make([]any, 0, 2*len(docs))
+	for _, d := range docs {
 		id := next[d.at]
 		if id == 0 || id >= docID(d.at+1) {
 			return fmt.Errorf("search index: no free slot in millisecond %d", d.at)
 		}
 		next[d.at] = id + 1
-		docRows[i] = []any{id, d.conv, d.seq, d.vseq, d.sender, d.at}
-		ftsRows[i] = []any{id, d.terms}
+		docArgs = append(docArgs, id, d.conv, d.seq, d.vseq, d.sender, d.at)
+		termArgs = append(termArgs, id, d.terms)
+	}
+	if _, err := tx.ExecContext(ctx, qInsertDocs(len(docs)), docArgs...); err != nil {
+		return err
 	}
 	terms := qInsertFTS
 	if queue != nil {
 		terms = qInsertQueue
 	}
-	for _, st := range []struct {
-		q    string
-		rows [][]any
-	}{{qInsertDocs, docRows}, {terms, ftsRows}} {
-		list, err := json.Marshal(st.rows)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, st.q, string(list)); err != nil {
-			return err
-		}
+	if _, err := tx.ExecContext(ctx, terms(len(docs)), termArgs...); err != nil {
+		return err
 	}
 	if queue == nil {
 		return nil
