@@ -181,12 +181,15 @@ func indexDocs(ctx context.Context, tx *txn, docs []searchDoc, queue *searchQueu
 }
 
 // qUnindexRows reads up to ?4 index rows of the messages of conversation
-// ?1 with ?2 <= seq <= ?3, each with whether its terms are queued, and
-// what they were made of: its sender and the body of its version's event
-// (none: the event is gone).
-const qUnindexRows = `SELECT d.id, q.id IS NOT NULL, d.sender_user, e.seq IS NOT NULL, coalesce(e.body, '')
-	FROM search_docs d LEFT JOIN search_queue q ON q.id = d.id LEFT JOIN events e ON e.conv_id = d.conv_id AND e.seq = d.vseq
-	WHERE d.conv_id = ?1 AND d.seq >= ?2 AND d.seq <= ?3 ORDER BY d.seq, d.vseq LIMIT ?4`
+// ?1 with ?2 <= seq <= ?3 (found from each message's event: its rows lie
+// in the millisecond of its time), each with its message's seq, whether
+// its terms are queued, and what they were made of: its sender and the
+// body of its version's event (none: the event is gone).
+const qUnindexRows = `SELECT d.id, m.seq, q.id IS NOT NULL, d.sender_user, e.seq IS NOT NULL, coalesce(e.body, '')
+	FROM events m CROSS JOIN search_docs d ON d.id >= m.created_at << 20 AND d.id < (m.created_at + 1) << 20
+		AND d.conv_id = m.conv_id AND d.seq = m.seq
+	LEFT JOIN search_queue q ON q.id = d.id LEFT JOIN events e ON e.conv_id = d.conv_id AND e.seq = d.vseq
+	WHERE m.conv_id = ?1 AND m.seq >= ?2 AND m.seq <= ?3 AND m.kind = 'message' ORDER BY m.seq, d.vseq LIMIT ?4`
 
 // unindexChunk is how many index rows unindex deletes per statement.
 const unindexChunk = 500
@@ -212,7 +215,9 @@ func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error 
 			var id int64
 			var sender, body string
 			var isQueued, hasEvent bool
-			if err := rows.Scan(&id, &isQueued, &sender, &hasEvent, &body); err != nil {
+			// The next chunk starts at the last message read: its rows
+			// read are deleted by then, and those left come next.
+			if err := rows.Scan(&id, &from, &isQueued, &sender, &hasEvent, &body); err != nil {
 				rows.Close()
 				return err
 			}
@@ -230,24 +235,8 @@ func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error 
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for _, st := range []struct {
-			q   string
-			ids []int64
-		}{
-			{`DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?))`, ids},
-			{`DELETE FROM search_queue WHERE id IN (SELECT value FROM json_each(?))`, queued},
-			{`INSERT OR IGNORE INTO search_lost (id) SELECT value FROM json_each(?)`, lost},
-		} {
-			if len(st.ids) == 0 {
-				continue
-			}
-			list, err := json.Marshal(st.ids)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, st.q, string(list)); err != nil {
-				return err
-			}
+		if err := dropRows(ctx, tx, ids, queued, lost); err != nil {
+			return err
 		}
 		if len(ftsArgs) > 0 {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO search_fts (search_fts, rowid, terms) VALUES `+
@@ -259,6 +248,69 @@ func unindex(ctx context.Context, tx *txn, convID string, from, to int64) error 
 			return nil
 		}
 	}
+}
+
+// dropRows deletes the docs rows ids, the queued terms of queued (some of
+// ids) and keeps lost (some of ids, in FTS5 with terms nothing names any
+// more) from being given again.
+func dropRows(ctx context.Context, tx *txn, ids, queued, lost []int64) error {
+	for _, st := range []struct {
+		q   string
+		ids []int64
+	}{
+		{`DELETE FROM search_docs WHERE id IN (SELECT value FROM json_each(?))`, ids},
+		{`DELETE FROM search_queue WHERE id IN (SELECT value FROM json_each(?))`, queued},
+		{`INSERT OR IGNORE INTO search_lost (id) SELECT value FROM json_each(?)`, lost},
+	} {
+		if len(st.ids) == 0 {
+			continue
+		}
+		list, err := json.Marshal(st.ids)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, st.q, string(list)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// qOrphanRows reads the index rows of conversation ?1 (empty: of every
+// one) that unindex cannot find from the log, as no message event at
+// their seq and time names them (an index out of step with its log), each
+// with whether its terms are queued.
+const qOrphanRows = `SELECT d.id, q.id IS NOT NULL FROM search_docs d LEFT JOIN search_queue q ON q.id = d.id
+	WHERE (?1 = '' OR d.conv_id = ?1) AND NOT EXISTS (SELECT 1 FROM events m
+		WHERE m.conv_id = d.conv_id AND m.seq = d.seq AND m.kind = 'message' AND m.created_at = d.at)`
+
+// sweepOrphans deletes the rows of qOrphanRows, before a rebuild of conv
+// (empty: of every conversation) writes its rows again.
+func sweepOrphans(ctx context.Context, tx *txn, conv string) error {
+	rows, err := tx.QueryContext(ctx, qOrphanRows, conv)
+	if err != nil {
+		return err
+	}
+	var ids, queued, lost []int64
+	for rows.Next() {
+		var id int64
+		var isQueued bool
+		if err := rows.Scan(&id, &isQueued); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+		if isQueued {
+			queued = append(queued, id)
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return dropRows(ctx, tx, ids, queued, lost)
 }
 
 // valueRows is n copies of row, comma separated: a multi-row VALUES list.
@@ -354,6 +406,9 @@ func (db *DB) RebuildSearch(ctx context.Context, convID string, progress parley.
 	}); err != nil {
 		return parley.SearchRebuild{}, err
 	}
+	if err := db.write(ctx, "rebuild search", func(tx *txn) error { return sweepOrphans(ctx, tx, convID) }); err != nil {
+		return parley.SearchRebuild{}, err
+	}
 	return parley.RebuildEach(ids, progress, func(id string) (n int64, err error) {
 		err = db.write(ctx, "rebuild search", func(tx *txn) error {
 			if _, err := loadConv(ctx, tx, id, parley.ErrConvNotFound); err != nil {
@@ -419,16 +474,17 @@ func ftsMatch(q parley.SearchQuery, convs []string, narrow bool) string {
 // conversation ?4 (empty: any), sent by ?5 (empty: anyone), strictly after
 // the cursor (?6, ?7, ?8) in the order of results (?6 NULL: the first
 // page), that user ?9 reads: the message's seq and the version's inside
-// their periods, and no newer version of the same message inside them.
-// The CASE tests them one after another, the cheap ones first.
+// their periods, and no newer version of the same message inside them
+// (its versions' rows lie in the millisecond of its time). The CASE tests
+// them one after another, the cheap ones first.
 var hitCase = `CASE
 		WHEN ?4 <> '' AND d.conv_id <> ?4 THEN 0
 		WHEN ?5 <> '' AND d.sender_user <> ?5 THEN 0
 		WHEN ?6 IS NOT NULL AND (d.at, d.conv_id, d.seq) >= (?6, ?7, ?8) THEN 0
 		WHEN NOT ` + docIn("d", "d.seq") + ` THEN 0
 		WHEN NOT ` + docIn("d", "d.vseq") + ` THEN 0
-		WHEN EXISTS (SELECT 1 FROM search_docs n WHERE n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq
-			AND ` + docIn("n", "n.vseq") + `) THEN 0
+		WHEN EXISTS (SELECT 1 FROM search_docs n WHERE n.id >= d.at << 20 AND n.id < (d.at + 1) << 20
+			AND n.conv_id = d.conv_id AND n.seq = d.seq AND n.vseq > d.vseq AND ` + docIn("n", "n.vseq") + `) THEN 0
 		ELSE 1 END`
 
 // docIn is the rule-2 filter on an index row: seq (a column of row

@@ -68,6 +68,7 @@ func TestSearchBrokenIndex(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, ana, _ := searchEnv(t)
+			sqlite.SetSearchFlushAt(h.store, 1) // the row in FTS5, not queued
 			send(t, h.store, ana, "c-ab", "k3", "hello world")
 			if got := hitSeqs(t, h.store, ana, "hello"); len(got) != 1 {
 				t.Fatalf("before: hits %v", got)
@@ -83,6 +84,20 @@ func TestSearchBrokenIndex(t *testing.T) {
 			}
 			if msg := parley.ErrorMessage(err); msg != parley.InternalMessage {
 				t.Errorf("client message %q leaks the cause", msg)
+			}
+			if tc.name != "event_gone" {
+				return
+			}
+			// A rebuild of the conversation drops the row its log no longer
+			// names, and keeps its id from being given again.
+			if _, err := h.store.RebuildSearch(context.Background(), "c-ab", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := hitSeqs(t, h.store, ana, "hello"); len(got) != 0 {
+				t.Errorf("after the rebuild: hits %v", got)
+			}
+			if n := h.Int(t, "SELECT count(*) FROM search_lost"); n != 1 {
+				t.Errorf("%d lost ids, want 1", n)
 			}
 		})
 	}
@@ -255,8 +270,10 @@ func TestSearchRebuildChunks(t *testing.T) {
 
 // TestSearchPlan asks SQLite's planner how it runs a search: FTS5 first,
 // in rowid order (newest first, with no sort: a search stops after a
-// page), then each row it found by search_docs' rowid, never a scan of
-// the docs table (whose size is every version of every message).
+// page), then each row it found by search_docs' rowid, and a message's
+// other versions by the id range of its millisecond, never a scan of the
+// docs table (whose size is every version of every message); and how
+// unindex finds the rows of messages: by the same id range.
 func TestSearchPlan(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "parley.db")
 	db, err := sqlite.Open(context.Background(), file, parley.Options{})
@@ -269,8 +286,42 @@ func TestSearchPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	args := []any{`"x"`, 0, int64(math.MaxInt64), "", "", nil, "", 0, "ana"}
-	rows, err := raw.Query("EXPLAIN QUERY PLAN "+sqlite.SearchSQL, args...)
+	for _, tc := range []struct {
+		name, query string
+		args        []any
+		first       string
+		want        []string
+	}{
+		{"search", sqlite.SearchSQL, []any{`"x"`, 0, int64(math.MaxInt64), "", "", nil, "", 0, "ana"}, "SCAN search_fts VIRTUAL TABLE",
+			[]string{"SEARCH d USING INTEGER PRIMARY KEY (rowid=?)", "SEARCH n USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"}},
+		{"unindex", sqlite.UnindexSQL, []any{"c", 1, 9, 500}, "SEARCH m USING INDEX events_messages",
+			[]string{"SEARCH d USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"}},
+	} {
+		plan := explain(t, raw, tc.query, tc.args)
+		text := strings.Join(plan, "\n")
+		if len(plan) == 0 || !strings.HasPrefix(plan[0], tc.first) {
+			t.Errorf("%s: the plan does not start with %q:\n%s", tc.name, tc.first, text)
+		}
+		if tc.name == "search" && strings.Contains(text, "TEMP B-TREE") {
+			t.Errorf("%s: the plan sorts the matches:\n%s", tc.name, text)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the plan has no %q:\n%s", tc.name, w, text)
+			}
+		}
+		for _, line := range plan {
+			if strings.HasPrefix(line, "SCAN") && !strings.HasPrefix(line, "SCAN search_fts") {
+				t.Errorf("%s: the plan scans a table: %q in\n%s", tc.name, line, text)
+			}
+		}
+	}
+}
+
+// explain returns the lines of query's plan.
+func explain(t *testing.T, raw *sql.DB, query string, args []any) []string {
+	t.Helper()
+	rows, err := raw.Query("EXPLAIN QUERY PLAN "+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,21 +338,7 @@ func TestSearchPlan(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
-	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN search_fts VIRTUAL TABLE") {
-		t.Errorf("the plan does not start with the FTS5 match:\n%s", text)
-	}
-	if strings.Contains(text, "TEMP B-TREE") {
-		t.Errorf("the plan sorts the matches:\n%s", text)
-	}
-	if !strings.Contains(text, "SEARCH d USING INTEGER PRIMARY KEY (rowid=?)") {
-		t.Errorf("the plan does not read docs rows by rowid:\n%s", text)
-	}
-	for _, line := range plan {
-		if strings.HasPrefix(line, "SCAN d") || strings.HasPrefix(line, "SCAN n") || strings.HasPrefix(line, "SCAN search_docs") || strings.HasPrefix(line, "SCAN p") {
-			t.Errorf("the plan scans a table: %q in\n%s", line, text)
-		}
-	}
+	return plan
 }
 
 // TestSearchUpgrade: a database whose index was built in the layout of

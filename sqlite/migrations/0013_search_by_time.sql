@@ -13,15 +13,19 @@
 DROP TABLE search_fts;
 DROP TABLE search_docs;
 
--- As in 0011, without AUTOINCREMENT: the store gives the ids (indexDocs).
+-- As in 0011, without AUTOINCREMENT (the store gives the ids: indexDocs)
+-- and without the index on (conv_id, seq, vseq): every version of a
+-- message is indexed at the message's time, so its rows are found by the
+-- id range of that millisecond, from the message's event (which is there
+-- as long as its rows are: unindex). Writing that index cost a send a
+-- page per conversation of its batch, as much as the rest of the index.
 CREATE TABLE search_docs (
     id          INTEGER PRIMARY KEY,
     conv_id     TEXT NOT NULL,
     seq         INTEGER NOT NULL,
     vseq        INTEGER NOT NULL,
     sender_user TEXT NOT NULL,
-    at          INTEGER NOT NULL,
-    UNIQUE (conv_id, seq, vseq)
+    at          INTEGER NOT NULL
 ) STRICT;
 
 -- The ids of rows whose event had left the log before the row was
