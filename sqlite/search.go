@@ -150,16 +150,26 @@ func indexDocs(ctx context.Context, tx *txn, docs []searchDoc, queue *searchQueu
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	docArgs := make([]any, 0, 6*len(docs))
-	termArgs := make([]any, 0, 2*len(docs))
-	for _, d := range docs {
-		id := next[d.at]
-		if id == 0 || id >= docID(d.at+1) {
+	ids := make([]int64, len(docs))
+	for i, d := range docs {
+		if ids[i] = next[d.at]; ids[i] == 0 || ids[i] >= docID(d.at+1) {
 			return fmt.Errorf("search index: no free slot in millisecond %d", d.at)
 		}
-		next[d.at] = id + 1
-		docArgs = append(docArgs, id, d.conv, d.seq, d.vseq, d.sender, d.at)
-		termArgs = append(termArgs, id, d.terms)
+		next[d.at]++
+	}
+	// In id order: FTS5 writes out what it holds whenever a row's id is
+	// below the last one's (a rebuild meets an edit after later messages).
+	order := make([]int, len(docs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ids[a], ids[b]) })
+	docArgs := make([]any, 0, 6*len(docs))
+	termArgs := make([]any, 0, 2*len(docs))
+	for _, i := range order {
+		d := docs[i]
+		docArgs = append(docArgs, ids[i], d.conv, d.seq, d.vseq, d.sender, d.at)
+		termArgs = append(termArgs, ids[i], d.terms)
 	}
 	if _, err := tx.ExecContext(ctx, qInsertDocs(len(docs)), docArgs...); err != nil {
 		return err
