@@ -64,6 +64,7 @@ type DB struct {
 	r        *sql.DB // readers
 	opts     parley.Options
 	sends    *sendqueue.Queue // group commit of Send: one lane, the writer
+	queue    searchQueue      // the search index's queued rows (search.go): the writer's
 }
 
 var (
@@ -114,6 +115,11 @@ func Open(ctx context.Context, file string, opts parley.Options) (*DB, error) {
 	if err := db.sealSecrets(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	db.queue.flushAt = searchFlushAt
+	if err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM search_queue`).Scan(&db.queue.n); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
 	db.prepared = make(map[string]*sql.Stmt, len(hotWrites))
 	for _, q := range hotWrites {
@@ -179,7 +185,7 @@ func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 }
 
 // hotWrites are the statements of a send and a recall.
-var hotWrites = []string{qLoadConv, qKeyLookup, qTombstone, qOpenMember, qInsertEvent, qAdvanceConv, qInsertDoc, qInsertFTS,
+var hotWrites = []string{qLoadConv, qKeyLookup, qTombstone, qOpenMember, qInsertEvent, qAdvanceConv, qDocSlots,
 	qAttachable, qInsertLink}
 
 // migrate applies the embedded migrations that schema_migrations lacks, each

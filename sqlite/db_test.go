@@ -16,12 +16,21 @@ func TestContract(t *testing.T) {
 	storetest.Run(t, backend{})
 }
 
-type backend struct{}
+// TestContractFlushed runs the search checks with every send and edit
+// moving its index row into FTS5 at once: TestContract finds most of its
+// messages among the queued rows (search.go), this one through FTS5.
+func TestContractFlushed(t *testing.T) {
+	storetest.RunMatching(t, backend{flushAt: 1}, "search_")
+}
 
-func (backend) New(t testing.TB, opts parley.Options) storetest.DB {
+// backend opens SQLite stores; flushAt, when set, is their search queue's
+// (sqlite.SetSearchFlushAt).
+type backend struct{ flushAt int }
+
+func (b backend) New(t testing.TB, opts parley.Options) storetest.DB {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "parley.db")
-	h := &handle{file: file, opts: opts}
+	h := &handle{file: file, opts: opts, flushAt: b.flushAt}
 	h.store = h.Open(t).(*sqlite.DB)
 	raw, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)")
 	if err != nil {
@@ -33,10 +42,11 @@ func (backend) New(t testing.TB, opts parley.Options) storetest.DB {
 }
 
 type handle struct {
-	file  string
-	opts  parley.Options
-	store *sqlite.DB
-	raw   *sql.DB
+	file    string
+	opts    parley.Options
+	flushAt int
+	store   *sqlite.DB
+	raw     *sql.DB
 }
 
 func (h *handle) Store() parley.Store { return h.store }
@@ -55,6 +65,9 @@ func (h *handle) OpenWith(t testing.TB, opts parley.Options) (parley.Store, erro
 	db, err := sqlite.Open(context.Background(), h.file, opts)
 	if err != nil {
 		return nil, err
+	}
+	if h.flushAt > 0 {
+		sqlite.SetSearchFlushAt(db, h.flushAt)
 	}
 	t.Cleanup(func() { db.Close() })
 	return db, nil

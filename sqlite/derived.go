@@ -83,7 +83,7 @@ func (db *DB) Edit(ctx context.Context, p parley.Principal, r parley.EditRequest
 			return err
 		}
 		// The new version's index row sorts at the message's time.
-		if err := indexVersion(ctx, tx, r.Conv, r.Target, ev.Seq, p.User, sentAt, terms); err != nil {
+		if err := indexDocs(ctx, tx, []searchDoc{{conv: r.Conv, seq: r.Target, vseq: ev.Seq, sender: p.User, at: sentAt, terms: terms}}, &db.queue); err != nil {
 			return err
 		}
 		out = parley.Edited{Conv: r.Conv, Seq: ev.Seq}

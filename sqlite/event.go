@@ -105,23 +105,29 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 	}
 	res := make([]parley.BatchResult, len(items))
 	write := func(tx *txn) error {
-		inserted := false
+		var docs []searchDoc
 		for i, it := range items {
 			if hashes[i] == nil {
 				continue
 			}
 			res[i] = parley.BatchResult{}
-			s, err := sendOne(ctx, tx, it.P, it.Req, hashes[i], terms[i])
+			s, err := sendOne(ctx, tx, it.P, it.Req, hashes[i])
 			if err != nil && !itemOutcome(err) {
 				return err
 			}
 			res[i] = parley.BatchResult{Sent: s, Err: err}
-			inserted = inserted || (err == nil && !s.Dup)
+			if err == nil && !s.Dup {
+				docs = append(docs, searchDoc{conv: s.Conv, seq: s.Seq, vseq: s.Seq, sender: it.P.User, at: s.At.UnixMilli(), terms: terms[i]})
+			}
 		}
-		if inserted {
-			return fault.Hit(fault.StoreBeforeCommit)
+		if len(docs) == 0 {
+			return nil
 		}
-		return nil
+		// The batch's index rows, in one go after its events (indexDocs).
+		if err := indexDocs(ctx, tx, docs, &db.queue); err != nil {
+			return err
+		}
+		return fault.Hit(fault.StoreBeforeCommit)
 	}
 	err := fault.Hit(fault.StoreBeforeInsert)
 	if err == nil {
@@ -140,11 +146,11 @@ func (db *DB) SendBatch(ctx context.Context, items []parley.BatchSend) []parley.
 }
 
 // sendOne is one send inside a write transaction, in the contract's order,
-// with its search index row (terms: searchTerms of the message) and the
-// links of its attachments (appendEvent). Every refusal comes before the
-// first write, so a refused item of a batch leaves the transaction as it
-// found it.
-func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte, terms string) (parley.Sent, error) {
+// with the links of its attachments (appendEvent); its caller writes its
+// search index row (SendBatch). Every refusal comes before the first
+// write, so a refused item of a batch leaves the transaction as it found
+// it.
+func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequest, hash []byte) (parley.Sent, error) {
 	c, seq, mid, found, err := keyedStart(ctx, tx, r.Conv, p.User, r.CMID, parley.EventMessage, hash)
 	if err != nil {
 		return parley.Sent{}, err
@@ -170,9 +176,6 @@ func sendOne(ctx context.Context, tx *txn, p parley.Principal, r parley.SendRequ
 		return parley.Sent{}, err
 	}
 	if err := appendEvent(ctx, tx, &c, &ev, r.CMID, hash); err != nil {
-		return parley.Sent{}, err
-	}
-	if err := indexVersion(ctx, tx, r.Conv, ev.Seq, ev.Seq, p.User, ev.At.UnixMilli(), terms); err != nil {
 		return parley.Sent{}, err
 	}
 	return parley.Sent{Conv: r.Conv, Seq: ev.Seq, MID: ev.MID, Epoch: c.epoch, At: ev.At}, nil

@@ -31,8 +31,9 @@ var IndexedStatements = []struct {
 	// each row FTS5 found; a recall or a purge finds a message's rows by
 	// the docs' unique index.
 	{"search: periods", searchSQL, "sqlite_autoindex_periods_1", 9},
-	{"search: newer version", searchSQL, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq=? AND vseq>?)", 9},
-	{"unindex: rows of messages", qUnindexRows, "sqlite_autoindex_search_docs_1 (conv_id=? AND seq>? AND seq<?)", 4},
+	// Migration 0013: a recall or a purge finds the messages by key, then
+	// their rows by the id range of each one's time (TestSearchPlan).
+	{"unindex: messages", qUnindexRows, "events_messages (conv_id=? AND seq>? AND seq<?)", 4},
 	// Migration 0012: the quota sums a user's files from their index; a
 	// read of a file probes its links and, per link, the reader's periods;
 	// the collector walks each state by age; a send finds its files, and
@@ -51,5 +52,10 @@ var IndexedStatements = []struct {
 	{"rollback: relink", qRelink, "events_attachments (conv_id=?)", 1},
 }
 
-// SearchSQL is the statement of one page of search hits (TestSearchPlan).
-var SearchSQL = searchSQL
+// SearchSQL walks the index for a search, UnindexSQL reads the rows of
+// messages (TestSearchPlan).
+var SearchSQL, UnindexSQL = searchSQL, qUnindexRows
+
+// SetSearchFlushAt sets how many queued index rows db's writer moves into
+// FTS5 at once (1: at every send and edit), before db's first write.
+func SetSearchFlushAt(db *DB, n int) { db.queue.flushAt = n }

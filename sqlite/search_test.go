@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +68,7 @@ func TestSearchBrokenIndex(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, ana, _ := searchEnv(t)
+			sqlite.SetSearchFlushAt(h.store, 1) // the row in FTS5, not queued
 			send(t, h.store, ana, "c-ab", "k3", "hello world")
 			if got := hitSeqs(t, h.store, ana, "hello"); len(got) != 1 {
 				t.Fatalf("before: hits %v", got)
@@ -83,6 +85,20 @@ func TestSearchBrokenIndex(t *testing.T) {
 			if msg := parley.ErrorMessage(err); msg != parley.InternalMessage {
 				t.Errorf("client message %q leaks the cause", msg)
 			}
+			if tc.name != "event_gone" {
+				return
+			}
+			// A rebuild of the conversation drops the row its log no longer
+			// names, and keeps its id from being given again.
+			if _, err := h.store.RebuildSearch(context.Background(), "c-ab", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := hitSeqs(t, h.store, ana, "hello"); len(got) != 0 {
+				t.Errorf("after the rebuild: hits %v", got)
+			}
+			if n := h.Int(t, "SELECT count(*) FROM search_lost"); n != 1 {
+				t.Errorf("%d lost ids, want 1", n)
+			}
 		})
 	}
 }
@@ -97,12 +113,13 @@ func TestSearchPending(t *testing.T) {
 	if _, err := h.store.CreateConversation(ctx, ana, parley.NewConversation{ID: "c-empty", Kind: parley.KindGroup}); err != nil {
 		t.Fatal(err)
 	}
-	// Undo migration 0011 and reopen: the database is one from before it.
+	// Undo migrations 0011 and 0013 and reopen: the database is one from
+	// before them.
 	h.store.Close()
-	h.Exec(t, "DROP TABLE search_fts")
-	h.Exec(t, "DROP TABLE search_docs")
-	h.Exec(t, "DROP TABLE search_pending")
-	h.Exec(t, "DELETE FROM schema_migrations WHERE version = 11")
+	for _, table := range []string{"search_fts", "search_docs", "search_pending", "search_queue", "search_lost"} {
+		h.Exec(t, "DROP TABLE "+table)
+	}
+	h.Exec(t, "DELETE FROM schema_migrations WHERE version IN (11, 13)")
 	db, err := sqlite.Open(ctx, h.file, parley.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,9 +150,35 @@ func TestSearchPending(t *testing.T) {
 
 // TestSearchSecureDelete: a recall takes the recalled text's tokens (every
 // version's) out of the FTS5 index at once, as fts5vocab reads it; the
-// tokens of other messages stay.
+// tokens of other messages stay. Queued versions (not yet in FTS5) lose
+// their terms with their queue row.
 func TestSearchSecureDelete(t *testing.T) {
-	h, ana, ben := searchEnv(t)
+	t.Run("flushed", func(t *testing.T) {
+		h, ana, ben := searchEnv(t)
+		sqlite.SetSearchFlushAt(h.store, 1)
+		testSecureDelete(t, h, ana, ben)
+	})
+	t.Run("queued", func(t *testing.T) {
+		h, ana, ben := searchEnv(t)
+		seq := send(t, h.store, ana, "c-ab", "k3", "xylophone quartz 上海")
+		send(t, h.store, ben, "c-ab", "k4", "quartz stays")
+		if n := h.Int(t, `SELECT count(*) FROM search_queue WHERE instr(terms, 'xylophone') > 0`); n != 1 {
+			t.Fatalf("the message is queued %d times, want 1", n)
+		}
+		if _, err := h.store.Recall(context.Background(), ana, parley.RecallRequest{Conv: "c-ab", Target: seq, CMID: "r5"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.Text(t, `SELECT group_concat(terms, '|') FROM search_queue`); strings.Contains(got, "xylophone") || !strings.Contains(got, "stays") {
+			t.Errorf("queued terms after the recall: %q", got)
+		}
+		if got := hitSeqs(t, h.store, ben, "quartz"); fmt.Sprint(got) != "[4]" {
+			t.Errorf("quartz after the recall: %v, want [4]", got)
+		}
+	})
+}
+
+func testSecureDelete(t *testing.T, h *handle, ana, ben parley.Principal) {
+	t.Helper()
 	ctx := context.Background()
 	seq := send(t, h.store, ana, "c-ab", "k3", "xylophone quartz 上海")
 	send(t, h.store, ben, "c-ab", "k4", "quartz stays")
@@ -226,8 +269,11 @@ func TestSearchRebuildChunks(t *testing.T) {
 }
 
 // TestSearchPlan asks SQLite's planner how it runs a search: FTS5 first,
-// then each row it found by search_docs' rowid, never a scan of the docs
-// table (whose size is every version of every message).
+// in rowid order (newest first, with no sort: a search stops after a
+// page), then each row it found by search_docs' rowid, and a message's
+// other versions by the id range of its millisecond, never a scan of the
+// docs table (whose size is every version of every message); and how
+// unindex finds the rows of messages: by the same id range.
 func TestSearchPlan(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "parley.db")
 	db, err := sqlite.Open(context.Background(), file, parley.Options{})
@@ -240,8 +286,42 @@ func TestSearchPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	args := []any{`"x"`, "", "", nil, nil, "", 0, "ana", 21}
-	rows, err := raw.Query("EXPLAIN QUERY PLAN "+sqlite.SearchSQL, args...)
+	for _, tc := range []struct {
+		name, query string
+		args        []any
+		first       string
+		want        []string
+	}{
+		{"search", sqlite.SearchSQL, []any{`"x"`, 0, int64(math.MaxInt64), "", "", nil, "", 0, "ana"}, "SCAN search_fts VIRTUAL TABLE",
+			[]string{"SEARCH d USING INTEGER PRIMARY KEY (rowid=?)", "SEARCH n USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"}},
+		{"unindex", sqlite.UnindexSQL, []any{"c", 1, 9, 500}, "SEARCH m USING INDEX events_messages",
+			[]string{"SEARCH d USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"}},
+	} {
+		plan := explain(t, raw, tc.query, tc.args)
+		text := strings.Join(plan, "\n")
+		if len(plan) == 0 || !strings.HasPrefix(plan[0], tc.first) {
+			t.Errorf("%s: the plan does not start with %q:\n%s", tc.name, tc.first, text)
+		}
+		if tc.name == "search" && strings.Contains(text, "TEMP B-TREE") {
+			t.Errorf("%s: the plan sorts the matches:\n%s", tc.name, text)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the plan has no %q:\n%s", tc.name, w, text)
+			}
+		}
+		for _, line := range plan {
+			if strings.HasPrefix(line, "SCAN") && !strings.HasPrefix(line, "SCAN search_fts") {
+				t.Errorf("%s: the plan scans a table: %q in\n%s", tc.name, line, text)
+			}
+		}
+	}
+}
+
+// explain returns the lines of query's plan.
+func explain(t *testing.T, raw *sql.DB, query string, args []any) []string {
+	t.Helper()
+	rows, err := raw.Query("EXPLAIN QUERY PLAN "+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,16 +338,127 @@ func TestSearchPlan(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
-	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN search_fts VIRTUAL TABLE") {
-		t.Errorf("the plan does not start with the FTS5 match:\n%s", text)
+	return plan
+}
+
+// TestSearchUpgrade: a database whose index was built in the layout of
+// migration 0011 (ids given in order of writing) is upgraded by 0013: its
+// conversations are marked not built, a search over them answers
+// ErrSearchBuilding, and after RebuildSearch every row's id is its
+// message's time and a slot, and the hits are those of before.
+func TestSearchUpgrade(t *testing.T) {
+	h, ana, ben := searchEnv(t)
+	ctx := context.Background()
+	s3 := send(t, h.store, ana, "c-ab", "k3", "upgrade alpha")
+	send(t, h.store, ben, "c-ab", "k4", "upgrade beta 上海")
+	if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-ab", Target: s3, CMID: "e5", Body: "upgrade gamma"}); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(text, "SEARCH d USING INTEGER PRIMARY KEY (rowid=?)") {
-		t.Errorf("the plan does not read docs rows by rowid:\n%s", text)
+	h.store.Close()
+	// The index as 0011 wrote it: ids 1, 2, 3 in order of writing.
+	for _, table := range []string{"search_fts", "search_docs", "search_queue", "search_lost"} {
+		h.Exec(t, "DROP TABLE "+table)
 	}
-	for _, line := range plan {
-		if strings.HasPrefix(line, "SCAN d") || strings.HasPrefix(line, "SCAN n") || strings.HasPrefix(line, "SCAN search_docs") || strings.HasPrefix(line, "SCAN p") {
-			t.Errorf("the plan scans a table: %q in\n%s", line, text)
+	h.Exec(t, `CREATE TABLE search_docs (id INTEGER PRIMARY KEY AUTOINCREMENT, conv_id TEXT NOT NULL, seq INTEGER NOT NULL,
+		vseq INTEGER NOT NULL, sender_user TEXT NOT NULL, at INTEGER NOT NULL, UNIQUE (conv_id, seq, vseq)) STRICT`)
+	h.Exec(t, `CREATE VIRTUAL TABLE search_fts USING fts5(terms, content='', tokenize='ascii')`)
+	for i, v := range []struct {
+		seq, vseq int64
+		sender    string
+	}{{3, 3, "ana"}, {4, 4, "ben"}, {3, 5, "ana"}} {
+		h.Exec(t, `INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at)
+			SELECT conv_id, ?, seq, ?, created_at FROM events WHERE conv_id = 'c-ab' AND seq = ?`, v.seq, v.sender, v.vseq)
+		body := h.Text(t, `SELECT body FROM events WHERE conv_id = 'c-ab' AND seq = ?`, v.vseq)
+		h.Exec(t, `INSERT INTO search_fts (rowid, terms) VALUES (?, ?)`, i+1,
+			strings.Join(parley.SearchDocTokens("c-ab", v.sender, body), " "))
+	}
+	h.Exec(t, "DELETE FROM schema_migrations WHERE version = 13")
+	db, err := sqlite.Open(ctx, h.file, parley.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := h.Text(t, "SELECT group_concat(conv_id) FROM search_pending"); got != "c-ab" {
+		t.Fatalf("pending after the upgrade: %q, want c-ab", got)
+	}
+	if _, err := db.Search(ctx, ben, parley.SearchRequest{Query: "upgrade"}); parley.ErrorCode(err) != parley.CodeUnavailable {
+		t.Fatalf("search before the rebuild: %v, want ErrSearchBuilding", err)
+	}
+	if res, err := db.RebuildSearch(ctx, "", nil); err != nil || res.Rows != 3 {
+		t.Fatalf("rebuild: %+v %v, want 3 rows", res, err)
+	}
+	if n := h.Int(t, "SELECT count(*) FROM search_docs WHERE id >> 20 <> at OR id < 1 << 20"); n != 0 {
+		t.Errorf("%d rows whose id is not their time and a slot", n)
+	}
+	for q, want := range map[string]string{"upgrade": "[4 3]", "alpha": "[]", "gamma": "[3]", "上海": "[4]", "from:ben": "[4]"} {
+		if got := fmt.Sprint(hitSeqs(t, db, ben, q)); got != want {
+			t.Errorf("search %q after the upgrade: %s, want %s", q, got, want)
 		}
+	}
+}
+
+// TestSearchTies: many messages of several conversations in one
+// millisecond (the index yields them in the order they were written),
+// some found in FTS5 and some queued, an edit among them: a walk of small
+// pages returns them in the order of results — time, then conversation
+// and seq, all descending — each once.
+func TestSearchTies(t *testing.T) {
+	for _, flushAt := range []int{1, 0} {
+		t.Run(fmt.Sprintf("flush_at_%d", flushAt), func(t *testing.T) {
+			h, ana, ben := searchEnv(t)
+			if flushAt > 0 {
+				sqlite.SetSearchFlushAt(h.store, flushAt)
+			}
+			ctx := context.Background()
+			for _, c := range []string{"c-cd", "c-ef"} {
+				if _, err := h.store.CreateConversation(ctx, ana, parley.NewConversation{ID: c, Kind: parley.KindGroup, Members: []string{"ben"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []string{"c-ab", "c-cd", "c-ef"} {
+				storetest.Fill(t, h, ana, c, 40)
+			}
+			h.Exec(t, "UPDATE events SET created_at = (SELECT min(created_at) FROM events WHERE kind = 'message') WHERE kind = 'message'")
+			if _, err := h.store.RebuildSearch(ctx, "", nil); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range []string{"c-cd", "c-ab", "c-ef", "c-cd"} {
+				send(t, h.store, ben, c, fmt.Sprintf("late-%d", i), fmt.Sprintf("fill late %d", i))
+			}
+			if _, err := h.store.Edit(ctx, ana, parley.EditRequest{Conv: "c-cd", Target: 20, CMID: "e", Body: "fill edited"}); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := h.raw.Query(`SELECT conv_id, seq FROM events WHERE kind = 'message' AND body LIKE 'fill%'
+				ORDER BY created_at DESC, conv_id DESC, seq DESC`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for rows.Next() {
+				var c string
+				var seq int64
+				if err := rows.Scan(&c, &seq); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, fmt.Sprintf("%s/%d", c, seq))
+			}
+			rows.Close()
+			var got []string
+			for r := (parley.SearchRequest{Query: "fill", Limit: 7}); ; {
+				pg, err := h.store.Search(ctx, ben, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, hit := range pg.Hits {
+					got = append(got, fmt.Sprintf("%s/%d", hit.Event.Conv, hit.Event.Seq))
+				}
+				if r.Cursor = pg.Next; r.Cursor == "" {
+					break
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("walk of %d hits:\n got %v\nwant %v", len(got), got, want)
+			}
+		})
 	}
 }

@@ -24,7 +24,17 @@ import (
 // unchanged), and every code is compared exactly with parley.ErrorCode.
 func Run(t *testing.T, b Backend) {
 	t.Helper()
+	RunMatching(t, b, "")
+}
+
+// RunMatching runs the checks whose names begin with prefix: a backend
+// runs a part of the suite again under another setting of its own.
+func RunMatching(t *testing.T, b Backend, prefix string) {
+	t.Helper()
 	for _, bt := range behaviours {
+		if !strings.HasPrefix(bt.name, prefix) {
+			continue
+		}
 		t.Run(bt.name, func(t *testing.T) {
 			t.Parallel()
 			bt.run(t, newEnv(t, b, bt.opts))

@@ -24,6 +24,10 @@ type queryFlags struct {
 	seed   uint64
 	limit  int
 	report string
+	hits   string
+	pages  int
+	hitsW  io.Writer
+	fresh  int
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
@@ -32,6 +36,78 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.seed, "seed", 2, "random seed of the queries drawn")
 	fs.IntVar(&f.limit, "limit", 0, "hits per page (0: the default page)")
 	fs.StringVar(&f.report, "report", "", "also write the figures to this file (JSON)")
+	fs.StringVar(&f.hits, "hits", "", "also write each measured query's hits to this file, one line a query (to compare two stores or builds)")
+	fs.IntVar(&f.pages, "pages", 1, "with --hits: pages of each query to write, the later ones read after the measurement")
+	fs.IntVar(&f.fresh, "fresh", 0, "first send this many messages as the reader, one at a time over their conversations (what a store has written last, e.g. not yet merged into its index)")
+}
+
+// openHits opens the --hits file, if any, as f.hitsW.
+func (f *queryFlags) openHits() (done func() error, err error) {
+	if f.hits == "" {
+		return func() error { return nil }, nil
+	}
+	file, err := os.Create(f.hits)
+	if err != nil {
+		return nil, err
+	}
+	f.hitsW = file
+	return file.Close, nil
+}
+
+// sendFresh sends f.fresh messages of the corpus as the reader, one at a
+// time, in turn to each conversation they are in.
+func (f *queryFlags) sendFresh(ctx context.Context, store parley.Store, p parley.Principal) error {
+	if f.fresh == 0 {
+		return nil
+	}
+	var convs []string
+	for r := (parley.ConvsRequest{Limit: 100}); ; {
+		page, err := store.Convs(ctx, p, r)
+		if err != nil {
+			return fmt.Errorf("convs of %s: %w", p.User, err)
+		}
+		for _, c := range page.Convs {
+			convs = append(convs, c.Conv)
+		}
+		if !page.HasMore {
+			break
+		}
+		r.Before = page.Next
+	}
+	if len(convs) == 0 {
+		return fmt.Errorf("%s is in no conversation", p.User)
+	}
+	c := newCorpus(f.seed + 100)
+	stamp := time.Now().UnixNano()
+	for i := range f.fresh {
+		req := parley.SendRequest{Conv: convs[i%len(convs)], CMID: fmt.Sprintf("fresh-%d-%d", stamp, i), Body: c.body()}
+		if _, err := store.Send(ctx, p, req); err != nil {
+			return fmt.Errorf("send as %s: %w", p.User, err)
+		}
+	}
+	fmt.Fprintf(f.log, "query: sent %d messages as %s first\n", f.fresh, p.User)
+	return nil
+}
+
+// recordHits writes one line to the --hits file: the query, then the
+// conv/seq of each hit of its first f.pages pages, following Next.
+func (f *queryFlags) recordHits(ctx context.Context, store parley.Store, p parley.Principal, w string, page parley.SearchPage) error {
+	line := w
+	for n := 1; ; n++ {
+		for _, h := range page.Hits {
+			line += fmt.Sprintf(" %s/%d", h.Event.Conv, h.Event.Seq)
+		}
+		if page.Next == "" || n == f.pages {
+			break
+		}
+		line += " |"
+		var err error
+		if page, err = store.Search(ctx, p, parley.SearchRequest{Query: w, Limit: f.limit, Cursor: page.Next}); err != nil {
+			return fmt.Errorf("search %q as %s, page %d: %w", w, p.User, n+1, err)
+		}
+	}
+	_, err := fmt.Fprintln(f.hitsW, line)
+	return err
 }
 
 // bucket is a set of query words of one frequency band.
@@ -110,7 +186,10 @@ func stats(kind, name string, s []sample) Stats {
 // over every conversation of the reader, and prints the percentiles per
 // kind and per bucket.
 func (f *queryFlags) query(ctx context.Context, store parley.Store) error {
-	p := parley.Principal{User: *f.reader}
+	p := parley.Principal{User: *f.reader, DeviceID: "searchbench", InstallID: "searchbench"}
+	if err := f.sendFresh(ctx, store, p); err != nil {
+		return err
+	}
 	r := rand.New(rand.NewPCG(f.seed, 11))
 	bs := buckets()
 	byKind := map[string][]int{}
@@ -121,6 +200,11 @@ func (f *queryFlags) query(ctx context.Context, store parley.Store) error {
 		}
 		byKind[b.kind] = append(byKind[b.kind], i)
 	}
+	closeHits, err := f.openHits()
+	if err != nil {
+		return err
+	}
+	defer closeHits()
 	samples := make([][]sample, len(bs))
 	full := make([]int, len(bs))
 	for i := range f.warmup + f.n {
@@ -139,6 +223,11 @@ func (f *queryFlags) query(ctx context.Context, store parley.Store) error {
 			samples[bi] = append(samples[bi], sample{ms: float64(d.Microseconds()) / 1000, hits: len(page.Hits)})
 			if page.Next != "" {
 				full[bi]++
+			}
+			if f.hitsW != nil {
+				if err := f.recordHits(ctx, store, p, w, page); err != nil {
+					return err
+				}
 			}
 		}
 		if (i+1)%500 == 0 {
