@@ -164,6 +164,10 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 		// (which serve requires on PostgreSQL).
 		base = append(base, "--export-dir", filepath.Join(dir, "exports"))
 	}
+	if !slices.Contains(cfg.ServeArgs, "--files-dir") {
+		// Likewise their shared files directory.
+		base = append(base, "--files-dir", filepath.Join(dir, "files"))
+	}
 	if !slices.Contains(cfg.ServeArgs, "--config") {
 		// A load test measures the gateways, not their limiter: every
 		// rate limit off, said explicitly (no file would mean the

@@ -39,8 +39,15 @@ import (
 // slots of a millisecond hold the messages sent in it and their edits.
 const slotBits = 20
 
-// docID is the id of the first slot of millisecond at.
-func docID(at int64) int64 { return at << slotBits }
+// docID is the id of the first slot of millisecond at; for a time past
+// the last an id can hold (the year 2248), the largest id, so a bound
+// like "before 2999" bounds nothing instead of wrapping around.
+func docID(at int64) int64 {
+	if at > math.MaxInt64>>slotBits {
+		return math.MaxInt64
+	}
+	return at << slotBits
+}
 
 // searchTerms is what search_fts holds for one version of a message:
 // computed before the write transaction, so a send's tokenizing costs
