@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -141,14 +140,11 @@ func eachFilesLine(ctx context.Context, path string, fn func(l *filesLine) error
 // filesArchive is a files archive being written: a zip through a hash
 // into a temp file.
 type filesArchive struct {
-	final string
-	tmp   *os.File
-	h     hash.Hash
-	size  int64
-	bw    *bufio.Writer
-	zw    *zip.Writer
-	seen  map[string]manifestEntry // by file id: how its bytes went in
-	last  time.Time                // the latest line time seen: the manifest's
+	output
+	bw   *bufio.Writer
+	zw   *zip.Writer
+	seen map[string]manifestEntry // by file id: how its bytes went in
+	last time.Time                // the latest line time seen: the manifest's
 }
 
 // writeFiles builds job's files archive from its artifact (art, in place)
@@ -163,7 +159,7 @@ func (w *Worker) writeFiles(ctx context.Context, job, art string) (string, int64
 	if err != nil {
 		return "", 0, wrapWrite("create", final, err)
 	}
-	a := &filesArchive{final: final, tmp: tmp, h: sha256.New(), seen: map[string]manifestEntry{}}
+	a := &filesArchive{output: output{final: final, tmp: tmp, h: sha256.New()}, seen: map[string]manifestEntry{}}
 	defer a.discard()
 	a.bw = bufio.NewWriterSize(io.MultiWriter(tmp, a.h), 64<<10)
 	a.zw = zip.NewWriter(&counter{w: a.bw, n: &a.size})
@@ -298,37 +294,5 @@ func (a *filesArchive) finish() (string, int64, error) {
 	if err := a.bw.Flush(); err != nil {
 		return "", 0, wrapWrite("write", a.final, err)
 	}
-	if err := a.tmp.Sync(); err != nil {
-		return "", 0, wrapWrite("fsync", a.final, err)
-	}
-	if err := a.tmp.Close(); err != nil {
-		return "", 0, wrapWrite("close", a.final, err)
-	}
-	if err := os.Rename(a.tmp.Name(), a.final); err != nil {
-		return "", 0, wrapWrite("rename", a.final, err)
-	}
-	a.tmp = nil
-	if err := syncDir(filepath.Dir(a.final)); err != nil {
-		os.Remove(a.final)
-		return "", 0, err
-	}
-	sha := hex.EncodeToString(a.h.Sum(nil))
-	got, n, err := fileSum(a.final)
-	if err != nil || got != sha || n != a.size {
-		os.Remove(a.final)
-		if err == nil {
-			err = fmt.Errorf("read back sha256 %s (%d bytes), wrote %s (%d bytes)", got, n, sha, a.size)
-		}
-		return "", 0, wrapWrite("verify", a.final, err)
-	}
-	return sha, a.size, nil
-}
-
-// discard removes the temp file of an archive that was not finished.
-func (a *filesArchive) discard() {
-	if a.tmp != nil {
-		a.tmp.Close()
-		os.Remove(a.tmp.Name())
-		a.tmp = nil
-	}
+	return a.install()
 }

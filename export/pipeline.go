@@ -529,10 +529,7 @@ func (w *Worker) record(ctx context.Context, owner string, in <-chan parley.Expo
 // artifact is a job's artifact being written: the shards' bytes, in
 // order, through gzip into a temp file, hashed on the way.
 type artifact struct {
-	final string
-	tmp   *os.File // nil once renamed into place
-	h     hash.Hash
-	size  int64
+	output
 	bw    *bufio.Writer
 	zw    *gzip.Writer
 	files bool // a line lists attachments (attachmentsKey)
@@ -544,7 +541,7 @@ func (w *Worker) newArtifact(job string) (*artifact, error) {
 	if err != nil {
 		return nil, wrapWrite("create", final, err)
 	}
-	a := &artifact{final: final, tmp: tmp, h: sha256.New()}
+	a := &artifact{output: output{final: final, tmp: tmp, h: sha256.New()}}
 	a.bw = bufio.NewWriterSize(io.MultiWriter(tmp, a.h), 64<<10)
 	a.zw, err = gzip.NewWriterLevel(&counter{w: a.bw, n: &a.size}, gzipLevel)
 	if err != nil {
@@ -586,37 +583,53 @@ func (a *artifact) finish() (string, int64, error) {
 	if err := faultWrite(a.final); err != nil {
 		return "", 0, err
 	}
-	if err := a.tmp.Sync(); err != nil {
-		return "", 0, wrapWrite("fsync", a.final, err)
-	}
-	if err := a.tmp.Close(); err != nil {
-		return "", 0, wrapWrite("close", a.final, err)
-	}
-	if err := os.Rename(a.tmp.Name(), a.final); err != nil {
-		return "", 0, wrapWrite("rename", a.final, err)
-	}
-	a.tmp = nil
-	if err := syncDir(filepath.Dir(a.final)); err != nil {
-		os.Remove(a.final)
-		return "", 0, err
-	}
-	sha := hex.EncodeToString(a.h.Sum(nil))
-	got, n, err := fileSum(a.final)
-	if err != nil || got != sha || n != a.size {
-		os.Remove(a.final)
-		if err == nil {
-			err = fmt.Errorf("read back sha256 %s (%d bytes), wrote %s (%d bytes)", got, n, sha, a.size)
-		}
-		return "", 0, wrapWrite("verify", a.final, err)
-	}
-	return sha, a.size, nil
+	return a.install()
 }
 
-// discard removes the temp file of an artifact that was not finished.
-func (a *artifact) discard() {
-	if a.tmp != nil {
-		a.tmp.Close()
-		os.Remove(a.tmp.Name())
-		a.tmp = nil
+// output is a file being written under a temp name and installed at
+// final once complete: the artifact and the files archive.
+type output struct {
+	final string
+	tmp   *os.File // nil once renamed into place
+	h     hash.Hash
+	size  int64
+}
+
+// install fsyncs the complete temp file, renames it into place, fsyncs
+// the directory, and returns its sha256 and size, verified by reading it
+// back (a file that does not read back as written is removed).
+func (o *output) install() (string, int64, error) {
+	if err := o.tmp.Sync(); err != nil {
+		return "", 0, wrapWrite("fsync", o.final, err)
+	}
+	if err := o.tmp.Close(); err != nil {
+		return "", 0, wrapWrite("close", o.final, err)
+	}
+	if err := os.Rename(o.tmp.Name(), o.final); err != nil {
+		return "", 0, wrapWrite("rename", o.final, err)
+	}
+	o.tmp = nil
+	if err := syncDir(filepath.Dir(o.final)); err != nil {
+		os.Remove(o.final)
+		return "", 0, err
+	}
+	sha := hex.EncodeToString(o.h.Sum(nil))
+	got, n, err := fileSum(o.final)
+	if err != nil || got != sha || n != o.size {
+		os.Remove(o.final)
+		if err == nil {
+			err = fmt.Errorf("read back sha256 %s (%d bytes), wrote %s (%d bytes)", got, n, sha, o.size)
+		}
+		return "", 0, wrapWrite("verify", o.final, err)
+	}
+	return sha, o.size, nil
+}
+
+// discard removes the temp file of an output that was not finished.
+func (o *output) discard() {
+	if o.tmp != nil {
+		o.tmp.Close()
+		os.Remove(o.tmp.Name())
+		o.tmp = nil
 	}
 }
