@@ -173,24 +173,7 @@ func (db *DB) StaleFiles(ctx context.Context, q parley.StaleFiles) ([]parley.Fil
 	if err := checkStale(q); err != nil {
 		return nil, err
 	}
-	var out []parley.File
-	err := db.read(ctx, "stale files", func(tx *txn) error {
-		out = nil
-		rows, err := tx.QueryContext(ctx, qStaleFiles, q.UploadingBefore.UnixMilli(), q.UnlinkedBefore.UnixMilli(), q.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			f, err := scanFile(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, f)
-		}
-		return rows.Err()
-	})
-	return out, err
+	return db.files(ctx, "stale files", qStaleFiles, q.UploadingBefore.UnixMilli(), q.UnlinkedBefore.UnixMilli(), q.Limit)
 }
 
 // DeleteFile implements parley.Store. The one statement re-checks the row
@@ -291,10 +274,16 @@ func (db *DB) ReadyFiles(ctx context.Context, after string, limit int) ([]parley
 	if err := checkReadyPage(after, limit); err != nil {
 		return nil, err
 	}
+	return db.files(ctx, "ready files", `SELECT `+fileColumns+` FROM files WHERE id > ? AND state = 'ready' ORDER BY id LIMIT ?`, after, limit)
+}
+
+// files reads the file rows query selects (fileColumns), in one read
+// transaction named op.
+func (db *DB) files(ctx context.Context, op, query string, args ...any) ([]parley.File, error) {
 	var out []parley.File
-	err := db.read(ctx, "ready files", func(tx *txn) error {
+	err := db.read(ctx, op, func(tx *txn) error {
 		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT `+fileColumns+` FROM files WHERE id > ? AND state = 'ready' ORDER BY id LIMIT ?`, after, limit)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
