@@ -540,3 +540,46 @@ func TestHSTS(t *testing.T) {
 		}
 	}
 }
+
+// TestAssetRanges: an asset honours ranges and preconditions as any file
+// does, and its error answers are problems, not Go's text.
+func TestAssetRanges(t *testing.T) {
+	site := embeddedSite(t)
+	srv, _ := webServer(t, site)
+	appJS, _ := site.Path("app.js")
+	for _, tc := range []struct {
+		name, header, value string
+		status              int
+		problem             bool
+	}{
+		{"a range inside", "Range", "bytes=0-9", 206, false},
+		{"a range past the end", "Range", "bytes=99999999-", 416, true},
+		{"a range that is no range", "Range", "bytes=abc", 200, false},
+		{"If-Match another hash", "If-Match", `"000000000000"`, 412, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", srv.URL+appJS, nil)
+			req.Header.Set(tc.header, tc.value)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
+			}
+			isProblem := resp.Header.Get("Content-Type") == "application/problem+json"
+			if isProblem != tc.problem {
+				t.Fatalf("Content-Type %q: %s", resp.Header.Get("Content-Type"), body)
+			}
+			var p wire.Problem
+			if tc.problem && (json.Unmarshal(body, &p) != nil || p.Status != tc.status || p.Code != parley.CodeInvalidArgument) {
+				t.Errorf("problem %s", body)
+			}
+			if tc.status == 416 && resp.Header.Get("Content-Range") == "" {
+				t.Error("416 without Content-Range")
+			}
+		})
+	}
+}
