@@ -160,7 +160,7 @@ func VerifyAuthorization(header, origin string, now time.Time) (key, subject str
 	case !exp.After(now) || exp.After(now.Add(MaxTokenLifetime)):
 		return "", "", fmt.Errorf("exp %v is not within 24 h of %v", exp, now)
 	case !strings.HasPrefix(c.Sub, "mailto:") && !strings.HasPrefix(c.Sub, "https:"):
-		return "", "", fmt.Errorf("sub %q is neither mailto: nor https:", c.Sub)
+		return "", "", fmt.Errorf("sub %q is neither a mailto: nor an https: URI", c.Sub)
 	}
 	return key, c.Sub, nil
 }
