@@ -167,6 +167,7 @@ type Message struct {
 	Topic    string
 	TTL      time.Duration
 	Urgency  string // "normal" when empty
+	Key      *Key   // signs the request; nil: the Sender's Key
 }
 
 // Result is what a push service answered.
@@ -260,7 +261,14 @@ func (s *Sender) request(ctx context.Context, u *url.URL, m Message) (*http.Requ
 	if s.Subject != nil {
 		subject = s.Subject()
 	}
-	auth, err := s.Key.Authorization(u, subject, now())
+	key := s.Key
+	if m.Key != nil {
+		key = m.Key
+	}
+	if key == nil {
+		return nil, errors.New("webpush: no VAPID key")
+	}
+	auth, err := key.Authorization(u, subject, now())
 	if err != nil {
 		return nil, err
 	}
