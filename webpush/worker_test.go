@@ -277,6 +277,10 @@ func TestWorkerRetries(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
 		mu.Lock()
 		calls++
 		n := calls
@@ -312,6 +316,19 @@ func TestWorkerRetries(t *testing.T) {
 	w.Notify("c-team", s.Seq)
 	if c := settle(t, w, 1); c.Sent != 1 || c.Retried != 2 {
 		t.Errorf("counts %+v, want sent after 2 retries", c)
+	}
+	// A push service that keeps failing is given up on after the bound.
+	if _, _, err := st.SavePushSubscription(ctx, ben, parley.NewPushSubscription{Endpoint: srv.URL + "/down",
+		P256DH: enc.EncodeToString(b.priv.PublicKey().Bytes()), Auth: enc.EncodeToString(b.auth)}); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := st.Send(ctx, ana, parley.SendRequest{Conv: "c-team", CMID: "m2", Body: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Notify("c-team", s2.Seq)
+	if c := settle(t, w, 3); c.Sent != 2 || c.Failed != 1 || c.Retried != 2+webpush.DefaultAttempts-1 {
+		t.Errorf("counts %+v, want the failing push given up after %d attempts", c, webpush.DefaultAttempts)
 	}
 
 	full := webpush.NewWorker(webpush.WorkerOptions{Store: st, Queue: 2}) // not running
