@@ -169,6 +169,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
 	}
+	if f.push.delay < 0 || f.push.delay > time.Hour {
+		return usagef("--push-delay %s: want 0 to 1h", f.push.delay)
+	}
 	if f.drainWindow < 0 {
 		return usagef("--drain-window %s: want 0 or more", f.drainWindow)
 	}
