@@ -2,7 +2,7 @@
 -- in the two pipelines Store.Send used before it became one call of
 -- parley_send (postgres/event.go):
 --   {BEGIN; lock the conversation row; look the request key up}
---   {append the event and its search row, advance the head; COMMIT}
+--   {append the event and its queued search row, advance the head; COMMIT}
 -- on the 64 two-member conversations bench-0 … bench-63 that
 -- storetest.SeedSenders (or bench/seed.sql) creates. Run by BenchmarkSendVsPgbench as
 --   pgbench -n -M prepared -c 16 -j 2 -T 10 -f bench/send.sql DBNAME
@@ -27,8 +27,8 @@ ev AS (
 		'a benchmark message of ordinary length', NULL, NULL FROM c
 	RETURNING seq, created_at),
 d AS (
-	INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
-	SELECT 'bench-' || :conv, ev.seq, ev.seq, 'ana', floor(extract(epoch FROM ev.created_at) * 1000)::bigint,
+	INSERT INTO search_queue (conv_id, seq, sender_user, at, tsv)
+	SELECT 'bench-' || :conv, ev.seq, 'ana', floor(extract(epoch FROM ev.created_at) * 1000)::bigint,
 		('''a'':1 ''benchmark'':2 ''message'':3 ''of'':4 ''ordinary'':5 ''length'':6 ''' || chr(57344) || 'c'
 			|| encode(convert_to('bench-' || :conv, 'UTF8'), 'hex') || ''':7 ''' || chr(57344) || 'u616e61'':8')::tsvector
 	FROM ev)

@@ -3,7 +3,7 @@
 -- commits on its own flush: the baseline of group commit. The statements of
 -- the send transaction as written by hand, in two pipelines:
 --   {BEGIN; lock the conversation row; look the request key up}
---   {append the event and its search row, advance the head; COMMIT}
+--   {append the event and its queued search row, advance the head; COMMIT}
 -- on conversation bench-0 (storetest.SeedSenders, or bench/seed.sql). Run by
 -- BenchmarkSendHotVsPgbench as
 --   pgbench -n -M prepared -c 16 -j 2 -T 10 -f bench/send_hot.sql DBNAME
@@ -28,8 +28,8 @@ ev AS (
 		'a benchmark message of ordinary length', NULL, NULL FROM c
 	RETURNING seq, created_at),
 d AS (
-	INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
-	SELECT 'bench-' || :conv, ev.seq, ev.seq, 'ana', floor(extract(epoch FROM ev.created_at) * 1000)::bigint,
+	INSERT INTO search_queue (conv_id, seq, sender_user, at, tsv)
+	SELECT 'bench-' || :conv, ev.seq, 'ana', floor(extract(epoch FROM ev.created_at) * 1000)::bigint,
 		('''a'':1 ''benchmark'':2 ''message'':3 ''of'':4 ''ordinary'':5 ''length'':6 ''' || chr(57344) || 'c'
 			|| encode(convert_to('bench-' || :conv, 'UTF8'), 'hex') || ''':7 ''' || chr(57344) || 'u616e61'':8')::tsvector
 	FROM ev)

@@ -331,6 +331,8 @@ func (db *DB) Purge(ctx context.Context, id string) (parley.PurgeResult, error) 
 			for _, q := range []string{
 				`DELETE FROM reactions WHERE conv_id = $1 AND target <= $2`,
 				`DELETE FROM mentions WHERE conv_id = $1 AND seq <= $2`,
+				// The queue first (searchqueue.go).
+				`DELETE FROM search_queue WHERE conv_id = $1 AND seq <= $2`,
 				`DELETE FROM search_docs WHERE conv_id = $1 AND seq <= $2`,
 				qPurgeLinks,
 			} {

@@ -162,6 +162,7 @@ type DB struct {
 	opts  parley.Options
 	sends *sendqueue.Queue // group commit of Send, sendLanes lanes
 	stats searchStats      // search_docs' common lexemes (search.go)
+	mover searchMover      // moves search_queue into search_docs (searchqueue.go)
 }
 
 // sendLanes is how many batches of sends a gateway runs at once. A lane
@@ -242,11 +243,13 @@ func Open(ctx context.Context, dsn string, opts parley.Options) (*DB, error) {
 		pool.Close()
 		return nil, err
 	}
+	db.startMover()
 	return db, nil
 }
 
-// Close closes the pool's connections.
+// Close stops the search queue's mover and closes the pool's connections.
 func (db *DB) Close() error {
+	db.stopMover()
 	db.pool.Close()
 	return nil
 }

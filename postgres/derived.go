@@ -112,8 +112,9 @@ type keyedResult struct {
 // appendChatSQL inserts an event with the columns of migration 0009 and
 // its attachments $16 at the locked conversation's next seq, a mentions
 // row per user of $14, the search row of tsvector literal $15 when it is
-// not NULL (a message's: at its own seq and time; an edit's: at its
-// target's seq, sender and time, vseq its own seq), a file_links row per
+// not NULL (a message's queued, at its own seq and time; an edit's in
+// search_docs, at its target's seq, sender and time, vseq its own seq: so
+// a newer version is never queued, searchqueue.go), a file_links row per
 // file of $17, and advances the head; it returns the seq and created_at.
 const appendChatSQL = `WITH c AS (SELECT next_seq FROM conversations WHERE id = $1),
 ev AS (
@@ -127,10 +128,13 @@ l AS (
 	INSERT INTO file_links (file_id, conv_id, seq) SELECT f, $1, ev.seq FROM ev, unnest($17::text[]) AS f),
 d AS (
 	INSERT INTO search_docs (conv_id, seq, vseq, sender_user, at, tsv)
-	SELECT $1, coalesce(t.seq, ev.seq), ev.seq, coalesce(t.sender_user, $4),
-		floor(extract(epoch FROM coalesce(t.created_at, ev.created_at)) * 1000)::bigint, $15::text::tsvector
-	FROM ev LEFT JOIN events t ON $3 = 'edit' AND t.conv_id = $1 AND t.seq = $9
-	WHERE $15::text IS NOT NULL),
+	SELECT $1, t.seq, ev.seq, t.sender_user, floor(extract(epoch FROM t.created_at) * 1000)::bigint, $15::text::tsvector
+	FROM ev JOIN events t ON t.conv_id = $1 AND t.seq = $9
+	WHERE $3 = 'edit' AND $15::text IS NOT NULL),
+sq AS (
+	INSERT INTO search_queue (conv_id, seq, sender_user, at, tsv)
+	SELECT $1, ev.seq, $4, floor(extract(epoch FROM ev.created_at) * 1000)::bigint, $15::text::tsvector
+	FROM ev WHERE $3 = 'message' AND $15::text IS NOT NULL),
 up AS (
 	UPDATE conversations SET next_seq = ev.seq + 1, last_at = ev.created_at FROM ev WHERE id = $1)
 SELECT seq, created_at FROM ev`
@@ -241,6 +245,9 @@ func (db *DB) sendChat(ctx context.Context, p parley.Principal, r parley.SendReq
 	})
 	if err != nil {
 		return parley.Sent{}, err
+	}
+	if !res.dup {
+		db.queuedRows(ctx, 1)
 	}
 	return parley.Sent{Conv: r.Conv, Seq: res.seq, MID: res.mid, Dup: res.dup, Epoch: res.epoch, At: res.at}, nil
 }

@@ -57,7 +57,7 @@ const sendCols = `SELECT o_item, outcome, coalesce(o_seq, 0), coalesce(o_mid, ''
 
 // sendSQL appends a batch, of one conversation or several, in one
 // statement, its own transaction: the whole of Store.Send for every item,
-// each new message's search row included (migrations 0008, 0013).
+// each new message's search row queued (migrations 0008, 0013, 0019).
 const sendSQL = sendCols + ` FROM parley_send_many($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // sendOneSQL is sendSQL for a batch of one (the common, uncontended case):
@@ -221,13 +221,18 @@ func (db *DB) sendItems(ctx context.Context, items []parley.BatchSend, idx []int
 			return withCommitPoint(ctx, db, func(q querier) ([]sendRow, error) { return sendQuery(ctx, q, a) }, insertedAny)
 		})
 	}
+	queued := 0
 	for j, i := range idx {
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
 		out[i] = rows[j].result(string(a.convs[j]), a.hashes[j])
+		if rows[j].outcome == outNew {
+			queued++
+		}
 	}
+	db.queuedRows(ctx, queued)
 }
 
 // sendQuery runs parley_send_many on q for a's items and returns their

@@ -86,3 +86,21 @@ func TokenFreq(ctx context.Context, db *DB, tokens []string) float64 {
 
 // WalkFor is walkFor.
 var WalkFor = walkFor
+
+// SetSearchMoveSync makes db move the search queue into search_docs after
+// every write that queues a row, before the write returns: searches then
+// find rows through the index, not the queue.
+func SetSearchMoveSync(db *DB) { db.mover.sync = true }
+
+// StopSearchMover stops db's mover, as a crash would: the rows queued from
+// then on stay queued.
+func StopSearchMover(db *DB) { db.stopMover() }
+
+// MoveSearchQueue moves db's search queue into search_docs now.
+func MoveSearchQueue(ctx context.Context, db *DB) error { return db.moveQueue(ctx) }
+
+// MoveSQL is the mover's statement, its lock MoveLock.
+const (
+	MoveSQL  = moveSQL
+	MoveLock = moveLock
+)

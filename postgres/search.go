@@ -204,6 +204,27 @@ WHERE d.tsv @@ $1::text::tsquery
 ORDER BY d.at + 0 DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
 LIMIT $9`
 
+// searchQueuedSQL is searchSQL over the queued rows (searchqueue.go), each
+// an original (vseq = seq): the same tsquery, filters and order. The queue
+// has no index and a few hundred rows: its matches are read whole and
+// sorted, then checked against the caller's periods newest first until
+// the page is full (OFFSET 0 keeps the planner from checking every match
+// before the sort). A newer version of a queued message is never queued
+// (edits are indexed at once), so searchVisible's check of newer versions
+// in search_docs holds for it, and no indexed row has a newer version in
+// the queue.
+const searchQueuedSQL = `SELECT d.conv_id, d.seq, d.vseq, d.at
+FROM (SELECT q.conv_id, q.seq, q.seq AS vseq, q.at FROM search_queue q
+	WHERE q.tsv @@ $1::text::tsquery
+		AND q.conv_id = ANY ($2::text[])
+		AND ($4::text IS NULL OR q.sender_user = $4::text)
+		AND (q.at, q.conv_id COLLATE "C", q.seq, q.seq) < ($5::bigint, $6::text COLLATE "C", $7::bigint, $8::bigint)
+	ORDER BY q.at DESC, q.conv_id COLLATE "C" DESC, q.seq DESC
+	OFFSET 0) d
+WHERE ` + searchVisible + `
+ORDER BY d.at DESC, d.conv_id COLLATE "C" DESC, d.seq DESC
+LIMIT $9`
+
 // searchWalk is how many of the caller's index rows a search examines
 // newest first (searchWalkSQL) before it turns to the GIN index for the
 // rest of the page (searchSQL): a word in more than about one in fifty of
@@ -301,6 +322,13 @@ func exactTokens(q parley.SearchQuery) []string {
 type searchHit struct {
 	conv      string
 	seq, vseq int64
+	at        int64
+}
+
+// after reports whether h comes after o in the order of results (newest
+// first by time, then conversation and seq, descending; then vseq).
+func (h searchHit) after(o searchHit) bool {
+	return cmp.Or(cmp.Compare(h.at, o.at), strings.Compare(h.conv, o.conv), cmp.Compare(h.seq, o.seq), cmp.Compare(h.vseq, o.vseq)) < 0
 }
 
 // searchPos is a position in the walk: the order of results, then vseq
@@ -443,11 +471,14 @@ func readViews(br pgx.BatchResults, conv string) (map[string]searchView, []strin
 }
 
 // searchHits reads at most q.Limit+1 hits of q over convs, in the order of
-// results: first by a walk of at most walk rows newest first
+// results: the queued rows' (searchQueuedSQL) merged with the indexed
+// rows'. Those are read first by a walk of at most walk rows newest first
 // (searchWalkSQL; none when walk is 0), then, when the page is not full
 // and the walk stopped before the end, over the GIN index from where the
 // walk stopped (searchSQL). Either way gives the same hits (a test walks
-// every stop point).
+// every stop point). A row is queued or indexed, never both, in the
+// transaction's snapshot: the queue's first hits and the index's are the
+// first of all. The queue's statement travels with the first of the index.
 func searchHits(ctx context.Context, tx searchConn, user string, q parley.SearchQuery, convs []string, walk int) ([]searchHit, error) {
 	tsq := tsqueryLiteral(q, convs)
 	if tsq == "" {
@@ -459,34 +490,83 @@ func searchHits(ctx context.Context, tx searchConn, user string, q parley.Search
 	}
 	want := q.Limit + 1
 	pos := searchStart(q)
-	var hits []searchHit
+	args := []any{tsq, convs, user, from, pos.at, pos.conv, pos.seq, pos.vseq}
+	b := &pgx.Batch{}
+	b.Queue(searchQueuedSQL, append(args, want)...)
 	if walk > 0 {
-		var more bool
-		var err error
-		hits, pos, more, err = walkHits(ctx, tx, []any{tsq, convs, user, from}, pos, walk, want)
-		if err != nil || !more {
-			return hits, err
-		}
+		b.Queue(searchWalkSQL, append(args, walk, want+1)...)
+	} else {
+		b.Queue(searchSQL, append(args, want)...)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	queued, err := readHits(br)
+	if err != nil {
+		return nil, err
+	}
+	var hits []searchHit
+	more := false // the GIN query's result is complete
+	if walk > 0 {
+		hits, pos, more, err = walkHits(br, pos, walk, want)
+	} else {
+		hits, err = readHits(br)
+	}
+	if err == nil {
+		err = br.Close()
+	}
+	if err != nil || !more {
+		return mergeHits(queued, hits, want), err
 	}
 	rows, err := tx.Query(ctx, searchSQL, tsq, convs, user, from, pos.at, pos.conv, pos.seq, pos.vseq, want-len(hits))
 	if err != nil {
 		return nil, err
 	}
+	hits, err = scanHits(rows, hits)
+	return mergeHits(queued, hits, want), err
+}
+
+// readHits reads the next statement's hits (searchSQL's columns) from br.
+func readHits(br pgx.BatchResults) ([]searchHit, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return scanHits(rows, nil)
+}
+
+// scanHits appends rows' hits (searchSQL's columns) to hits.
+func scanHits(rows pgx.Rows, hits []searchHit) ([]searchHit, error) {
 	var h searchHit
-	var at int64
-	_, err = pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq, &at}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&h.conv, &h.seq, &h.vseq, &h.at}, func() error {
 		hits = append(hits, h)
 		return nil
 	})
 	return hits, err
 }
 
-// walkHits runs searchWalkSQL (args: its $1–$4) from pos for at most walk
-// rows: the hits found, up to want, and, when the page is not full and
-// the walk ended at its bound rather than at the end of the rows, more and
-// the position of its last row.
-func walkHits(ctx context.Context, tx searchConn, args []any, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
-	rows, err := tx.Query(ctx, searchWalkSQL, append(args, pos.at, pos.conv, pos.seq, pos.vseq, walk, want+1)...)
+// mergeHits merges two lists of hits, each in the order of results, and
+// keeps the first want.
+func mergeHits(a, b []searchHit, want int) []searchHit {
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]searchHit, 0, min(len(a)+len(b), want))
+	for len(out) < want && (len(a) > 0 || len(b) > 0) {
+		if len(b) == 0 || len(a) > 0 && b[0].after(a[0]) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// walkHits reads searchWalkSQL's rows (run from pos for at most walk rows)
+// from br: the hits found, up to want, and, when the page is not full and
+// the walk ended at its bound rather than at the end of the rows, more
+// and the position of its last row.
+func walkHits(br pgx.BatchResults, pos searchPos, walk, want int) ([]searchHit, searchPos, bool, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, pos, false, err
 	}
@@ -503,7 +583,7 @@ func walkHits(ctx context.Context, tx searchConn, args []any, pos searchPos, wal
 			return nil
 		}
 		if hit {
-			hits = append(hits, searchHit{conv: r.conv, seq: r.seq, vseq: r.vseq})
+			hits = append(hits, searchHit{conv: r.conv, seq: r.seq, vseq: r.vseq, at: r.at})
 		}
 		if n == int64(walk) {
 			pos, more = r, true
@@ -700,8 +780,12 @@ FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[]) AS
 // which holds the conversation's row lock, and clears its pending mark; it
 // returns the rows written.
 func rebuildSearchConv(ctx context.Context, tx pgx.Tx, conv string) (int64, error) {
-	if _, err := tx.Exec(ctx, `DELETE FROM search_docs WHERE conv_id = $1`, conv); err != nil {
-		return 0, err
+	// The queue first (searchqueue.go); the rows are written to
+	// search_docs directly.
+	for _, q := range []string{`DELETE FROM search_queue WHERE conv_id = $1`, `DELETE FROM search_docs WHERE conv_id = $1`} {
+		if _, err := tx.Exec(ctx, q, conv); err != nil {
+			return 0, err
+		}
 	}
 	var total, after int64
 	for {

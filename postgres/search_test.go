@@ -62,6 +62,9 @@ func (e *searchEnv) open(t *testing.T) *postgres.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// These tests read search_docs: every send's row is moved there
+	// before the send returns (searchqueue_test.go tests the queue).
+	postgres.SetSearchMoveSync(db)
 	return db
 }
 

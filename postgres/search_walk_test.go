@@ -15,8 +15,10 @@ import (
 // walkEnv is a store with a history for the walk's tests: ana and ben in
 // the groups w-a, w-b, w-c; ben leaves w-b half way and comes back; some
 // messages edited (into and out of a match), one while ben is away,
-// some recalled.
-func walkEnv(t *testing.T) *postgres.DB {
+// some recalled. The index rows of the messages from queueFrom on stay in
+// the search queue (searchqueue.go); the others are moved into
+// search_docs as they are written.
+func walkEnv(t *testing.T, queueFrom int) *postgres.DB {
 	t.Helper()
 	ctx := context.Background()
 	db, err := postgres.Open(ctx, pgtest.DSN(t), parley.Options{})
@@ -24,6 +26,7 @@ func walkEnv(t *testing.T) *postgres.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	postgres.StopSearchMover(db)
 	ana := parley.Principal{User: "ana", DeviceID: "d", InstallID: "i"}
 	ben := parley.Principal{User: "ben", DeviceID: "d", InstallID: "i"}
 	for _, u := range []string{"ana", "ben"} {
@@ -79,11 +82,25 @@ func walkEnv(t *testing.T) *postgres.DB {
 				t.Fatal(err)
 			}
 		}
+		if i < queueFrom {
+			if err := postgres.MoveSearchQueue(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	// Many rows to one millisecond, across conversations: the walk may
 	// stop between rows of one time, and between versions of one message.
-	if _, err := postgres.Pool(db).Exec(ctx, `UPDATE search_docs SET at = 1700000000000 + seq / 4`); err != nil {
+	for _, table := range []string{"search_docs", "search_queue"} {
+		if _, err := postgres.Pool(db).Exec(ctx, `UPDATE `+table+` SET at = 1700000000000 + seq / 4`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var queued int
+	if err := postgres.Pool(db).QueryRow(ctx, `SELECT count(*) FROM search_queue`).Scan(&queued); err != nil {
 		t.Fatal(err)
+	}
+	if want := queueFrom < 90; (queued > 0) != want {
+		t.Fatalf("%d rows queued, want some: %v", queued, want)
 	}
 	return db
 }
@@ -103,28 +120,20 @@ func searchHitsIn(t *testing.T, db *postgres.DB, user string, q parley.SearchQue
 // bound from one row to past the last, for each user, query, page size and
 // starting position.
 func TestSearchWalkHandOver(t *testing.T) {
-	db := walkEnv(t)
+	for _, queueFrom := range []int{90, 60} {
+		t.Run(fmt.Sprintf("queued_from_%d", queueFrom), func(t *testing.T) {
+			testSearchWalkHandOver(t, walkEnv(t, queueFrom))
+		})
+	}
+}
+
+func testSearchWalkHandOver(t *testing.T, db *postgres.DB) {
 	var rows int
 	if err := postgres.Pool(db).QueryRow(context.Background(), `SELECT count(*) FROM search_docs`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	convs := []string{"w-a", "w-b", "w-c"}
-	cursor := &parley.SearchCursor{At: 1700000000000 + 40/4, Conv: "w-b", Seq: 40}
-	terms := func(tok string, prefix bool) []parley.SearchTerm {
-		return []parley.SearchTerm{{Tokens: []string{tok}, Prefix: prefix}}
-	}
-	queries := []parley.SearchQuery{
-		{Terms: terms("alpha", false)},
-		{Terms: terms("al", true)},
-		{Terms: []parley.SearchTerm{{Tokens: []string{"alpha", "beta"}}}},
-		{Terms: terms("gamma", false), From: "ben"},
-		{Terms: terms("gamma", false)},
-		{Terms: terms("beta", false), After: cursor},
-		{Terms: terms("alpha", false), Before: time.UnixMilli(1700000000000 + 50/4)},
-		{Terms: terms("al", true), After: cursor, Before: time.UnixMilli(1700000000000 + 20/4)},
-		{From: "ana"},
-		{Terms: terms("nowhere", false)},
-	}
+	queries := walkQueries()
 	for _, user := range []string{"ana", "ben"} {
 		for qi, q := range queries {
 			for _, limit := range []int{1, 4, 50} {
@@ -184,4 +193,63 @@ func TestSearchWalkByStatistics(t *testing.T) {
 			t.Errorf("%q: share %v, walk %v; want walk %v", tc.tokens, f, got, tc.walk)
 		}
 	}
+}
+
+// walkQueries are the queries of the walk's tests over walkEnv.
+func walkQueries() []parley.SearchQuery {
+	cursor := &parley.SearchCursor{At: 1700000000000 + 40/4, Conv: "w-b", Seq: 40}
+	terms := func(tok string, prefix bool) []parley.SearchTerm {
+		return []parley.SearchTerm{{Tokens: []string{tok}, Prefix: prefix}}
+	}
+	return []parley.SearchQuery{
+		{Terms: terms("alpha", false)},
+		{Terms: terms("al", true)},
+		{Terms: []parley.SearchTerm{{Tokens: []string{"alpha", "beta"}}}},
+		{Terms: terms("gamma", false), From: "ben"},
+		{Terms: terms("gamma", false)},
+		{Terms: terms("beta", false), After: cursor},
+		{Terms: terms("alpha", false), Before: time.UnixMilli(1700000000000 + 50/4)},
+		{Terms: terms("al", true), After: cursor, Before: time.UnixMilli(1700000000000 + 20/4)},
+		{From: "ana"},
+		{Terms: terms("nowhere", false)},
+	}
+}
+
+// A search finds the same hits whether the rows are queued or indexed:
+// every query of the walk's tests, before and after the queue is moved.
+func TestSearchQueueSameHits(t *testing.T) {
+	ctx := context.Background()
+	db := walkEnv(t, 45)
+	convs := []string{"w-a", "w-b", "w-c"}
+	type key struct {
+		user      string
+		qi, limit int
+		walk      int
+	}
+	before := map[key][]string{}
+	each := func(f func(k key, hits []string)) {
+		for _, user := range []string{"ana", "ben"} {
+			for qi, q := range walkQueries() {
+				for _, limit := range []int{1, 4, 50} {
+					for _, walk := range []int{0, 7, 1000} {
+						q.Limit = limit
+						f(key{user, qi, limit, walk}, searchHitsIn(t, db, user, q, convs, walk))
+					}
+				}
+			}
+		}
+	}
+	each(func(k key, hits []string) { before[k] = hits })
+	if err := postgres.MoveSearchQueue(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var queued int
+	if err := postgres.Pool(db).QueryRow(ctx, `SELECT count(*) FROM search_queue`).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("after the move: %d rows queued (%v)", queued, err)
+	}
+	each(func(k key, hits []string) {
+		if !slices.Equal(hits, before[k]) {
+			t.Errorf("%+v: indexed %v, queued %v", k, hits, before[k])
+		}
+	})
 }

@@ -74,7 +74,7 @@ func unbuildSearch(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	for _, q := range []string{`DELETE FROM search_docs`, mark} {
+	for _, q := range []string{`DELETE FROM search_queue`, `DELETE FROM search_docs`, mark} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
