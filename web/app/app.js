@@ -96,18 +96,28 @@ function ctx() {
   return { api, h, me, navigate, toast, client };
 }
 
-/** boot asks the server who is signed in, then starts the client or shows sign-in. */
+const KEPT = "parley.me"; // localStorage: the last /api/me, to start offline
+
+/** boot asks the server who is signed in, then starts the client or shows sign-in; offline, the kept session. */
 async function boot() {
   for (;;) {
     try {
       me = await api("GET", url.me());
+      keep(me);
       break;
     } catch (e) {
       if (e instanceof ApiError && (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL")) {
         if (e.code === "STALE_INSTALL") signinReason = "This browser's sign-in was replaced (STALE_INSTALL). Sign in again.";
         me = null;
+        keep(null);
         break;
       }
+      try {
+        me = JSON.parse(localStorage.getItem(KEPT));
+      } catch {
+        me = null;
+      }
+      if (me && e.code === "UNAVAILABLE") break;
       clear(root).appendChild(h("p", { class: "empty-pane", role: "status" }, "Cannot reach the server; retrying…"));
       await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
@@ -135,7 +145,18 @@ function startSession() {
   client.start();
 }
 
+/** keep remembers the session's /api/me (null: forgets it). */
+function keep(m) {
+  try {
+    if (m) localStorage.setItem(KEPT, JSON.stringify(m));
+    else localStorage.removeItem(KEPT);
+  } catch {
+    // storage blocked: no offline start
+  }
+}
+
 function signOutLocal(reason) {
+  keep(null);
   if (client) client.stop();
   client = null;
   me = null;
@@ -277,5 +298,8 @@ document.addEventListener("click", (e) => {
   navigate(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+
+// The service worker: offline loads, pushes.
+if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch((e) => console.warn("service worker:", e));
 
 boot();
