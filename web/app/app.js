@@ -35,6 +35,7 @@ let client = null;
 let shell = null; // {el, main, sidebar, nav, conn}
 let mainView = null; // {el, dispose?}
 let signinReason = "";
+let stopLive = null; // live.js's stop, once loaded
 
 /**
  * match finds the route for a path.
@@ -143,6 +144,10 @@ function startSession() {
     render();
   });
   client.start();
+  const c = client;
+  import("./live.js").then((m) => {
+    if (client === c) stopLive = m.start(ctx());
+  }, (e) => console.warn("live signals:", e));
 }
 
 /** keep remembers the session's /api/me (null: forgets it). */
@@ -157,6 +162,8 @@ function keep(m) {
 
 function signOutLocal(reason) {
   keep(null);
+  if (stopLive) stopLive();
+  stopLive = null;
   if (client) client.stop();
   client = null;
   me = null;
