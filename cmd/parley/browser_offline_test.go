@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"testing/fstest"
 	"time"
 
+	browserpb "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/serviceworker"
 	"github.com/chromedp/chromedp"
 	"github.com/parleychat/parley/web"
 )
@@ -152,5 +156,90 @@ func TestBrowserOfflineShell(t *testing.T) {
 	}
 	if n := devEval[int](ben, `document.styleSheets.length`); n < 1 {
 		t.Errorf("the new release's stylesheet did not load offline")
+	}
+}
+
+// swRegistration returns the id DevTools knows the page's service worker
+// registration by (the ServiceWorker domain's).
+func (d *chatDev) swRegistration(scope string) serviceworker.RegistrationID {
+	d.t.Helper()
+	found := make(chan serviceworker.RegistrationID, 16)
+	ctx, cancel := context.WithCancel(d.ctx)
+	defer cancel()
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*serviceworker.EventWorkerRegistrationUpdated); ok {
+			for _, r := range e.Registrations {
+				if r.ScopeURL == scope && !r.IsDeleted {
+					found <- r.RegistrationID
+				}
+			}
+		}
+	}); err != nil {
+		d.t.Fatal(err)
+	}
+	if _, err := chromedp.Call(d.ctx, serviceworker.Enable, cdp.Empty{}); err != nil {
+		d.t.Fatal(err)
+	}
+	select {
+	case id := <-found:
+		return id
+	case <-time.After(browserTimeout):
+		d.t.Fatalf("%s: no service worker registration for %s", d.name, scope)
+		return ""
+	}
+}
+
+// TestBrowserPushHint: the service worker shows a push only after reading
+// its message through the API with the session cookie. A hint for a
+// message of the user's conversation becomes a notification with the
+// sender and the text; a hint for a conversation the user cannot read, and
+// a payload that is not a hint, show nothing. The pushes are delivered to
+// the worker through DevTools (as the browser's push service would hand
+// them over, decrypted).
+func TestBrowserPushHint(t *testing.T) {
+	dir := t.TempDir()
+	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	browser := newBrowser(t)
+	ana := newDev(t, browser, "ana")
+	ana.signIn(p.http, "ana")
+	if _, err := chromedp.CallBrowser(ana.ctx, browserpb.SetPermission, browserpb.SetPermissionParams{
+		Permission: &browserpb.PermissionDescriptor{Name: "notifications"}, Setting: browserpb.PermissionSettingGranted,
+		Origin: p.http, BrowserContextID: chromedp.FromContext(ana.ctx).BrowserContextID,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ana.waitAsync("the service worker", `navigator.serviceWorker.ready.then(r => !!r.active)`, 30*time.Second)
+	reg := ana.swRegistration(p.http + "/")
+
+	ben := login(t, p.http, "ben")
+	send := func(conv, body, key string) int64 {
+		t.Helper()
+		var sent struct{ Seq int64 }
+		if st := callAPI(t, p.http, ben, "POST", "/api/convs/"+conv+"/messages", map[string]string{"body": body}, &sent, "Idempotency-Key", key); st != 201 {
+			t.Fatalf("ben's message in %s: %d", conv, st)
+		}
+		return sent.Seq
+	}
+	if st := callAPI(t, p.http, ben, "POST", "/api/convs", map[string]any{"kind": "group", "id": "ben-cy", "title": "Ben and Cy", "members": []string{"cy"}}, nil); st != 201 {
+		t.Fatalf("ben's conversation with cy: %d", st)
+	}
+	secret := send("ben-cy", "not for ana", "push-1")
+	team := send("c-team", "lunch at noon?", "push-2")
+	deliver := func(data string) {
+		t.Helper()
+		if _, err := chromedp.Call(ana.ctx, serviceworker.DeliverPushMessage, serviceworker.DeliverPushMessageParams{
+			Origin: p.http, RegistrationID: reg, Data: data,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(fmt.Sprintf(`{"conv":"ben-cy","seq":%d}`, secret))
+	deliver(`not a hint`)
+	deliver(`{"conv":"c-team"}`)
+	deliver(fmt.Sprintf(`{"conv":"c-team","seq":%d}`, team))
+	notes := `navigator.serviceWorker.ready.then(r => r.getNotifications()).then(ns => ns.map(n => n.tag + " | " + n.body).join("\n"))`
+	ana.waitAsync("the notification", notes+`.then(s => s.includes("parley-c-team | ben: lunch at noon?"))`, 30*time.Second)
+	if got := devEval[string](ana, notes); got != "parley-c-team | ben: lunch at noon?" {
+		t.Errorf("notifications:\n%s\nwant only c-team's", got)
 	}
 }
