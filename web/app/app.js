@@ -6,7 +6,8 @@
 // ctx, so no view opens its own connection. Everything the page shows
 // about the session outside the views is done here, from the client's
 // events: the connection indicator, the unread count in the page title,
-// desktop notifications (views/notify.js), the way back to sign-in when the
+// the "Allow notifications" button (the notifications themselves: views/notify.js,
+// loaded with live.js), the way back to sign-in when the
 // session ends, and the way into the message search (views/search.js,
 // loaded on first use): the Search button, Ctrl+K (⌘K), or "/" when the
 // keyboard is not in a text field.
@@ -17,7 +18,6 @@ import { h, clear } from "./dom.js";
 import { Client } from "./store.js";
 import { url } from "./urls.js";
 import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
-import { allowButton, notifyArrivals } from "./views/notify.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
@@ -139,10 +139,6 @@ function startSession() {
   });
   client.on("conn", updateConn);
   client.on("convs", updateTitle);
-  notifyArrivals(client, (conv) => {
-    history.pushState(null, "", "/c/" + encodeURIComponent(conv));
-    render();
-  });
   client.start();
   const c = client;
   import("./live.js").then((m) => {
@@ -195,6 +191,25 @@ function updateConn() {
   shell.conn.querySelector(".conn-label").textContent = label;
 }
 
+/**
+ * allowButton returns the "Allow notifications" button, or null when the
+ * browser has no notifications or the user already answered.
+ * @returns {HTMLElement|null}
+ */
+function allowButton() {
+  if (typeof Notification === "undefined" || Notification.permission !== "default") return null;
+  const b = h("button", {
+    type: "button", "data-test": "allow-notify",
+    on: {
+      click: async () => {
+        await Notification.requestPermission();
+        b.remove();
+      },
+    },
+  }, "Allow notifications");
+  return b;
+}
+
 function buildShell() {
   const nav = h("nav", { "aria-label": "Menu" });
   const conn = h("span", { class: "conn", role: "status", "data-test": "conn", "data-state": "connecting" },
@@ -210,7 +225,7 @@ function buildShell() {
         type: "button", "data-test": "search-open", title: "Search messages (Ctrl+K, or /)", "aria-keyshortcuts": "Control+K Meta+K /",
         on: { click: openSearch },
       }, "Search"),
-      allowButton(h),
+      allowButton(),
       h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id)),
       h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
     sidebar, main);

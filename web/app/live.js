@@ -11,6 +11,7 @@
 //     the presence pushes; the user's own state goes to the server: away
 //     after 5 minutes without input or while the page is hidden, online on
 //     the next input;
+//   - desktop notifications while the page is open (views/notify.js);
 //   - Web Push: once notifications are allowed, the browser subscribes
 //     (the server's VAPID key) and registers the subscription with the
 //     server; a server without push (404) is skipped quietly. A click on a
@@ -19,6 +20,7 @@
 import { api } from "./api.js";
 import { url } from "./urls.js";
 import { nameOf } from "./names.js";
+import { notifyArrivals } from "./views/notify.js";
 
 /** Typing frames per conversation: at most one per this many ms. */
 export const TYPING_EVERY_MS = 3000;
@@ -57,7 +59,7 @@ export function showFor(until, now) {
  * @returns {function(): void}
  */
 export function start(ctx) {
-  const parts = [typing(ctx), presence(ctx), idle(ctx), push(ctx)];
+  const parts = [typing(ctx), presence(ctx), idle(ctx), push(ctx), notifyArrivals(ctx.client, (conv) => ctx.navigate("/c/" + encodeURIComponent(conv)))];
   return () => {
     for (const stop of parts) stop();
   };
