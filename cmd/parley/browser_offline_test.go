@@ -70,8 +70,8 @@ const cachesJS = `caches.keys().then(k => k.sort().join(","))`
 
 // TestBrowserOfflineShell: after one visit the service worker holds the
 // release's shell and files; with the server process killed, a reload
-// still shows the app, signed in, with the messages written meanwhile
-// waiting in the outbox; when a server is back on the same address they are
+// still shows the app, signed in, with the conversation list it kept and
+// the messages written meanwhile waiting in the outbox; when a server is back on the same address they are
 // sent by themselves and stored once. A new release (a changed file) is
 // installed at the next visit, the old release's cache is deleted, and the
 // next offline reload shows the new release's files.
@@ -108,8 +108,9 @@ func TestBrowserOfflineShell(t *testing.T) {
 	ben.waitJS("two pending rows", `document.querySelectorAll("[data-test=msg-out][data-state=pending]").length === 2`)
 	// A reload with no server: the service worker answers with the shell.
 	ben.do(chromedp.Navigate(p.http + "/c/c-team"))
-	ben.waitJS("the app offline, signed in, with its outbox", `document.querySelectorAll("[data-test=msg-out][data-state=pending]").length === 2 &&
-		!!document.querySelector("[data-test=composer]") && document.querySelector("[data-test=conn]").dataset.state !== "online"`)
+	ben.waitJS("the app offline, signed in, with its outbox and the kept list", `document.querySelectorAll("[data-test=msg-out][data-state=pending]").length === 2 &&
+		!!document.querySelector("[data-test=composer]") && document.querySelector("[data-test=conn]").dataset.state !== "online" &&
+		!!document.querySelector("[data-test=conv][data-conv=c-team]")`)
 	if !devEval[bool](ben, `!!navigator.serviceWorker.controller`) {
 		t.Errorf("the offline page is not controlled by the service worker")
 	}

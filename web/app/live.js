@@ -12,6 +12,9 @@
 //     after 5 minutes without input or while the page is hidden, online on
 //     the next input;
 //   - desktop notifications while the page is open (views/notify.js);
+//   - the conversation list is kept in IndexedDB (parley-convs-USER, as
+//     last read from the server), so a start without the server shows it;
+//     signing out deletes it;
 //   - Web Push: once notifications are allowed, the browser subscribes
 //     (the server's VAPID key) and registers the subscription with the
 //     server; a server without push (404) is skipped quietly. A click on a
@@ -59,9 +62,39 @@ export function showFor(until, now) {
  * @returns {function(): void}
  */
 export function start(ctx) {
-  const parts = [typing(ctx), presence(ctx), idle(ctx), push(ctx), notifyArrivals(ctx.client, (conv) => ctx.navigate("/c/" + encodeURIComponent(conv)))];
+  const parts = [kept(ctx), typing(ctx), presence(ctx), idle(ctx), push(ctx), notifyArrivals(ctx.client, (conv) => ctx.navigate("/c/" + encodeURIComponent(conv)))];
   return () => {
     for (const stop of parts) stop();
+  };
+}
+
+/** kept keeps the conversation list in IndexedDB and shows it until the server's is read. */
+function kept(ctx) {
+  const { client } = ctx;
+  const name = "parley-convs-" + client.user;
+  let timer = 0;
+  const db = new Promise((resolve, reject) => {
+    const r = indexedDB.open(name, 1);
+    r.onupgradeneeded = () => r.result.createObjectStore("kv");
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+  });
+  const store = (d, mode) => d.transaction("kv", mode).objectStore("kv");
+  db.then((d) => {
+    const r = store(d, "readonly").get("convs");
+    r.onsuccess = () => Array.isArray(r.result) && client.seed(r.result);
+  }).catch(() => {});
+  const save = () => db.then((d) => store(d, "readwrite").put(client.conversations(), "convs")).catch(() => {});
+  const off = client.on("convs", () => {
+    if (!client.conversationsLoaded()) return;
+    clearTimeout(timer);
+    timer = setTimeout(save, 1000);
+  });
+  return () => {
+    off();
+    clearTimeout(timer);
+    db.then((d) => d.close()).catch(() => {});
+    indexedDB.deleteDatabase(name);
   };
 }
 

@@ -250,6 +250,13 @@ export class Client {
     this.emit("convs");
   }
 
+  /** seed shows a kept list (an offline start) until the server's is read; announces "convs". */
+  seed(list) {
+    if (this.convsLoaded) return;
+    for (const c of list) if (!this.convMap.has(c.conv)) this.convMap.set(c.conv, c);
+    this.emit("convs");
+  }
+
   /** scheduleRefresh refreshes the list soon, once for a burst of causes. */
   scheduleRefresh() {
     if (this.refreshTimer) return;
