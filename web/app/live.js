@@ -150,10 +150,13 @@ function typing(ctx) {
       draw();
     }),
     client.on("arrived", (c, ev) => {
-      const users = typers.get(c.conv);
-      if (ev.kind === "message" && users && users.delete(ev.sender)) draw();
+      if (ev.kind === "message" && typers.get(c.conv)?.delete(ev.sender)) draw();
     }),
-    client.on("timeline", draw),
+    client.on("timeline", (conv, change) => {
+      // Messages read by a sync (after a gap) clear their senders too.
+      for (const ev of (change.kind === "append" && change.events) || []) if (ev.kind === "message") typers.get(conv)?.delete(ev.sender);
+      draw();
+    }),
   ];
   return () => {
     document.removeEventListener("input", onInput, true);
