@@ -75,7 +75,10 @@ type Deps struct {
 	// Web serves the browser app (web.Site): GET /assets/ and the shell
 	// for navigation requests (nil: no app; those paths answer 404).
 	Web http.Handler
-	Now func() time.Time
+	// Demo names the accounts --demo created (nil: none); GET /api/server
+	// tells the sign-in page.
+	Demo *DemoAccounts
+	Now  func() time.Time
 
 	// Login protections, built in (no configuration turns them off).
 	// Hashes caps concurrent password hashes (nil: a gate of
@@ -122,6 +125,7 @@ func NewHandler(d Deps) http.Handler {
 	x := exportLinks{link: d.ExportLink, now: d.Now}
 
 	// Sessions and the socket.
+	rt.route("GET /api/server", public(""), handleServer(d.Demo))
 	rt.route("POST /api/login", public(ratelimit.BucketLogin), handleLogin(s))
 	rt.route("POST /api/logout", public(""), handleLogout(s))
 	rt.route("GET /api/me", user(ratelimit.BucketRead), handleMe(c))

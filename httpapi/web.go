@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/parleychat/parley"
@@ -40,14 +41,14 @@ var fileExtensions = []string{
 	".woff", ".woff2", ".ttf", ".otf", ".wasm", ".pdf", ".zip", ".gz",
 }
 
-// isNavigation reports a browser navigation to a page of the app: GET or
-// HEAD, Accept with text/html (only documents ask for it), not a server
-// path, and a last segment without a file extension.
+// isNavigation reports a navigation to a page of the app: GET or HEAD,
+// an Accept that admits HTML (a browser's document request, or curl's
+// */*), not a server path, and a last segment without a file extension.
 func isNavigation(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+	if !acceptsHTML(r.Header.Values("Accept")) {
 		return false
 	}
 	p := r.URL.Path
@@ -55,6 +56,25 @@ func isNavigation(r *http.Request) bool {
 		return false
 	}
 	return !slices.Contains(fileExtensions, strings.ToLower(path.Ext(p)))
+}
+
+// acceptsHTML reports whether an Accept header admits text/html: a range
+// text/html, text/* or */* whose weight is not zero. No header at all is
+// no client that asked for a page (an API client that forgot it gets the
+// 404 it would get for any unknown path).
+func acceptsHTML(accept []string) bool {
+	for _, line := range accept {
+		for _, rng := range strings.Split(line, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(rng))
+			if err != nil || (mt != "text/html" && mt != "text/*" && mt != "*/*") {
+				continue
+			}
+			if q, err := strconv.ParseFloat(params["q"], 64); params["q"] == "" || (err == nil && q > 0) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // browserSafety guards the state-changing routes of a server whose session

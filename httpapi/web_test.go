@@ -77,6 +77,13 @@ func TestHosting(t *testing.T) {
 	}{
 		{"root", "GET", "/", acceptHTML, 200, shell},
 		{"root HEAD", "HEAD", "/", acceptHTML, 200, shell},
+		{"root for curl", "GET", "/", "*/*", 200, shell},
+		{"root for text/*", "GET", "/", "text/*", 200, shell},
+		{"root, HTML refused by weight", "GET", "/", "text/html;q=0, application/json", 404, problem},
+		{"root, anything refused by weight", "GET", "/", "*/*;q=0", 404, problem},
+		{"root, a malformed range beside */*", "GET", "/", "text/;;, */*", 200, shell},
+		{"unknown API path for curl", "GET", "/api/nope", "*/*", 404, problem},
+		{"exports path for curl", "GET", "/exports/", "*/*", 404, problem},
 		{"sign-in", "GET", "/signin", acceptHTML, 200, shell},
 		{"conversation", "GET", "/c/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", acceptHTML, 200, shell},
 		{"unknown navigation path", "GET", "/no/such/page", acceptHTML, 200, shell},
@@ -98,7 +105,8 @@ func TestHosting(t *testing.T) {
 		{"path with an extension", "GET", "/favicon.ico", acceptHTML, 404, problem},
 		{"file at a deeper path", "GET", "/c/app.JS", acceptHTML, 404, problem},
 		{"manifest", "GET", "/manifest.webmanifest", acceptHTML, 404, problem},
-		{"path with an extension, no HTML", "GET", "/robots.txt", "*/*", 404, problem},
+		{"path with an extension, for curl", "GET", "/robots.txt", "*/*", 404, problem},
+		{"JSON only", "GET", "/c/x", "application/json, text/plain", 404, problem},
 		{"not a navigation", "GET", "/c/x", "application/json", 404, problem},
 		{"no Accept", "GET", "/c/x", "", 404, problem},
 		{"metrics elsewhere", "GET", "/metrics", acceptHTML, 404, problem},
@@ -530,5 +538,48 @@ func TestHSTS(t *testing.T) {
 				t.Errorf("secure %v, GET %s (%d): Strict-Transport-Security %q, want %q", secure, path, rec.Code, got, want)
 			}
 		}
+	}
+}
+
+// TestAssetRanges: an asset honours ranges and preconditions as any file
+// does, and its error answers are problems, not Go's text.
+func TestAssetRanges(t *testing.T) {
+	site := embeddedSite(t)
+	srv, _ := webServer(t, site)
+	appJS, _ := site.Path("app.js")
+	for _, tc := range []struct {
+		name, header, value string
+		status              int
+		problem             bool
+	}{
+		{"a range inside", "Range", "bytes=0-9", 206, false},
+		{"a range past the end", "Range", "bytes=99999999-", 416, true},
+		{"a range that is no range", "Range", "bytes=abc", 200, false},
+		{"If-Match another hash", "If-Match", `"000000000000"`, 412, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", srv.URL+appJS, nil)
+			req.Header.Set(tc.header, tc.value)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
+			}
+			isProblem := resp.Header.Get("Content-Type") == "application/problem+json"
+			if isProblem != tc.problem {
+				t.Fatalf("Content-Type %q: %s", resp.Header.Get("Content-Type"), body)
+			}
+			var p wire.Problem
+			if tc.problem && (json.Unmarshal(body, &p) != nil || p.Status != tc.status || p.Code != parley.CodeInvalidArgument) {
+				t.Errorf("problem %s", body)
+			}
+			if tc.status == 416 && resp.Header.Get("Content-Range") == "" {
+				t.Error("416 without Content-Range")
+			}
+		})
 	}
 }

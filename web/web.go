@@ -457,7 +457,9 @@ func (s *Site) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 	h.Set("Cache-Control", AssetCacheControl)
 	h.Set("ETag", a.etag)
 	h.Set("X-Content-Type-Options", "nosniff")
-	http.ServeContent(w, r, a.name, time.Time{}, bytes.NewReader(a.body))
+	// The bytes are in memory, so only a client's error can fail here (an
+	// unsatisfiable range, a failed precondition): problems, as everywhere.
+	wire.ServeContent(w, r, time.Time{}, bytes.NewReader(a.body), parley.RequestIDFromContext(r.Context()))
 }
 
 // ServeShell writes the shell: never cached (it names the current

@@ -238,6 +238,11 @@ func TestBrowserShell(t *testing.T) {
 	if !strings.HasPrefix(eval[string](t, dev, `location.href`), p.http) {
 		t.Errorf("left the server")
 	}
+	// A --demo server's sign-in page says whom to sign in as.
+	act(t, dev, chromedp.Navigate(p.http+"/signin"), chromedp.WaitVisible(`[data-test=demo-hint]`))
+	if hint := eval[string](t, dev, `document.querySelector("[data-test=demo-hint]").textContent`); hint != "Demo server: sign in as ana, ben or cy with the password parley-demo." {
+		t.Errorf("demo hint %q", hint)
+	}
 	// The page's same-origin fetches carry the HttpOnly session cookie.
 	signInCookie(t, dev, "ana", "parley-demo", "browser")
 	if me := eval[string](t, dev, `fetch("/api/me").then(r => r.json()).then(m => m.user.id + "/" + m.user.role + "/" + m.device)`); me != "ana/admin/browser" {

@@ -32,6 +32,7 @@ type exportFlags struct {
 	passwordStdin bool
 	poll          time.Duration
 	retries       int
+	quiet         bool
 }
 
 // exportState is what `parley export` keeps next to the output file
@@ -71,6 +72,7 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 	fs.BoolVar(&f.passwordStdin, "password-stdin", false, "read the password from the first line of stdin (else PARLEY_PASSWORD)")
 	fs.DurationVar(&f.poll, "poll", 500*time.Millisecond, "how often the job's progress is read")
 	fs.IntVar(&f.retries, "retries", 8, "download attempts before giving up (each resumes where the last stopped)")
+	fs.BoolVar(&f.quiet, "quiet", false, "show no progress (errors and the final line still print)")
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
@@ -100,7 +102,7 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 		return usagef("export: no password (--password-stdin or PARLEY_PASSWORD)")
 	}
 
-	e := &exporter{base: base, f: f, http: &http.Client{}, stderr: stderr}
+	e := &exporter{base: base, f: f, http: &http.Client{}, meter: newMeter(stderr, f.quiet)}
 	// Log in before the state file is touched: a refused login leaves
 	// nothing behind, and an earlier run's state (a download to resume)
 	// survives a mistyped password.
@@ -166,12 +168,12 @@ func statusError(status int, err error) error {
 }
 
 type exporter struct {
-	base   *url.URL
-	f      exportFlags
-	http   *http.Client
-	token  string
-	state  exportState
-	stderr io.Writer
+	base  *url.URL
+	f     exportFlags
+	http  *http.Client
+	token string
+	state exportState
+	meter *meter // progress on stderr
 }
 
 func (e *exporter) statePath() string { return e.f.out + ".parley-export" }
@@ -288,13 +290,14 @@ func (e *exporter) follow(ctx context.Context, job exportJob) (exportJob, error)
 	for {
 		switch job.State {
 		case "done":
-			e.bar("export", int64(job.Progress.Done), int64(job.Progress.Total), true)
+			e.meter.show("export", int64(job.Progress.Done), int64(job.Progress.Total), "shards")
+			e.meter.end()
 			return job, nil
 		case "failed", "revoked", "expired":
-			e.endBar()
+			e.meter.end()
 			return job, &terminalError{fmt.Errorf("export %s %s: %s", job.JobID, job.State, job.Error)}
 		}
-		e.bar("export", int64(job.Progress.Done), int64(job.Progress.Total), false)
+		e.meter.show("export", int64(job.Progress.Done), int64(job.Progress.Total), "shards")
 		select {
 		case <-ctx.Done():
 			return job, ctx.Err()
@@ -344,7 +347,7 @@ func (e *exporter) download(ctx context.Context, job exportJob) error {
 			return ctx.Err()
 		}
 	}
-	e.endBar()
+	e.meter.end()
 	if isTerminal(last) {
 		return fmt.Errorf("download failed after %d attempts: %w", e.f.retries, last)
 	}
@@ -424,7 +427,7 @@ func (e *exporter) fetch(ctx context.Context, job exportJob, etag string) (done 
 // verify checks the sha256 of the finished download and moves it into
 // place; a mismatch removes the partial file so the next run starts over.
 func (e *exporter) verify(job exportJob) error {
-	e.endBar()
+	e.meter.end()
 	f, err := os.Open(e.partPath())
 	if err != nil {
 		return err
@@ -460,27 +463,7 @@ func (p *progress) Write(b []byte) (int, error) {
 	p.n += int64(len(b))
 	if now := time.Now(); now.Sub(p.drawn) > 100*time.Millisecond || p.n >= p.total {
 		p.drawn = now
-		p.e.bar("download", p.n, p.total, false)
+		p.e.meter.show("download", p.n, p.total, "bytes")
 	}
 	return len(b), nil
 }
-
-// bar draws a one-line progress bar on stderr.
-func (e *exporter) bar(what string, done, total int64, end bool) {
-	const width = 30
-	pct := 0
-	if total > 0 {
-		pct = int(done * 100 / total)
-	}
-	fill := pct * width / 100
-	unit := "shards"
-	if what == "download" {
-		unit = "bytes"
-	}
-	fmt.Fprintf(e.stderr, "\r%-8s [%s%s] %3d%% %d/%d %s", what, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pct, done, total, unit)
-	if end {
-		fmt.Fprintln(e.stderr)
-	}
-}
-
-func (e *exporter) endBar() { fmt.Fprintln(e.stderr) }

@@ -332,8 +332,8 @@ func TestExportDownloadResume(t *testing.T) {
 		c.cut.Store(1)
 		out := filepath.Join(dir, "cy.jsonl.gz")
 		stdout, stderr := runCLI(t, "pw-cy-export\n", "export", "--server", front, "--login", "cy", "--scope", "conv:g1", "--out", out, "--password-stdin")
-		if !strings.Contains(stderr, "export") || !strings.Contains(stderr, "100%") {
-			t.Errorf("no progress bar on stderr: %q", stderr)
+		if !strings.Contains(stderr, "export: ") || !strings.Contains(stderr, "(100%)") || strings.Contains(stderr, "\r") {
+			t.Errorf("want progress as lines on a stderr that is no terminal: %q", stderr)
 		}
 		var job parley.ExportJob
 		if f := strings.Fields(stdout); len(f) < 6 {
@@ -356,7 +356,10 @@ func TestExportDownloadResume(t *testing.T) {
 		os.Remove(out)
 		c.cut.Store(1)
 		c.ignoreRange.Store(true)
-		stdout2, _ := runCLI(t, "pw-cy-export\n", "export", "--server", front, "--login", "cy", "--scope", "conv:g1", "--out", out, "--password-stdin")
+		stdout2, stderr2 := runCLI(t, "pw-cy-export\n", "export", "--server", front, "--login", "cy", "--scope", "conv:g1", "--out", out, "--password-stdin", "--quiet")
+		if stderr2 != "" {
+			t.Errorf("--quiet wrote %q", stderr2)
+		}
 		if fileSHA(t, out) != job.SHA256 {
 			t.Fatalf("after a 200 to a range request: wrong file (%s)", stdout2)
 		}

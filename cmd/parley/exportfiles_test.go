@@ -50,9 +50,27 @@ func TestExportFilesServe(t *testing.T) {
 	}
 	p := serveEnv(t, nil, "--db", b.db, "--data-dir", b.dir)
 	tok := loginHTTP(t, p.http, "ana", "password-ana")
-	link := exportLink(t, p.http, tok, "conv:g1")
+	zr := exportFiles(t, p.http, tok, "conv:g1")
+	if len(zr.File) != 2 || zr.File[0].Name != "files/"+f.ID+"/minutes.txt" || zr.File[1].Name != "manifest.json" {
+		t.Fatalf("archive holds %d files", len(zr.File))
+	}
+	r, err := zr.File[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("the file in the archive: %q (%v), want %q", b, err, data)
+	}
+}
+
+// exportFiles exports scope as the holder of tok and returns the export's
+// files archive, checked against the sha256 and size the job reports.
+func exportFiles(t *testing.T, base, tok, scope string) *zip.Reader {
+	t.Helper()
+	link := exportLink(t, base, tok, scope)
 	id := strings.TrimPrefix(link[:strings.Index(link, "?")], "/download/")
-	req, _ := http.NewRequest("GET", p.http+"/exports/"+id, nil)
+	req, _ := http.NewRequest("GET", base+"/exports/"+id, nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -69,7 +87,7 @@ func TestExportFilesServe(t *testing.T) {
 	if err != nil || j.FilesURL != j.URL+"&part=files" || j.FilesSHA256 == "" || j.FilesBytes == 0 {
 		t.Fatalf("job %+v (%v): want a files archive", j, err)
 	}
-	resp, err = http.Get(p.http + j.FilesURL)
+	resp, err = http.Get(base + j.FilesURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,15 +98,8 @@ func TestExportFilesServe(t *testing.T) {
 		t.Fatalf("files download: %d, %d bytes (%v)", resp.StatusCode, len(archive), err)
 	}
 	zr, err := zip.NewReader(bytes.NewReader(archive), int64(len(archive)))
-	if err != nil || len(zr.File) != 2 || zr.File[0].Name != "files/"+f.ID+"/minutes.txt" || zr.File[1].Name != "manifest.json" {
+	if err != nil {
 		t.Fatalf("archive: %v", err)
 	}
-	r, err := zr.File[0].Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
-		t.Errorf("the file in the archive: %q (%v), want %q", b, err, data)
-	}
+	return zr
 }

@@ -534,7 +534,17 @@ func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 		MetricsElsewhere: s.f.adminAddr != "",
 		Web:              site,
 		Uploads:          uploads,
+		Demo:             s.demoAccounts(),
 	}), nil
+}
+
+// demoAccounts names the --demo accounts for the sign-in page; nil
+// without --demo.
+func (s *server) demoAccounts() *httpapi.DemoAccounts {
+	if !s.f.demo {
+		return nil
+	}
+	return &httpapi.DemoAccounts{Users: []string{"ana", "ben", "cy"}, Password: demoPassword}
 }
 
 // exportLink signs a download link of job for user, valid until exp; ""

@@ -260,4 +260,28 @@ func TestUploadToS3(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(dir, "files", "uploads")); len(entries) != 0 {
 		t.Fatalf("staging keeps %d files after the finish", len(entries))
 	}
+
+	// Sent, the file goes into an export's archive, read from the bucket.
+	msg, _ := json.Marshal(map[string]any{"body": "the bucket's file", "attachments": []string{id}})
+	req, _ := http.NewRequest("POST", p.http+"/api/convs/g1/messages", bytes.NewReader(msg))
+	req.Header.Set("Authorization", "Bearer "+ana)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "s3-export-1")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("send with the file: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	zr := exportFiles(t, p.http, ana, "conv:g1")
+	if len(zr.File) != 2 || zr.File[0].Name != "files/"+id+"/to-s3.txt" {
+		t.Fatalf("archive holds %d files", len(zr.File))
+	}
+	r, err := zr.File[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("the archive holds %d bytes of the file (%v), want the %d uploaded", len(b), err, len(data))
+	}
 }

@@ -25,6 +25,7 @@ function conv(id) {
 /** url has one function per server path the page uses. */
 export const url = Object.freeze({
   me: () => "/api/me",
+  server: () => "/api/server",
   login: () => "/api/login",
   logout: () => "/api/logout",
   /** socket is the WebSocket of this page's origin (the cookie authenticates it). */

@@ -3,7 +3,8 @@
 // kept in localStorage, so every sign-in from it is the same device and
 // install; and that the reason the last session ended (STALE_INSTALL,
 // UNAUTHENTICATED) is shown in the form, under its button, where a failed
-// sign-in says why.
+// sign-in says why. On a server started with --demo, the form names the
+// demo accounts and their password (GET /api/server).
 
 import { newID } from "../id.js";
 import { url } from "../urls.js";
@@ -59,9 +60,28 @@ export function renderSignin(ctx) {
     },
   },
   h("h1", { id: "signin-title" }, "Parley"),
+  demoHint(ctx),
   h("label", null, "Login", login),
   h("label", null, "Password", password),
   button,
   status);
   return form;
+}
+
+/**
+ * demoHint returns a paragraph that names the demo accounts once the
+ * server says it has them; it stays empty (and hidden) otherwise.
+ * @param {{api: Function, h: Function}} ctx
+ * @returns {HTMLElement}
+ */
+function demoHint(ctx) {
+  const p = ctx.h("p", { class: "hint", hidden: true, "data-test": "demo-hint" });
+  ctx.api("GET", url.server()).then((s) => {
+    const demo = s && s.demo;
+    if (!demo || !Array.isArray(demo.users) || demo.users.length === 0) return;
+    const names = demo.users.slice(0, -1).join(", ") + (demo.users.length > 1 ? " or " : "") + demo.users[demo.users.length - 1];
+    p.textContent = "Demo server: sign in as " + names + " with the password " + demo.password + ".";
+    p.hidden = false;
+  }, () => {}); // an older server or an outage: no hint, the form works as ever
+  return p;
 }
