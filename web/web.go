@@ -443,7 +443,7 @@ func (s *Site) serveWorker(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", s.swTag)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", ContentSecurityPolicy)
-	http.ServeContent(w, r, "sw.js", time.Time{}, bytes.NewReader(s.sw))
+	wire.ServeContent(w, r, time.Time{}, bytes.NewReader(s.sw), parley.RequestIDFromContext(r.Context()))
 }
 
 func (s *Site) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
