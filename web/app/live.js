@@ -85,11 +85,25 @@ function kept(ctx) {
     r.onsuccess = () => Array.isArray(r.result) && client.seed(r.result);
   }).catch(() => {});
   const save = () => db.then((d) => store(d, "readwrite").put(client.conversations(), "convs")).catch(() => {});
-  const off = client.on("convs", () => {
+  // At once, then at most once a second: the page may go away any time.
+  let again = false;
+  const onConvs = () => {
     if (!client.conversationsLoaded()) return;
-    clearTimeout(timer);
-    timer = setTimeout(save, 1000);
-  });
+    if (timer) {
+      again = true;
+      return;
+    }
+    save();
+    timer = setTimeout(() => {
+      timer = 0;
+      if (again) {
+        again = false;
+        onConvs();
+      }
+    }, 1000);
+  };
+  const off = client.on("convs", onConvs);
+  onConvs();
   return () => {
     off();
     clearTimeout(timer);
