@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	browserpb "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
@@ -106,4 +107,68 @@ func TestBrowserLiveScreens(t *testing.T) {
 	ana.do(chromedp.Evaluate[chromedp.Void](`Object.defineProperty(document, "visibilityState", {configurable: true, get: () => "visible"}); document.dispatchEvent(new Event("visibilitychange"))`),
 		chromedp.SendKeys(`[data-test=composer]`, "!"))
 	ana.waitJS("online reported", sentJS(`f.t === "presence" && f.state === "online"`)+` === 1`)
+}
+
+// pushStub, installed before the app's scripts run, stands in for the
+// browser's push service (headless Chromium reaches none): subscribe
+// records the key it was given and answers a subscription whose toJSON is
+// what a browser would send.
+const pushStub = `(() => {
+  window.__subscribed = [];
+  PushManager.prototype.getSubscription = async function () { return null; };
+  PushManager.prototype.subscribe = async function (opts) {
+    const key = btoa(String.fromCharCode(...new Uint8Array(opts.applicationServerKey))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    window.__subscribed.push({visible: opts.userVisibleOnly, key});
+    return {options: opts, toJSON: () => ({endpoint: "https://push.example.net/send/abc", expirationTime: null,
+      keys: {p256dh: "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM", auth: "tBHItJI5svbpez7KI4CCXg"}})};
+  };
+})();`
+
+// TestBrowserPushSubscribe: once notifications are allowed the page
+// subscribes with the server's VAPID key (userVisibleOnly) and registers
+// the subscription, once; the members screen sets the conversation's
+// notification level. Runs against a server with Web Push (skipped while
+// GET /api/push/key is 404).
+func TestBrowserPushSubscribe(t *testing.T) {
+	dir := t.TempDir()
+	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	ana := login(t, p.http, "ana")
+	var key struct{ Key string }
+	if st := callAPI(t, p.http, ana, "GET", "/api/push/key", nil, &key); st == 404 {
+		t.Skip("the server has no Web Push (GET /api/push/key is 404)")
+	} else if st != 200 || key.Key == "" {
+		t.Fatalf("GET /api/push/key: %d %q", st, key.Key)
+	}
+	browser := newBrowser(t)
+	dev := newDev(t, browser, "ana")
+	if _, err := chromedp.Call(dev.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: pushStub + socketTap}); err != nil {
+		t.Fatal(err)
+	}
+	dev.signIn(p.http, "ana")
+	if n := devEval[int](dev, `window.__subscribed.length`); n != 0 {
+		t.Fatalf("subscribed %d times before notifications were allowed", n)
+	}
+	if _, err := chromedp.CallBrowser(dev.ctx, browserpb.SetPermission, browserpb.SetPermissionParams{
+		Permission: &browserpb.PermissionDescriptor{Name: "notifications"}, Setting: browserpb.PermissionSettingGranted,
+		Origin: p.http, BrowserContextID: chromedp.FromContext(dev.ctx).BrowserContextID,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dev.waitJS("the subscription", `window.__subscribed.length === 1`)
+	if got := devEval[string](dev, `JSON.stringify(window.__subscribed[0])`); got != `{"visible":true,"key":"`+key.Key+`"}` {
+		t.Errorf("subscribed with %s, want userVisibleOnly and the key %s", got, key.Key)
+	}
+	p.waitLog(`route="POST /api/push/subscriptions" status=201`, browserTimeout)
+
+	// The level: all by default, mentions once chosen.
+	dev.do(chromedp.Navigate(p.http + "/c/c-team/members"))
+	dev.waitJS("the level", `document.querySelector("[data-test=notify-level]")?.value === "all"`)
+	dev.do(chromedp.SetValue(`[data-test=notify-level]`, "mentions"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("[data-test=notify-level]").dispatchEvent(new Event("change"))`))
+	dev.waitJS("the level saved", `document.querySelector("[data-test=status]").textContent.includes("mentioned")`)
+	var levels struct{ Settings []struct{ Conv, Level string } }
+	callAPI(t, p.http, ana, "GET", "/api/push/settings", nil, &levels)
+	if len(levels.Settings) != 1 || levels.Settings[0].Conv != "c-team" || levels.Settings[0].Level != "mentions" {
+		t.Errorf("levels %+v, want c-team: mentions", levels.Settings)
+	}
 }
