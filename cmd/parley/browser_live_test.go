@@ -166,7 +166,9 @@ func TestBrowserPushSubscribe(t *testing.T) {
 	dev.do(chromedp.SetValue(`[data-test=notify-level]`, "mentions"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("[data-test=notify-level]").dispatchEvent(new Event("change"))`))
 	dev.waitJS("the level saved", `document.querySelector("[data-test=status]").textContent.includes("mentioned")`)
-	var levels struct{ Settings []struct{ Conv, Level string } }
+	var levels struct {
+		Settings []struct{ Conv, Level string }
+	}
 	callAPI(t, p.http, ana, "GET", "/api/push/settings", nil, &levels)
 	if len(levels.Settings) != 1 || levels.Settings[0].Conv != "c-team" || levels.Settings[0].Level != "mentions" {
 		t.Errorf("levels %+v, want c-team: mentions", levels.Settings)
