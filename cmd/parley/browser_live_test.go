@@ -115,11 +115,13 @@ func TestBrowserLiveScreens(t *testing.T) {
 // what a browser would send.
 const pushStub = `(() => {
   window.__subscribed = [];
-  PushManager.prototype.getSubscription = async function () { return null; };
+  window.__unsubscribed = 0;
+  PushManager.prototype.getSubscription = async function () { return window.__sub || null; };
   PushManager.prototype.subscribe = async function (opts) {
     const key = btoa(String.fromCharCode(...new Uint8Array(opts.applicationServerKey))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
     window.__subscribed.push({visible: opts.userVisibleOnly, key});
-    return {options: opts, toJSON: () => ({endpoint: "https://push.example.net/send/abc", expirationTime: null,
+    return window.__sub = {options: opts, unsubscribe: async () => { window.__sub = null; window.__unsubscribed++; return true; },
+      toJSON: () => ({endpoint: "https://push.example.net/send/abc", expirationTime: null,
       keys: {p256dh: "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM", auth: "tBHItJI5svbpez7KI4CCXg"}})};
   };
 })();`
@@ -127,7 +129,7 @@ const pushStub = `(() => {
 // TestBrowserPushSubscribe: once notifications are allowed the page
 // subscribes with the server's VAPID key (userVisibleOnly) and registers
 // the subscription, once; the members screen sets the conversation's
-// notification level. Runs against a server with Web Push (skipped while
+// notification level; signing out unsubscribes the browser. Runs against a server with Web Push (skipped while
 // GET /api/push/key is 404).
 func TestBrowserPushSubscribe(t *testing.T) {
 	dir := t.TempDir()
@@ -173,4 +175,8 @@ func TestBrowserPushSubscribe(t *testing.T) {
 	if len(levels.Settings) != 1 || levels.Settings[0].Conv != "c-team" || levels.Settings[0].Level != "mentions" {
 		t.Errorf("levels %+v, want c-team: mentions", levels.Settings)
 	}
+	// Signing out ends the browser's subscription.
+	dev.waitJS("the subscription of this page", `!!window.__sub`)
+	dev.do(chromedp.Click(`[data-test=signout]`))
+	dev.waitJS("unsubscribed", `window.__unsubscribed === 1 && !window.__sub`)
 }

@@ -17,8 +17,9 @@
 //     signing out deletes it;
 //   - Web Push: once notifications are allowed, the browser subscribes
 //     (the server's VAPID key) and registers the subscription with the
-//     server; a server without push (404) is skipped quietly. A click on a
-//     notification (the service worker) opens its conversation here.
+//     server; a server without push (404) is skipped quietly; signing out
+//     unsubscribes it. A click on a notification (the service worker)
+//     opens its conversation here.
 
 import { api } from "./api.js";
 import { url } from "./urls.js";
@@ -293,7 +294,11 @@ function push(ctx) {
   }
   return () => {
     stopped = true;
-    if (sw) sw.removeEventListener("message", onMessage);
+    if (!sw) return;
+    sw.removeEventListener("message", onMessage);
+    // Signed out: this browser's subscription ends with the session (the
+    // push service then answers the server 404/410, which drops it).
+    sw.getRegistration().then((r) => r && r.pushManager && r.pushManager.getSubscription()).then((s) => s && s.unsubscribe()).catch(() => {});
   };
 }
 
