@@ -77,7 +77,10 @@ function kept(ctx) {
   const db = new Promise((resolve, reject) => {
     const r = indexedDB.open(name, 1);
     r.onupgradeneeded = () => r.result.createObjectStore("kv");
-    r.onsuccess = () => resolve(r.result);
+    r.onsuccess = () => {
+      r.result.onversionchange = () => r.result.close(); // another tab signed out: let it delete
+      resolve(r.result);
+    };
     r.onerror = () => reject(r.error);
   });
   const store = (d, mode) => d.transaction("kv", mode).objectStore("kv");
