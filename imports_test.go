@@ -79,6 +79,10 @@ func TestLayers(t *testing.T) {
 		// The stores see a parley.Sealer, never the key file.
 		"upload":    {"gateway", "httpapi", "middleware", "web", "sqlite", "postgres", "blobdir", "s3", "cmd/parley"},
 		"secretkey": {"sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "export", "cmd/parley"},
+		// A benchmark's tool: nothing of the product depends on it.
+		"cpucap": {"app", "gateway", "httpapi", "sqlite", "postgres", "loadtest", "cmd/parley"},
+		// Web Push sees the store through webpush.Targets, never which one.
+		"webpush": {"sqlite", "postgres", "app", "gateway", "httpapi", "middleware", "web", "cmd/parley"},
 	}
 	for dir, banned := range forbidden {
 		imports := importsOf(t, dir)

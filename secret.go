@@ -6,12 +6,13 @@ import (
 	"fmt"
 )
 
-// Secrets at rest (docs/security.md#secrets-at-rest). A store keeps two
+// Secrets at rest (docs/security.md#secrets-at-rest). A store keeps three
 // kinds of secret it must be able to read back: webhook secrets (the HMAC
-// check needs them) and the export link signing key. With Options.Secrets
-// set, both are kept sealed (AEAD) under the server's secret key, so a copy
-// of the database — a backup, a stolen disk, a read-only SQL account — does
-// not hand out the means to post as a bot or to forge download links.
+// check needs them), the export link signing key and the Web Push (VAPID)
+// private key. With Options.Secrets set, all are kept sealed (AEAD) under
+// the server's secret key, so a copy of the database — a backup, a stolen
+// disk, a read-only SQL account — does not hand out the means to post as a
+// bot, to forge download links or to push as the server.
 //
 // Contract of a store opened with Options.Secrets (both stores, held by
 // storetest):

@@ -398,6 +398,9 @@ type Store interface {
 	// (below).
 	Admin
 
+	// Push holds the Web Push key, subscriptions and levels (push.go).
+	Push
+
 	// Close releases the store's connections.
 	Close() error
 

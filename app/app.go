@@ -81,6 +81,12 @@ type Store interface {
 	DeleteFile(ctx context.Context, id string, q parley.StaleFiles) (bool, error)
 	FilesExist(ctx context.Context, ids []string) (map[string]bool, error)
 	ReadyFiles(ctx context.Context, after string, limit int) ([]parley.File, error)
+
+	PushKey(ctx context.Context) ([]byte, error)
+	SavePushSubscription(ctx context.Context, p parley.Principal, s parley.NewPushSubscription) (parley.PushSubscription, bool, error)
+	DeletePushSubscription(ctx context.Context, p parley.Principal, id string) error
+	PushSettings(ctx context.Context, p parley.Principal) ([]parley.PushSetting, error)
+	SetPushLevel(ctx context.Context, p parley.Principal, conv string, level parley.PushLevel) (parley.PushSetting, error)
 }
 
 // Metrics is what the application layer counts; *metrics.Metrics
@@ -131,11 +137,16 @@ type Options struct {
 	// asked for and missing; it must not block (the thumbnail jobs
 	// enqueue it). Nil: nothing is called.
 	OnFileReady func(parley.File)
-	Metrics     Metrics
-	Log         *slog.Logger
+	// OnSent is called after each send that committed a new message (not a
+	// replay), with its conversation and seq: the push worker queues it. It
+	// must not block. Nil: nothing is called.
+	OnSent  func(conv string, seq int64)
+	Metrics Metrics
+	Log     *slog.Logger
 }
 
-// Service runs Parley's use cases. It holds no state of its own: many
+// Service runs Parley's use cases. It holds no state of its own (the
+// VAPID key it reads once aside): many
 // requests may call one Service at once.
 type Service struct {
 	store     Store
@@ -145,6 +156,8 @@ type Service struct {
 	config    func() *config.Config
 	blobs     parley.BlobStore
 	fileReady func(parley.File)
+	onSent    func(conv string, seq int64)
+	vapid     pushKey
 	metrics   Metrics
 	log       *slog.Logger
 }
@@ -152,12 +165,15 @@ type Service struct {
 // New returns a Service over o.Store.
 func New(o Options) *Service {
 	s := &Service{store: o.Store, publish: o.Publish, revoke: o.Revoke, kick: o.KickExports, config: o.Config, blobs: o.Blobs,
-		fileReady: o.OnFileReady, metrics: o.Metrics, log: o.Log}
+		fileReady: o.OnFileReady, onSent: o.OnSent, metrics: o.Metrics, log: o.Log}
 	if s.publish == nil {
 		s.publish = func(parley.Notice) {}
 	}
 	if s.revoke == nil {
 		s.revoke = noRevoker{}
+	}
+	if s.onSent == nil {
+		s.onSent = func(string, int64) {}
 	}
 	if s.kick == nil {
 		s.kick = func() {}

@@ -13,7 +13,8 @@ import (
 // api.after_send_commit fault point may fail the request (the message is
 // stored: the client's retry under the same key is a replay), and the
 // outcome is counted under transport. A replay publishes again: a
-// gateway ignores a seq it has pushed.
+// gateway ignores a seq it has pushed. A new message is also handed to
+// Options.OnSent (the push worker), which does not hold the send.
 func (s *Service) Send(ctx context.Context, transport string, p parley.Principal, req parley.SendRequest) (parley.Sent, error) {
 	req.AllMax = s.config().MentionAllMax()
 	sent, err := s.store.Send(ctx, p, req)
@@ -22,6 +23,9 @@ func (s *Service) Send(ctx context.Context, transport string, p parley.Principal
 	}
 	if err == nil {
 		s.publish(parley.SentNotice(p, req, sent))
+		if !sent.Dup {
+			s.onSent(sent.Conv, sent.Seq)
+		}
 		err = fault.Hit(fault.APIAfterSendCommit)
 	}
 	s.countSend(transport, sent, err)

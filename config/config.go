@@ -29,6 +29,8 @@
 //	directory             showing users to strangers    missing: all; unknown: shared
 //	max_file_size         refusing files, or huge ones  malformed or < 1: 100 MiB
 //	file_quota            refusing files, or a full disk malformed or < 1: 10 GiB
+//	push.allow_endpoints  pushes reaching internal hosts a bad entry is dropped (not allowed)
+//	push.subject          a push service's contact      not mailto: or https: — the default
 //
 // So Parse fails only when the file is not a YAML mapping (a syntax error,
 // duplicate keys, an empty file, a list at the top): a reloading server then
@@ -139,6 +141,9 @@ type Config struct {
 
 	maxFileSize, fileQuota int64 // bytes, > 0
 
+	pushAllow   []string // URL prefixes of push endpoints exempt from the address checks
+	pushSubject string   // the VAPID sub claim; "" for the server's default
+
 	warnings int // how many values Parse resolved to their safe side
 }
 
@@ -222,6 +227,7 @@ func DefaultRateLimits() map[string]Limit {
 		"files":      {Limit: 1200, Window: time.Minute}, // a conversation's images and thumbnails at once
 		"upload":     {Limit: 600, Window: time.Minute},  // tus requests: a create, then HEADs and PATCHes of chunks
 		"admin":      {Limit: 600, Window: time.Minute},
+		"push":       {Limit: 60, Window: time.Minute}, // subscribing and notification levels: a person's clicks
 	}
 }
 
@@ -373,6 +379,16 @@ func (c *Config) MaxFileSize() int64 { return c.maxFileSize }
 // take together (> 0).
 func (c *Config) FileQuota() int64 { return c.fileQuota }
 
+// PushAllowEndpoints returns the URL prefixes (push.allow_endpoints) of
+// push endpoints that skip the address checks: https is not required and
+// internal addresses may be reached (an operator's own push relay, a test
+// receiver on 127.0.0.1). The slice is the caller's.
+func (c *Config) PushAllowEndpoints() []string { return slices.Clone(c.pushAllow) }
+
+// PushSubject is the contact the server's push requests name (VAPID sub:
+// a mailto: or https: URI); "" means the server's default.
+func (c *Config) PushSubject() string { return c.pushSubject }
+
 // Effective returns the configuration in force as plain JSON-able values
 // (maps, slices, strings, numbers, booleans, nil), every key of the file
 // schema with its resolved value, for the admin API. Durations are Go
@@ -442,6 +458,7 @@ func (c *Config) Effective() map[string]any {
 		"directory":       c.directory,
 		"max_file_size":   c.maxFileSize,
 		"file_quota":      c.fileQuota,
+		"push":            map[string]any{"allow_endpoints": append([]string{}, c.pushAllow...), "subject": c.pushSubject},
 	}
 }
 

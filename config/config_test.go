@@ -88,6 +88,8 @@ func allMax(c *config.Config) any         { return c.MentionAllMax() }
 func directory(c *config.Config) any      { return c.Directory() }
 func maxFileSize(c *config.Config) any    { return c.MaxFileSize() }
 func fileQuota(c *config.Config) any      { return c.FileQuota() }
+func pushAllow(c *config.Config) any      { return c.PushAllowEndpoints() }
+func pushSubject(c *config.Config) any    { return c.PushSubject() }
 
 // failSafeRows are the resolution rules of the file schema, one per row:
 // parsing yaml gives want from get, and a warning naming the key path warn
@@ -310,6 +312,19 @@ var failSafeRows = []struct {
 	{"file_quota missing is 10 GiB", `{}`, fileQuota, int64(10 << 30), ""},
 	{"file_quota set", `file_quota: 1GiB`, fileQuota, int64(1 << 30), ""},
 	{"file_quota malformed is the default", `file_quota: [1]`, fileQuota, int64(10 << 30), "file_quota"},
+	// push
+	{"push.allow_endpoints missing is none", `{}`, pushAllow, []string(nil), ""},
+	{"push.allow_endpoints prefixes", `push: {allow_endpoints: ["http://127.0.0.1:", "https://relay.internal/"]}`, pushAllow, []string{"http://127.0.0.1:", "https://relay.internal/"}, ""},
+	{"push.allow_endpoints no host is dropped", `push: {allow_endpoints: ["https://", "http://127.0.0.1:"]}`, pushAllow, []string{"http://127.0.0.1:"}, "push.allow_endpoints[0]"},
+	{"push.allow_endpoints port only is dropped", `push: {allow_endpoints: ["http://:80"]}`, pushAllow, []string(nil), "push.allow_endpoints[0]"},
+	{"push.allow_endpoints other scheme is dropped", `push: {allow_endpoints: ["ftp://x", 127.0.0.1]}`, pushAllow, []string(nil), "push.allow_endpoints[1]"},
+	{"push.allow_endpoints space is dropped", `push: {allow_endpoints: ["https://a b/"]}`, pushAllow, []string(nil), "push.allow_endpoints[0]"},
+	{"push.allow_endpoints not a list is none", `push: {allow_endpoints: "http://127.0.0.1:"}`, pushAllow, []string(nil), "push.allow_endpoints"},
+	{"push not a mapping is none", `push: [1]`, pushAllow, []string(nil), "push"},
+	{"push.subject mailto", `push: {subject: "mailto:ops@example.com"}`, pushSubject, "mailto:ops@example.com", ""},
+	{"push.subject https", `push: {subject: "https://chat.example.com/contact"}`, pushSubject, "https://chat.example.com/contact", ""},
+	{"push.subject other is the default", `push: {subject: "ops@example.com"}`, pushSubject, "", "push.subject"},
+	{"push unknown key", `push: {allow: ["http://127.0.0.1:"]}`, pushAllow, []string(nil), "push.allow"},
 	{"unknown timeouts key", "timeouts: {db: 1s}", storeTimeout, 10 * time.Second, "timeouts.db"},
 	{"unknown feature key", "access: {exports: {mod: CLOSED}}", mode("exports"), config.ModeOpen, "access.exports.mod"},
 }
@@ -429,6 +444,8 @@ func TestExampleFile(t *testing.T) {
 		{"directory", c.Directory(), "all"},
 		{"max_file_size", c.MaxFileSize(), int64(100 << 20)},
 		{"file_quota", c.FileQuota(), int64(10 << 30)},
+		{"push.allow_endpoints", c.PushAllowEndpoints(), []string{"https://push-relay.internal.example/"}},
+		{"push.subject", c.PushSubject(), "mailto:ops@example.com"},
 	} {
 		if !reflect.DeepEqual(tc.got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
@@ -456,8 +473,9 @@ func TestDefault(t *testing.T) {
 	}
 	const wantJSON = `{"access":{"exports":{"mode":"OPEN"},"webhooks":{"mode":"OPEN"}},"directory":"all","edit_window":"0s",` +
 		`"export":{"backoff":"1s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":3,"signing_key":"","signing_keys":{}},"file_quota":10737418240,"max_file_size":104857600,"mention_all_max":50,"metrics":{"allow":[]},"permissions":{"admin":["admin"]},` +
+		`"push":{"allow_endpoints":[],"subject":""},` +
 		`"rate_limit_store":{"redis":""},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":30,"window":"1m0s"},"push":{"limit":60,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":600,"window":"1m0s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{},` +
 		`"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},"timezone":"UTC","trusted_proxies":[]}`
 	if got != wantJSON {
@@ -496,9 +514,9 @@ directory: friends
 	eff := c.Effective()
 	got := jsonOf(t, eff)
 	want := `{"access":{"exports":{"mode":"TEST_WINDOW","window":{"valid":false}},"webhooks":{"mode":"CLOSED"}},"directory":"shared","edit_window":"10m0s",` +
-		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"file_quota":10737418240,"max_file_size":104857600,"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},` +
+		`"export":{"backoff":"2s","keep":"168h0m0s","max_active":2,"max_kept":10,"retries":0,"signing_key":"","signing_keys":{}},"file_quota":10737418240,"max_file_size":104857600,"mention_all_max":0,"metrics":{"allow":[]},"permissions":{"admin":["admin","user"],"audit":[]},"push":{"allow_endpoints":[],"subject":""},` +
 		`"rate_limit_store":{"redis":"redis://default:xxxxx@cache:6379/2?password=xxxxx"},` +
-		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
+		`"rate_limits":{"admin":{"limit":600,"window":"1m0s"},"convs":{"limit":60,"window":"1m0s"},"dms":{"limit":60,"window":"1m0s"},"download":{"limit":60,"window":"1m0s"},"edit":{"limit":120,"window":"1m0s"},"exports":{"limit":10,"window":"1h0m0s"},"files":{"limit":1200,"window":"1m0s"},"hooks":{"limit":120,"window":"1m0s"},"login":{"limit":0,"window":"0s"},"push":{"limit":60,"window":"1m0s"},"react":{"limit":300,"window":"1m0s"},"read":{"limit":3000,"window":"1m0s"},"search":{"limit":120,"window":"1m0s"},"send":{"limit":5,"window":"10s"},"upload":{"limit":600,"window":"1m0s"},"users":{"limit":120,"window":"1m0s"},"ws_connect":{"limit":60,"window":"1m0s"}},` +
 		`"switches":{"a":true,"b":false},"timeouts":{"identity":"2s","redis":"200ms","store":"10s"},` +
 		`"timezone":null,"trusted_proxies":["10.0.0.0/8"]}`
 	if got != want {

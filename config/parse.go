@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -358,6 +359,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 			p.chat(c, kv)
 		case "max_file_size", "file_quota":
 			p.files(c, kv)
+		case "push":
+			p.push(c, kv)
 		default:
 			p.warn(kv.path, kv.k, "unknown key: ignored")
 		}
@@ -1096,4 +1099,81 @@ func ParseSize(s string) (int64, bool) {
 		return 0, false
 	}
 	return n << sh, true
+}
+
+// push reads push.allow_endpoints (URL prefixes; a bad entry is dropped:
+// an endpoint it would have allowed stays checked) and push.subject.
+func (p *parser) push(c *Config, kv pair) {
+	fields, ok := p.mapping(kv, "no endpoint is exempt from the address checks")
+	if !ok {
+		return
+	}
+	for _, f := range fields {
+		switch {
+		case f.key == "subject":
+			v, ok := text(f.v)
+			v = strings.TrimSpace(v)
+			if !ok || !validSubject(v) {
+				p.warn(f.path, f.v, "%s is not a mailto: or https: URI: the server's default applies", show(f.v))
+				continue
+			}
+			c.pushSubject = v
+		case f.key != "allow_endpoints":
+			p.warn(f.path, f.k, "unknown key: ignored")
+		case isNull(f.v):
+		case f.v.Kind != yaml.SequenceNode:
+			p.warn(f.path, f.v, "%s is not a list: no endpoint is exempt", show(f.v))
+		default:
+			for i, e := range p.items(f.v) {
+				path := fmt.Sprintf("%s[%d]", f.path, i)
+				s, ok := text(e)
+				if why := endpointPrefix(s); !ok || why != "" {
+					p.warn(path, e, "%s %s: dropped", show(e), cmp.Or(why, "is not a URL prefix"))
+					continue
+				}
+				c.pushAllow = append(c.pushAllow, s)
+			}
+		}
+	}
+}
+
+// endpointPrefix says what is wrong with an allow_endpoints entry ("" when
+// nothing): it must be http:// or https:// followed by at least a host's
+// first character, printable ASCII without spaces, so no entry exempts
+// every endpoint.
+func endpointPrefix(s string) string {
+	rest, ok := strings.CutPrefix(s, "https://")
+	if !ok {
+		rest, ok = strings.CutPrefix(s, "http://")
+	}
+	switch {
+	case !ok:
+		return "does not start with http:// or https://"
+	case rest == "" || strings.HasPrefix(rest, "/") || strings.HasPrefix(rest, ":"):
+		return "names no host (it would exempt every endpoint)"
+	}
+	for _, r := range s {
+		if r <= 0x20 || r >= 0x7f {
+			return "holds a space or a character that is not printable ASCII"
+		}
+	}
+	return ""
+}
+
+// validSubject reports whether s may be a VAPID sub claim.
+func validSubject(s string) bool {
+	if len(s) > 256 {
+		return false
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "mailto":
+		return u.Opaque != ""
+	case "https":
+		return u.Host != ""
+	}
+	return false
 }

@@ -2,7 +2,7 @@
 // the account (display name, password change, signed-in devices),
 // conversations and members, direct conversations and the user directory,
 // messages and replies, sync and threads, search, read, ack, recall, edits,
-// reactions and versions, the
+// reactions and versions, Web Push subscriptions and levels, the
 // operations API under /api/admin/, incoming webhooks, metrics, health and
 // readiness, and the WebSocket gateway at /ws. Every route runs behind the
 // middleware chain (identify → rate limit → authorize → API metrics →
@@ -152,6 +152,7 @@ func NewHandler(d Deps) http.Handler {
 
 	rt.routeDerived(c)
 	rt.routeUploads(d.Uploads)
+	rt.routePush(c)
 
 	// Operations (admin permission rule).
 	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))

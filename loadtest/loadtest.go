@@ -83,6 +83,11 @@ type Config struct {
 	ServeArgs []string
 	ServeEnv  []string
 	Faults    string
+	// GatewayCPU > 0 confines each spawned gateway to that many CPU
+	// cores, in a control group of its own (package cpucap; needs root),
+	// so the gateways, not what shares the machine with them, bound the
+	// run.
+	GatewayCPU float64
 	// KillEvery: how often one spawned gateway is killed (SIGKILL) and
 	// restarted on its address (0: never; needs Spawn).
 	KillEvery time.Duration

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/parleychat/parley/cpucap"
 )
 
 // gateway is one `parley serve` process the run started itself. A kill
@@ -23,6 +25,7 @@ type gateway struct {
 	args []string // after "serve"; --addr is added
 	env  []string
 	logf string
+	cap  *cpucap.Group // the gateway's CPU quota (nil: none)
 
 	mu   sync.Mutex
 	addr string // host:port, fixed after the first start
@@ -55,6 +58,15 @@ func (g *gateway) start(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start gateway %d: %w", g.n, err)
+	}
+	if g.cap != nil {
+		// Moved in before it accepts: every request it serves runs capped.
+		if err := g.cap.Add(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			logFile.Close()
+			return fmt.Errorf("gateway %d: %w", g.n, err)
+		}
 	}
 	done := make(chan struct{})
 	listening := make(chan string, 1)
@@ -118,20 +130,36 @@ func (g *gateway) kill() {
 	<-done
 }
 
-// stop asks the process to drain (SIGTERM), then kills it after d.
+// stop asks the process to drain (SIGTERM), kills it after d, and
+// removes its CPU cap: a stopped gateway is not started again.
 func (g *gateway) stop(d time.Duration) {
 	g.mu.Lock()
 	cmd, done := g.cmd, g.done
 	g.mu.Unlock()
-	if cmd == nil {
-		return
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(d):
+			g.kill()
+		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(d):
-		g.kill()
+	if g.cap != nil {
+		g.cap.Remove()
 	}
+}
+
+// throttled is the share of the gateway's CPU periods in which it used up
+// its quota and waited (0 without a cap).
+func (g *gateway) throttled() float64 {
+	if g.cap == nil {
+		return 0
+	}
+	periods, throttled, err := g.cap.Throttled()
+	if err != nil || periods == 0 {
+		return 0
+	}
+	return float64(throttled) / float64(periods)
 }
 
 // spawn starts n gateways on the store dsn, first creating the admin user
@@ -185,9 +213,16 @@ func spawn(ctx context.Context, cfg Config, dir string) ([]*gateway, error) {
 			args: append(slices.Clone(base), cfg.ServeArgs...),
 			logf: filepath.Join(dir, fmt.Sprintf("gateway-%d.log", i)),
 		}
-		if err := g.start(ctx); err != nil {
-			for _, g := range gws {
-				g.kill()
+		err := error(nil)
+		if cfg.GatewayCPU > 0 {
+			g.cap, err = cpucap.New(fmt.Sprintf("parley-bench-%d-gw%d", os.Getpid(), i), cfg.GatewayCPU)
+		}
+		if err == nil {
+			err = g.start(ctx)
+		}
+		if err != nil {
+			for _, g := range append(gws, g) {
+				g.stop(0)
 			}
 			return nil, err
 		}

@@ -18,6 +18,8 @@ type Report struct {
 	Started           time.Time      `json:"started"`
 	Servers           []string       `json:"servers"`
 	Gateways          int            `json:"gateways_spawned"`
+	GatewayCPU        float64        `json:"gateway_cpu_cores,omitempty"` // each spawned gateway's cap
+	GatewayThrottled  []float64      `json:"gateway_throttled,omitempty"` // per gateway: share of CPU periods it waited at its cap
 	Faults            string         `json:"faults,omitempty"`
 	Users             int            `json:"users"`
 	Devices           int            `json:"devices"`
@@ -122,6 +124,12 @@ func (r *runner) report(t Truth, vs []Violation, load time.Duration) *Report {
 		ReadErrors: s.readErrs, Kills: s.kills, Pass: len(vs) == 0, ViolationCount: len(vs),
 		samples: map[string][]float64{"send → sent": s.send, "reconnect → caught up": s.catch},
 	}
+	if r.cfg.GatewayCPU > 0 {
+		rep.GatewayCPU = r.cfg.GatewayCPU
+		for _, g := range r.gws {
+			rep.GatewayThrottled = append(rep.GatewayThrottled, round(g.throttled()))
+		}
+	}
 	if r.cfg.Rate <= 0 {
 		rep.Mode = "closed"
 	}
@@ -209,6 +217,9 @@ func (rep *Report) Text(w io.Writer) {
 		rep.Reconnects, rep.MembershipChanges, rep.Recalls, rep.Reads, rep.ReadErrors, rep.Kills)
 	for _, s := range rep.Server {
 		p("server         %s: %.1f CPU s (%.2f cores), max RSS %.0f MiB", s.URL, s.CPUSeconds, s.CPUCores, s.RSSMaxMiB)
+	}
+	if rep.GatewayCPU > 0 {
+		p("gateway cap    %.2f cores each; periods throttled: %v", rep.GatewayCPU, rep.GatewayThrottled)
 	}
 	var oc []string
 	for _, k := range slices.Sorted(maps.Keys(rep.Outcomes)) {

@@ -36,6 +36,7 @@ var StoreOps = []string{
 	"CreateUser",
 	"DeleteFile",
 	"DeleteHook",
+	"DeletePushSubscription",
 	"Directory",
 	"Edit",
 	"ExpireExports",
@@ -67,6 +68,9 @@ var StoreOps = []string{
 	"OpenPeriods",
 	"Ping",
 	"Purge",
+	"PushKey",
+	"PushSettings",
+	"PushTargets",
 	"React",
 	"Read",
 	"ReadyFiles",
@@ -75,15 +79,18 @@ var StoreOps = []string{
 	"RecordExportFiles",
 	"RecordShard",
 	"RemoveMember",
+	"RemovePushSubscription",
 	"RevokeDevice",
 	"RevokeExport",
 	"Rollback",
+	"SavePushSubscription",
 	"Search",
 	"SearchPending",
 	"Send",
 	"Sessions",
 	"SetDisplayName",
 	"SetPassword",
+	"SetPushLevel",
 	"SetRetention",
 	"SetUserDisabled",
 	"StaleFiles",
@@ -201,6 +208,11 @@ func (s *store) DeleteFile(ctx context.Context, a1 string, a2 parley.StaleFiles)
 func (s *store) DeleteHook(ctx context.Context, a1 string) (err error) {
 	defer s.observe("DeleteHook", time.Now(), &err)
 	return s.Store.DeleteHook(ctx, a1)
+}
+
+func (s *store) DeletePushSubscription(ctx context.Context, a1 parley.Principal, a2 string) (err error) {
+	defer s.observe("DeletePushSubscription", time.Now(), &err)
+	return s.Store.DeletePushSubscription(ctx, a1, a2)
 }
 
 func (s *store) Directory(ctx context.Context, a1 parley.Principal, a2 parley.DirectoryQuery) (_ parley.AdminPage[parley.DirectoryEntry], err error) {
@@ -358,6 +370,21 @@ func (s *store) Purge(ctx context.Context, a1 string) (_ parley.PurgeResult, err
 	return s.Store.Purge(ctx, a1)
 }
 
+func (s *store) PushKey(ctx context.Context) (_ []byte, err error) {
+	defer s.observe("PushKey", time.Now(), &err)
+	return s.Store.PushKey(ctx)
+}
+
+func (s *store) PushSettings(ctx context.Context, a1 parley.Principal) (_ []parley.PushSetting, err error) {
+	defer s.observe("PushSettings", time.Now(), &err)
+	return s.Store.PushSettings(ctx, a1)
+}
+
+func (s *store) PushTargets(ctx context.Context, a1 string, a2 int64) (_ []parley.PushSubscription, err error) {
+	defer s.observe("PushTargets", time.Now(), &err)
+	return s.Store.PushTargets(ctx, a1, a2)
+}
+
 func (s *store) React(ctx context.Context, a1 parley.Principal, a2 parley.ReactRequest) (_ parley.Reacted, err error) {
 	defer s.observe("React", time.Now(), &err)
 	return s.Store.React(ctx, a1, a2)
@@ -398,6 +425,11 @@ func (s *store) RemoveMember(ctx context.Context, a1 parley.Principal, a2 string
 	return s.Store.RemoveMember(ctx, a1, a2, a3)
 }
 
+func (s *store) RemovePushSubscription(ctx context.Context, a1 string, a2 string) (_ bool, err error) {
+	defer s.observe("RemovePushSubscription", time.Now(), &err)
+	return s.Store.RemovePushSubscription(ctx, a1, a2)
+}
+
 func (s *store) RevokeDevice(ctx context.Context, a1 parley.Principal, a2 string) (err error) {
 	defer s.observe("RevokeDevice", time.Now(), &err)
 	return s.Store.RevokeDevice(ctx, a1, a2)
@@ -411,6 +443,11 @@ func (s *store) RevokeExport(ctx context.Context, a1 string) (_ parley.ExportJob
 func (s *store) Rollback(ctx context.Context, a1 string, a2 int64) (_ parley.RollbackResult, err error) {
 	defer s.observe("Rollback", time.Now(), &err)
 	return s.Store.Rollback(ctx, a1, a2)
+}
+
+func (s *store) SavePushSubscription(ctx context.Context, a1 parley.Principal, a2 parley.NewPushSubscription) (_ parley.PushSubscription, _ bool, err error) {
+	defer s.observe("SavePushSubscription", time.Now(), &err)
+	return s.Store.SavePushSubscription(ctx, a1, a2)
 }
 
 func (s *store) Search(ctx context.Context, a1 parley.Principal, a2 parley.SearchRequest) (_ parley.SearchPage, err error) {
@@ -441,6 +478,11 @@ func (s *store) SetDisplayName(ctx context.Context, a1 string, a2 string) (_ par
 func (s *store) SetPassword(ctx context.Context, a1 string, a2 string) (err error) {
 	defer s.observe("SetPassword", time.Now(), &err)
 	return s.Store.SetPassword(ctx, a1, a2)
+}
+
+func (s *store) SetPushLevel(ctx context.Context, a1 parley.Principal, a2 string, a3 parley.PushLevel) (_ parley.PushSetting, err error) {
+	defer s.observe("SetPushLevel", time.Now(), &err)
+	return s.Store.SetPushLevel(ctx, a1, a2, a3)
 }
 
 func (s *store) SetRetention(ctx context.Context, a1 string, a2 parley.Retention) (err error) {

@@ -15,3 +15,10 @@ const (
 	NameThumbsRunning = "parley_thumbnails_running"   // thumbnails being made
 	NameThumbs        = "parley_thumbnail_jobs_total" // jobs by outcome
 )
+
+// Metric names of the Web Push worker (package webpush), read from its
+// counts at scrape time.
+const (
+	NamePushQueued = "parley_push_queued"              // sent messages waiting for their push delay
+	NamePushes     = "parley_push_notifications_total" // notifications by outcome
+)

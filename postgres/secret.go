@@ -15,7 +15,7 @@ import (
 const secretLock int64 = 0x7061726c65792e73
 
 // secretTable is a table whose secret column a store seals
-// (parley.Sealer): hooks keep text, export_signing_keys bytes.
+// (parley.Sealer): hooks keep text, export_signing_keys and push_keys bytes.
 type secretTable struct {
 	name  string
 	label func(id string) string
@@ -25,6 +25,7 @@ type secretTable struct {
 var secretTables = []secretTable{
 	{name: "hooks", label: parley.HookSecretLabel, text: true},
 	{name: "export_signing_keys", label: parley.ExportKeyLabel},
+	{name: "push_keys", label: parley.PushKeyLabel},
 }
 
 // sealSecrets checks the key against the database's check value and seals

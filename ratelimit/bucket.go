@@ -23,7 +23,8 @@ const (
 	BucketSearch    = "search"   // GET /api/search, and search frames
 	BucketFiles     = "files"    // GET /api/files/{id} and its thumbnail
 	BucketUpload    = "upload"   // the tus requests under /api/uploads/
+	BucketPush      = "push"     // push subscriptions and levels (changes)
 )
 
 // Buckets lists every bucket a route uses, for checking a configuration.
-var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers, BucketSearch, BucketFiles, BucketUpload}
+var Buckets = []string{BucketLogin, BucketRead, BucketConvs, BucketSend, BucketAdmin, BucketHooks, BucketWSConnect, BucketExports, BucketDownload, BucketEdit, BucketReact, BucketDMs, BucketUsers, BucketSearch, BucketFiles, BucketUpload, BucketPush}

@@ -199,6 +199,14 @@ var behaviours = []behaviour{
 	{name: "secrets_sealed_at_open", run: testSecretsSealedAtOpen},
 	{name: "secrets_rotation", opts: sealedOpts, run: testSecretsRotation},
 
+	// Web Push (push.go).
+	{name: "push_key", run: testPushKey},
+	{name: "push_key_sealed", opts: sealedOpts, run: testPushKeySealed},
+	{name: "push_subscription_save", run: testPushSubscriptionSave},
+	{name: "push_subscription_delete", run: testPushSubscriptionDelete},
+	{name: "push_settings", run: testPushSettings},
+	{name: "push_targets", run: testPushTargets},
+
 	// Admin listings and the retention claim (admin.go).
 	{name: "admin_listings", run: testAdminListings},
 	{name: "retention_claim_rounds", run: testRetentionClaimRounds},

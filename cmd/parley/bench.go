@@ -83,6 +83,7 @@ func (f *benchFlags) flagSet() *flag.FlagSet {
 	fs.IntVar(&cfg.Spawn, "spawn", 0, "start N \"parley serve\" processes on --db instead of --server")
 	fs.StringVar(&cfg.DB, "db", "", "store of the spawned gateways (sqlite:FILE or postgres://...)")
 	fs.StringVar(&cfg.Faults, "faults", "", "PARLEY_FAULTS of the spawned gateways (lab: a deliberately broken server)")
+	fs.Float64Var(&cfg.GatewayCPU, "gateway-cpu", 0, "CPU cores each spawned gateway may use, in a control group of its own (e.g. 0.25; needs root; 0: no cap)")
 	fs.Var(&f.serveArgs, "serve-arg", "extra argument of the spawned gateways (repeatable)")
 	fs.Var(&f.serveEnv, "serve-env", "extra K=V environment of the spawned gateways (repeatable)")
 	fs.StringVar(&f.report, "report", "", "write the JSON report to FILE")
@@ -120,6 +121,8 @@ func (f *benchFlags) check(fs *flag.FlagSet) error {
 		return usagef("bench: --spawn needs --db")
 	case cfg.Spawn == 0 && len(cfg.Servers) == 0:
 		return usagef("bench: --server URL[,URL...] or --spawn N --db DSN is required")
+	case cfg.GatewayCPU < 0 || (cfg.GatewayCPU > 0 && cfg.Spawn == 0):
+		return usagef("bench: --gateway-cpu needs gateways the run started itself (--spawn) and is not negative")
 	case cfg.KillEvery > 0 && cfg.Spawn == 0:
 		return usagef("bench: --kill-every needs gateways the run started itself (--spawn)")
 	case cfg.Users < 2 || cfg.DevicesPerUser < 1:

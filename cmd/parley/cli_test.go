@@ -75,6 +75,7 @@ func TestCommands(t *testing.T) {
 		{"serve", "--send-budget", "100"},
 		{"serve", "--user-sockets", "0"},
 		{"serve", "--heap-floor", "-1"},
+		{"serve", "--push-delay", "-1s"},
 		{"serve", "--token-idle", "1m"},
 		{"serve", "--stale-install-grace", "0s"},
 		{"serve", "--token-max", "24h"}, // under --token-idle's 720h

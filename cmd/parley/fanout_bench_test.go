@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/cpucap"
 	"github.com/parleychat/parley/postgres/pgtest"
 )
 
@@ -163,28 +164,54 @@ func BenchmarkFanoutGateways(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("PARLEY_BENCH_SENDS")); err == nil && v > 0 {
 		sends = v
 	}
+	// PARLEY_BENCH_GATEWAY_CPU caps each gateway at that many cores (a
+	// control group each; root), so that the gateways, not PostgreSQL,
+	// NATS or the readers they share the machine with, bound a round.
+	cpu, _ := strconv.ParseFloat(os.Getenv("PARLEY_BENCH_GATEWAY_CPU"), 64)
 	bk := backend{name: "postgres", db: pgtest.Libpq(pgtest.DSN(b)), dir: b.TempDir()}
 	bk, tokens := fanoutSetup(b, bk, 1000)
 	for b.Loop() {
 		for k, n := range []int{1, gateways, gateways, 1} {
-			res := fanoutRound(b, bk, tokens, sends, window, k, fanoutServers{n: n, args: []string{"--bus", nats}})
+			res := fanoutRound(b, bk, tokens, sends, window, k, fanoutServers{n: n, args: []string{"--bus", nats}, cpu: cpu})
 			name := fmt.Sprintf("gw%d-%d-", n, k+1)
 			b.ReportMetric(res.deliveries, name+"deliveries/s")
 			b.ReportMetric(res.p50, name+"p50-ms")
 			b.ReportMetric(res.p99, name+"p99-ms")
 			b.ReportMetric(res.cpu, name+"server-cpu-µs/delivery")
 			b.ReportMetric(res.perWrite, name+"deliveries/write")
+			if cpu > 0 {
+				b.ReportMetric(res.throttled, name+"throttled-share")
+			}
 		}
 	}
 }
 
-type fanoutResult struct{ deliveries, p50, p99, cpu, perWrite float64 }
+type fanoutResult struct{ deliveries, p50, p99, cpu, perWrite, throttled float64 }
 
 // fanoutServers is how a round's servers run: n gateways on the one store,
-// each with args.
+// each with args, and each capped at cpu cores when cpu > 0.
 type fanoutServers struct {
 	n    int
 	args []string
+	cpu  float64
+}
+
+// capCPU moves p into a control group of its own allowed cores CPUs; the
+// group goes when the test ends (after p was killed).
+func capCPU(tb testing.TB, p *proc, cores float64) *cpucap.Group {
+	tb.Helper()
+	g, err := cpucap.New(fmt.Sprintf("parley-bench-%d-%d", os.Getpid(), p.cmd.Process.Pid), cores)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		p.kill()
+		g.Remove()
+	})
+	if err := g.Add(p.cmd.Process.Pid); err != nil {
+		tb.Fatal(err)
+	}
+	return g
 }
 
 // fanoutRound starts the servers, connects and subscribes the members
@@ -193,6 +220,7 @@ type fanoutServers struct {
 func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv fanoutServers) fanoutResult {
 	members := len(tokens)
 	var ps []*proc
+	var caps []*cpucap.Group
 	for i := range sv.n {
 		dir := bk.dir
 		if i > 0 {
@@ -201,6 +229,9 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 		p := serveEnv(b, nil, append([]string{"--db", bk.db, "--data-dir", dir}, sv.args...)...)
 		defer p.kill()
 		ps = append(ps, p)
+		if sv.cpu > 0 {
+			caps = append(caps, capCPU(b, p, sv.cpu))
+		}
 	}
 	p := ps[0]
 
@@ -286,6 +317,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 	}
 
 	cpu0, writes0 := sumOver(b, ps, procCPU), sumOver(b, ps, procWrites)
+	periods0, throttled0 := throttleSum(b, caps)
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		select {
@@ -312,6 +344,7 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 	elapsed := time.Since(start)
 	cpu := sumOver(b, ps, procCPU) - cpu0
 	writes := sumOver(b, ps, procWrites) - writes0
+	periods1, throttled1 := throttleSum(b, caps)
 	if m := bad.Load(); m != nil {
 		b.Fatal(*m)
 	}
@@ -326,19 +359,45 @@ func fanoutRound(b *testing.B, bk backend, tokens []string, n, window, k int, sv
 		p99:        ms(percentile(all, 99)),
 		cpu:        float64(cpu) / float64(time.Microsecond) / float64(members*n),
 		perWrite:   float64(members*n) / float64(max(writes, 1)),
+		throttled:  float64(throttled1-throttled0) / float64(max(periods1-periods0, 1)),
 	}
 }
 
+// throttleSum adds up the CPU periods of the groups and those in which a
+// group waited at its cap.
+func throttleSum(tb testing.TB, caps []*cpucap.Group) (periods, throttled int64) {
+	tb.Helper()
+	for _, g := range caps {
+		p, t, err := g.Throttled()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		periods, throttled = periods+p, throttled+t
+	}
+	return periods, throttled
+}
+
 // rawDial opens a socket with token, for a reader that handles raw frames.
+// A 503 (a gateway too busy to identify the token in time, as a capped
+// one connecting a thousand sockets is) is retried, as a client would.
 func rawDial(url, token string) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
-	if err != nil {
-		return nil, err
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		if err == nil {
+			ws.SetReadLimit(1 << 20)
+			return ws, nil
+		}
+		if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
 	}
-	ws.SetReadLimit(1 << 20)
-	return ws, nil
 }
 
 // rawSub subscribes ws and reads the reply (nothing else can come first).

@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/cpucap"
 	"github.com/parleychat/parley/loadtest"
 	"github.com/parleychat/parley/postgres/pgtest"
 )
@@ -95,6 +97,11 @@ func TestBenchLoad(t *testing.T) {
 		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "parley.db") }, []string{"--spawn", "1"}},
 		{"postgres", func(t *testing.T) string { return pgtest.Libpq(pgtest.DSN(t)) }, []string{"--spawn", "2", "--kill-every", strconv.Itoa(int(dur.Seconds()/2)) + "s"}},
 	}
+	if cpucapOK() {
+		// The SQLite run's gateway runs under a cap of a whole core: the
+		// cap is in place for the run and reported, without binding.
+		tests[0].extra = append(tests[0].extra, "--gateway-cpu", "1")
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			db := tt.store(t)
@@ -114,6 +121,9 @@ func TestBenchLoad(t *testing.T) {
 			}
 			if !rep.Pass || rep.Devices != users*devices || rep.Committed == 0 || rep.Reconnects == 0 || rep.MembershipChanges == 0 {
 				t.Fatalf("report: pass %v, %d devices, %d committed, %d reconnects, %d membership changes", rep.Pass, rep.Devices, rep.Committed, rep.Reconnects, rep.MembershipChanges)
+			}
+			if slices.Contains(tt.extra, "--gateway-cpu") && (rep.GatewayCPU != 1 || len(rep.GatewayThrottled) != 1) {
+				t.Fatalf("report: gateway cap %g, throttled %v; want 1 core, one gateway", rep.GatewayCPU, rep.GatewayThrottled)
 			}
 			if tt.name == "postgres" && rep.Kills == 0 {
 				t.Fatal("no gateway was killed")
@@ -213,6 +223,8 @@ func TestBenchUsage(t *testing.T) {
 		{"unknown flag", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--nope"}, nil},
 		{"hot without senders", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--hot"}, nil},
 		{"negative senders", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--senders", "-1"}, nil},
+		{"cpu cap without spawn", []string{"--admin", "a:b", "--server", "http://127.0.0.1:1", "--gateway-cpu", "0.5"}, nil},
+		{"negative cpu cap", []string{"--admin", "a:b", "--spawn", "1", "--db", "sqlite:x.db", "--gateway-cpu", "-1"}, nil},
 		{"senders on two gateways", []string{"--admin", "a:b", "--spawn", "2", "--db", "sqlite:x.db", "--senders", "2"}, nil},
 		{"bad env", []string{"--server", "http://127.0.0.1:1"}, map[string]string{"PARLEY_BENCH_ADMIN": "a:b", "PARLEY_BENCH_USERS": "many"}},
 	}
@@ -238,4 +250,14 @@ func TestBenchServerDown(t *testing.T) {
 	if err == nil || errors.As(err, &ue) || parley.ErrorCode(err) == parley.CodeInvalidArgument {
 		t.Fatalf("err = %v, want a run failure", err)
 	}
+}
+
+// cpucapOK reports whether this process may make control groups with a
+// CPU quota (root, with a cpu controller): the capped runs need it.
+func cpucapOK() bool {
+	g, err := cpucap.New(fmt.Sprintf("parley-probe-%d", os.Getpid()), 1)
+	if err != nil {
+		return false
+	}
+	return g.Remove() == nil
 }

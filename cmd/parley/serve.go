@@ -34,6 +34,7 @@ import (
 	"github.com/parleychat/parley/thumb"
 	"github.com/parleychat/parley/upload"
 	"github.com/parleychat/parley/web"
+	"github.com/parleychat/parley/webpush"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,6 +64,7 @@ type serveFlags struct {
 	tokens       tokenFlags
 	retention    retentionFlags
 	collect      collectFlags // the file collector (collect.go)
+	push         pushFlags    // the Web Push worker (push.go)
 	stdout       io.Writer    // where --demo says what it created
 	adminAddr    string       // --admin-addr: /metrics and /debug/pprof (observe.go)
 	bus          string       // --bus (bus.go)
@@ -140,6 +142,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	f.tokens.register(fs)
 	f.retention.register(fs)
 	f.collect.register(fs)
+	f.push.register(fs)
 	fs.StringVar(&f.bus, "bus", "", busHelp)
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "operators' listener for /metrics and /debug/pprof/ (port 0 picks a free port); when set, /metrics leaves the main listener; empty: /metrics on the main listener, no profiler")
 	fs.IntVar(&f.heapFloorMiB, "heap-floor", DefaultHeapFloorMiB, "MiB: while the live heap is smaller, the garbage collector waits for the heap to reach this size (fewer collections under load for at most this much memory; 0: the runtime's GOGC pacing alone)")
@@ -165,6 +168,9 @@ func (f *serveFlags) check(fs *flag.FlagSet) error {
 	}
 	if f.exportJobs < 0 {
 		return usagef("--export-workers %d: want 0 or more", f.exportJobs)
+	}
+	if f.push.delay < 0 || f.push.delay > time.Hour {
+		return usagef("--push-delay %s: want 0 to 1h", f.push.delay)
 	}
 	if f.drainWindow < 0 {
 		return usagef("--drain-window %s: want 0 or more", f.drainWindow)
@@ -235,6 +241,7 @@ type server struct {
 	blobs    parley.BlobStore // the files' bytes (nil: no file routes, no collector)
 	uploads  *upload.Handler
 	thumbs   *thumb.Jobs // nil without a blob store
+	pusher   *webpush.Worker
 
 	stopBackground func() // ends the goroutines of background, waits for them
 	background     sync.WaitGroup
@@ -512,9 +519,12 @@ func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 		Timeout: s.storeTimeout,
 	}
 	hub := s.hub
-	uc := app.New(app.Options{
+	var uc *app.Service
+	s.pusher = newPusher(s.f.push, s.store, func(ctx context.Context) (*webpush.Key, error) { return uc.VAPIDKey(ctx) },
+		s.cfg.Current, s.log, s.m)
+	uc = app.New(app.Options{
 		Store: s.store, Publish: hub.Publish, Revoke: hub, KickExports: s.worker.Kick, Metrics: s.m, Log: s.log,
-		Config: s.cfg.Current, Blobs: s.blobs, OnFileReady: s.thumbnail,
+		Config: s.cfg.Current, Blobs: s.blobs, OnFileReady: s.thumbnail, OnSent: s.pusher.Notify,
 	})
 	uploads, err := upload.New(upload.Options{
 		Service: uc, Dir: s.f.files.stagingDir(), IdleTimeout: s.f.bodyTimeout, StoreTimeout: s.storeTimeout, Log: s.log,
@@ -558,8 +568,8 @@ func (s *server) exportLink(job, user string, exp time.Time) string {
 
 // startBackground starts the goroutines the server owns: the gateway, the
 // configuration watcher, the token sweeper, the retention worker, the
-// export workers, the build of the search indexes not built yet and the
-// file collector. stopBackground (or close) ends them and waits for them.
+// export workers, the build of the search indexes not built yet, the
+// file collector and the Web Push worker. stopBackground (or close) ends them and waits for them.
 func (s *server) startBackground() {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopBackground = func() {
@@ -589,6 +599,7 @@ func (s *server) startBackground() {
 	s.background.Go(func() { buildPendingSearch(ctx, s.store, s.log) })
 	s.background.Go(func() { s.uploads.Run(ctx, uploadSweepEvery) })
 	s.background.Go(func() { s.f.collect.run(ctx, s.collector(), s.log) })
+	s.background.Go(func() { s.pusher.Run(ctx) })
 	if s.thumbs != nil {
 		s.background.Go(func() {
 			if err := s.thumbs.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
