@@ -129,16 +129,13 @@ const pushStub = `(() => {
 // TestBrowserPushSubscribe: once notifications are allowed the page
 // subscribes with the server's VAPID key (userVisibleOnly) and registers
 // the subscription, once; the members screen sets the conversation's
-// notification level; signing out unsubscribes the browser. Runs against a server with Web Push (skipped while
-// GET /api/push/key is 404).
+// notification level; signing out unsubscribes the browser.
 func TestBrowserPushSubscribe(t *testing.T) {
 	dir := t.TempDir()
 	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
 	ana := login(t, p.http, "ana")
 	var key struct{ Key string }
-	if st := callAPI(t, p.http, ana, "GET", "/api/push/key", nil, &key); st == 404 {
-		t.Skip("the server has no Web Push (GET /api/push/key is 404)")
-	} else if st != 200 || key.Key == "" {
+	if st := callAPI(t, p.http, ana, "GET", "/api/push/key", nil, &key); st != 200 || key.Key == "" {
 		t.Fatalf("GET /api/push/key: %d %q", st, key.Key)
 	}
 	browser := newBrowser(t)
