@@ -34,6 +34,9 @@ func TestBrowserTypingPresence(t *testing.T) {
 	ben.open("c-team")
 	ben.say("hi")
 	ana.waitOnce("hi")
+	// Writing "hi" sent a typing frame; the next one goes 3 s later (the
+	// page's and the server's throttle).
+	time.Sleep(3100 * time.Millisecond)
 
 	line := `document.querySelector("[data-test=conv-view] > [data-test=typing]")?.textContent`
 	ben.do(chromedp.SendKeys(`[data-test=composer]`, "typing a long"))
