@@ -154,21 +154,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.routeUploads(d.Uploads)
 	rt.routePush(c)
 
-	// Operations (admin permission rule).
-	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
-	rt.route("POST /api/admin/users", admin, handleAdminCreateUser(o, hashes))
-	rt.route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(o, d.Identifier, true))
-	rt.route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(o, d.Identifier, false))
-	rt.route("GET /api/admin/convs", admin, handleAdminConvs(o))
-	rt.route("GET /api/admin/convs/{id}", admin, handleAdminConv(o))
-	rt.route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(o))
-	rt.route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(o))
-	rt.route("POST /api/admin/convs/{id}/purge", admin, handleAdminPurge(o))
-	rt.route("POST /api/admin/hooks", admin, handleAdminCreateHook(o))
-	rt.route("GET /api/admin/hooks", admin, handleAdminHooks(o))
-	rt.route("DELETE /api/admin/hooks/{id}", admin, handleAdminDeleteHook(o))
-	rt.route("GET /api/admin/config", admin, handleAdminConfig(o))
-	rt.route("GET /api/admin/audit", admin, handleAdminAudit(o))
+	rt.routeAdmin(o, hashes, d.Identifier)
 
 	// Exports: the access mode gates creating jobs; a download link is its
 	// own credential (signed, short-lived, re-checked).
@@ -194,6 +180,24 @@ func NewHandler(d Deps) http.Handler {
 		return hsts(nosniff(rt.mux))
 	}
 	return nosniff(rt.mux)
+}
+
+// routeAdmin mounts the operations API (the admin permission rule).
+func (rt router) routeAdmin(o ops, hashes hashGate, ident *middleware.Identifier) {
+	rt.route("GET /api/admin/users", admin, handleAdminUsers(o))
+	rt.route("POST /api/admin/users", admin, handleAdminCreateUser(o, hashes))
+	rt.route("POST /api/admin/users/{id}/disable", admin, handleAdminSetDisabled(o, ident, true))
+	rt.route("POST /api/admin/users/{id}/enable", admin, handleAdminSetDisabled(o, ident, false))
+	rt.route("GET /api/admin/convs", admin, handleAdminConvs(o))
+	rt.route("GET /api/admin/convs/{id}", admin, handleAdminConv(o))
+	rt.route("POST /api/admin/convs/{id}/rollback", admin, handleAdminRollback(o))
+	rt.route("PUT /api/admin/convs/{id}/retention", admin, handleAdminRetention(o))
+	rt.route("POST /api/admin/convs/{id}/purge", admin, handleAdminPurge(o))
+	rt.route("POST /api/admin/hooks", admin, handleAdminCreateHook(o))
+	rt.route("GET /api/admin/hooks", admin, handleAdminHooks(o))
+	rt.route("DELETE /api/admin/hooks/{id}", admin, handleAdminDeleteHook(o))
+	rt.route("GET /api/admin/config", admin, handleAdminConfig(o))
+	rt.route("GET /api/admin/audit", admin, handleAdminAudit(o))
 }
 
 // routeDerived mounts the routes of edits, reactions and versions.
