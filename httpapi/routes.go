@@ -282,12 +282,14 @@ func user(bucket string, activity ...int) middleware.Policy {
 
 var admin = middleware.Policy{Bucket: ratelimit.BucketAdmin, Access: middleware.Permitted, Rule: "admin"}
 
-// routeApp mounts the browser app (web nil: none): hashed assets, and the
-// shell for a navigation to any path no route owns. Everything else nobody
+// routeApp mounts the browser app (web nil: none): hashed assets, the
+// service worker at /sw.js, and the shell for a navigation to any path no
+// route owns. Everything else nobody
 // serves is 404 (405 with Allow) problem+json.
 func (rt router) routeApp(web http.Handler) {
 	if web != nil {
 		rt.route("GET /assets/", public(""), web)
+		rt.route("GET /sw.js", public(""), web)
 	}
 	catchAll := []string{"/api/", "/hooks/", "/exports/", "/download/", "/assets/", "/", "GET /exports"}
 	notFound := handleNotFound(rt.mux, catchAll...)

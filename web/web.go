@@ -14,6 +14,12 @@
 // part of the first load (Size) unless a static import also names it. index.html is the shell: its `/assets/NAME.EXT` references are
 // rewritten the same way, and it is served with no-store for every
 // navigation path.
+//
+// The service worker (sw.js, beside app/) is served at ServiceWorkerPath
+// with the release's manifest written into it: the release id, the shell's
+// hashed references and every hashed asset. Its bytes change with each
+// release, so the browser installs the new worker, which caches the new
+// shell and assets together and deletes the older releases' caches.
 package web
 
 import (
@@ -21,6 +27,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -38,6 +45,23 @@ import (
 
 //go:embed app
 var embedded embed.FS
+
+// swSource is the service worker as written: its manifest placeholder is
+// replaced at Load.
+//
+//go:embed sw.js
+var swSource []byte
+
+// swPlaceholder is the manifest literal of sw.js that Load replaces.
+var swPlaceholder = []byte(`/*MANIFEST*/ { release: "dev", shell: "/", refs: [], assets: [] }`)
+
+// ServiceWorkerPath is where the service worker is served: at the root,
+// so its scope is the whole origin.
+const ServiceWorkerPath = "/sw.js"
+
+// ServiceWorkerCacheControl is what the service worker is served with:
+// always revalidated, so a new release is seen at the next check.
+const ServiceWorkerCacheControl = "no-cache"
 
 // ShellFile is the app's entry page inside the app directory.
 const ShellFile = "index.html"
@@ -67,6 +91,9 @@ type Site struct {
 	shell  []byte              // index.html with hashed references
 	static map[string][]string // app name → the app names it imports statically
 	first  []string            // app names of the first load, sorted
+	sw     []byte              // the service worker with this release's manifest
+	swTag  string              // its ETag
+	rel    string              // the release id
 }
 
 type asset struct {
@@ -78,11 +105,16 @@ type asset struct {
 
 // New loads the app embedded in the binary.
 func New() (*Site, error) {
+	return Load(App())
+}
+
+// App is the app embedded in the binary, as Load takes it.
+func App() fs.FS {
 	sub, err := fs.Sub(embedded, "app")
 	if err != nil {
-		return nil, err
+		panic(err) // "app" is a valid path: cannot happen
 	}
-	return Load(sub)
+	return sub
 }
 
 // contentTypes are the types of the files an app is made of; others come
@@ -137,8 +169,56 @@ func Load(fsys fs.FS) (*Site, error) {
 		return nil, err
 	}
 	s.first = s.firstLoad(shell)
+	if err := s.renderWorker(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// manifest is what the service worker knows of a release.
+type manifest struct {
+	Release string   `json:"release"` // names the release's cache
+	Shell   string   `json:"shell"`   // the path its shell is fetched and cached under
+	Refs    []string `json:"refs"`    // the hashed paths the shell names: a shell without them is another release's
+	Assets  []string `json:"assets"`  // every hashed asset's path, sorted
+}
+
+// renderWorker writes the release's manifest into the service worker. The
+// release id is the hash of the shell and every hashed name: any change to
+// any file of the app changes it.
+func (s *Site) renderWorker() error {
+	m := manifest{Shell: "/", Refs: []string{}}
+	sum := sha256.New()
+	sum.Write(s.shell)
+	for _, name := range s.order {
+		p := AssetsPrefix + s.names[name]
+		m.Assets = append(m.Assets, p)
+		sum.Write([]byte("\n" + p))
+	}
+	slices.Sort(m.Assets)
+	for _, ref := range shellRefRE.FindAllSubmatch(s.shell, -1) {
+		m.Refs = append(m.Refs, AssetsPrefix+string(ref[1]))
+	}
+	s.rel = hex.EncodeToString(sum.Sum(nil))[:hashLen]
+	m.Release = s.rel
+	js, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if bytes.Count(swSource, swPlaceholder) != 1 {
+		return fmt.Errorf("web: sw.js must hold its manifest placeholder exactly once")
+	}
+	s.sw = bytes.Replace(swSource, swPlaceholder, js, 1)
+	s.swTag = strconv.Quote(s.rel)
+	return nil
+}
+
+// Release is the release id: a hash of the shell and every asset's hashed
+// name.
+func (s *Site) Release() string { return s.rel }
+
+// ServiceWorker returns the service worker as served.
+func (s *Site) ServiceWorker() []byte { return slices.Clone(s.sw) }
 
 // firstLoad returns the assets a first load fetches: those the shell names
 // and, transitively, what they import statically.
@@ -337,15 +417,33 @@ func (s *Site) Size() int {
 }
 
 // ServeHTTP serves a hashed asset for a path under AssetsPrefix (404
-// problem+json NOT_FOUND for any other name, the unhashed one included) and
-// the shell for every other path. Which paths reach it is the caller's
-// choice: httpapi sends /assets/ and navigation requests only.
+// problem+json NOT_FOUND for any other name, the unhashed one included),
+// the service worker at ServiceWorkerPath and the shell for every other
+// path. Which paths reach it is the caller's choice: httpapi sends
+// /assets/, /sw.js and navigation requests only.
 func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if name, ok := strings.CutPrefix(r.URL.Path, AssetsPrefix); ok {
 		s.serveAsset(w, r, name)
 		return
 	}
+	if r.URL.Path == ServiceWorkerPath {
+		s.serveWorker(w, r)
+		return
+	}
 	s.ServeShell(w, r)
+}
+
+// serveWorker writes the service worker: revalidated on every check (an
+// ETag of the release answers 304 while it is unchanged), same-origin
+// fetches only.
+func (s *Site) serveWorker(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", contentTypes[".js"])
+	h.Set("Cache-Control", ServiceWorkerCacheControl)
+	h.Set("ETag", s.swTag)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", ContentSecurityPolicy)
+	wire.ServeContent(w, r, time.Time{}, bytes.NewReader(s.sw), parley.RequestIDFromContext(r.Context()))
 }
 
 func (s *Site) serveAsset(w http.ResponseWriter, r *http.Request, name string) {

@@ -3,6 +3,7 @@ package web_test
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -353,5 +354,128 @@ func TestDynamicImport(t *testing.T) {
 	}
 	if s.Size() != n {
 		t.Errorf("Size = %d, want %d (the shell and the first load only)", s.Size(), n)
+	}
+}
+
+// swManifest reads the manifest the server wrote into a service worker.
+func swManifest(t *testing.T, sw []byte) (m struct {
+	Release string   `json:"release"`
+	Shell   string   `json:"shell"`
+	Refs    []string `json:"refs"`
+	Assets  []string `json:"assets"`
+}) {
+	t.Helper()
+	_, rest, ok := strings.Cut(string(sw), "const MANIFEST = ")
+	line, _, _ := strings.Cut(rest, ";\n")
+	if !ok || json.Unmarshal([]byte(line), &m) != nil {
+		t.Fatalf("no manifest in the service worker: %.300q", rest)
+	}
+	return m
+}
+
+// TestServiceWorkerManifest: the embedded app's service worker names the
+// release, the shell and every hashed asset (and nothing else), and the
+// shell's references are among them.
+func TestServiceWorkerManifest(t *testing.T) {
+	s, err := web.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := s.ServiceWorker()
+	if strings.Contains(string(sw), "/*MANIFEST*/ {") {
+		t.Fatalf("the placeholder is still in the service worker")
+	}
+	m := swManifest(t, sw)
+	if m.Release != s.Release() || !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(m.Release) || m.Shell != "/" {
+		t.Errorf("release %q (site %q), shell %q", m.Release, s.Release(), m.Shell)
+	}
+	var want []string
+	for _, name := range s.Assets() {
+		p, _ := s.Path(name)
+		want = append(want, p)
+	}
+	slices.Sort(want)
+	if !slices.Equal(m.Assets, want) {
+		t.Errorf("assets %q, want %q", m.Assets, want)
+	}
+	if len(m.Refs) < 3 {
+		t.Errorf("refs %q: want the shell's app.css, boot.js, app.js", m.Refs)
+	}
+	for _, r := range m.Refs {
+		if !slices.Contains(m.Assets, r) || !strings.Contains(string(s.Shell()), `"`+r+`"`) {
+			t.Errorf("ref %s is not an asset the shell names", r)
+		}
+	}
+}
+
+// TestServiceWorkerRelease: the service worker's bytes are the same for
+// the same app and change when any file changes, a module that loads on
+// demand included, so the browser installs a new worker with each release.
+func TestServiceWorkerRelease(t *testing.T) {
+	load := func(fsys fstest.MapFS) *web.Site {
+		t.Helper()
+		s, err := web.Load(fsys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := app()
+	base["lazy.js"] = &fstest.MapFile{Data: []byte("export const x = 1;\n")}
+	base["app.js"] = &fstest.MapFile{Data: []byte("import { h } from \"./dom.js\";\nexport const later = () => import(\"./lazy.js\");\n")}
+	a, b := load(base), load(base)
+	if string(a.ServiceWorker()) != string(b.ServiceWorker()) || a.Release() != b.Release() {
+		t.Fatalf("the same app gave two service workers")
+	}
+	for name, body := range map[string]string{"app.css": "body{color:red}", "lazy.js": "export const x = 2;\n", "index.html": string(base["index.html"].Data) + "<p>"} {
+		changed := app()
+		maps.Copy(changed, base)
+		changed[name] = &fstest.MapFile{Data: []byte(body)}
+		c := load(changed)
+		if c.Release() == a.Release() || string(c.ServiceWorker()) == string(a.ServiceWorker()) {
+			t.Errorf("changing %s left the release %s", name, a.Release())
+		}
+	}
+}
+
+// TestServeServiceWorker: /sw.js is JavaScript, revalidated on every
+// check (no-cache; the release's ETag answers 304), with the page's CSP.
+func TestServeServiceWorker(t *testing.T) {
+	s, err := web.Load(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + web.ServiceWorkerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for k, want := range map[string]string{
+		"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": web.ServiceWorkerCacheControl,
+		"X-Content-Type-Options": "nosniff", "Content-Security-Policy": web.ContentSecurityPolicy, "ETag": `"` + s.Release() + `"`,
+	} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	if resp.StatusCode != 200 || string(body) != string(s.ServiceWorker()) {
+		t.Fatalf("GET /sw.js: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	js, _ := s.Path("app.js")
+	if m := swManifest(t, body); !slices.Contains(m.Assets, js) || !slices.Contains(m.Refs, js) {
+		t.Errorf("the served worker does not name %s: %+v", js, m)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+web.ServiceWorkerPath, nil)
+	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+	again, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Body.Close()
+	if again.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidation: %d, want 304", again.StatusCode)
 	}
 }

@@ -269,9 +269,9 @@ func TestBrowserChatLive(t *testing.T) {
 
 // TestBrowserOfflineReload (issue 13, test 2): ben goes offline, sends three
 // messages (kept in the IndexedDB outbox, shown as sending), reloads the
-// page while offline (Chromium shows its offline error page: the app has
-// no service worker), comes back and opens the app again: the three arrive
-// exactly once, in order, on both sides.
+// page while offline (the service worker may answer with its cached shell;
+// TestBrowserOfflineShell is about that), comes back and opens the app
+// again: the three arrive exactly once, in order, on both sides.
 func TestBrowserOfflineReload(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := chatServe(t, b)
@@ -295,9 +295,9 @@ func TestBrowserOfflineReload(t *testing.T) {
 		if n := devEval[int](ben, `document.querySelectorAll("[data-test=events] [data-test=msg]").length`); n != 1 {
 			t.Fatalf("ben's timeline has %d committed messages while offline, want 1", n)
 		}
-		// Reload while offline: the page cannot load.
+		// Reload while offline.
 		if _, err := chromedp.Run(ben.ctx, chromedp.NavigateResponse(p.http+"/c/c-team")); err == nil {
-			t.Log("the offline reload loaded a page (cached?)")
+			t.Log("the offline reload loaded a page (the service worker's shell)")
 		}
 		// Nothing reached the server meanwhile.
 		if n := devEval[int](ana, countJS("[data-test=body]", "offline one")); n != 0 {

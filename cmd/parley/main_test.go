@@ -27,6 +27,7 @@ import (
 	"github.com/parleychat/parley/postgres/pgtest"
 	"github.com/parleychat/parley/secretkey"
 	"github.com/parleychat/parley/sqlite"
+	"github.com/parleychat/parley/web"
 	"github.com/parleychat/parley/wire"
 )
 
@@ -36,6 +37,9 @@ import (
 // (-race included) as the test.
 func TestMain(m *testing.M) {
 	if os.Getenv("PARLEY_E2E_CHILD") == "1" {
+		if tag := os.Getenv(webReleaseEnv); tag != "" {
+			newSite = func() (*web.Site, error) { return releaseSite(tag) }
+		}
 		main()
 		return
 	}

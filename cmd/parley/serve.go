@@ -247,13 +247,17 @@ type server struct {
 	background     sync.WaitGroup
 }
 
+// newSite loads the browser app the server hosts: the one embedded in the
+// binary (tests of a new release swap in a changed copy).
+var newSite = web.New
+
 // build makes the server, each step from what the steps before it made,
 // up to the API it is to serve. A store that PostgreSQL cannot open yet is
 // waited for while the server already listens (awaitStore).
 func (s *server) build(ctx context.Context, getenv func(string) string, stderr io.Writer) (http.Handler, error) {
 	// The browser app is part of the binary: a broken one (an import
 	// cycle, a missing module) stops the start here, not a user's page.
-	site, err := web.New()
+	site, err := newSite()
 	if err != nil {
 		return nil, err
 	}

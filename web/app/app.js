@@ -6,7 +6,8 @@
 // ctx, so no view opens its own connection. Everything the page shows
 // about the session outside the views is done here, from the client's
 // events: the connection indicator, the unread count in the page title,
-// desktop notifications (views/notify.js), the way back to sign-in when the
+// the "Allow notifications" button (the notifications themselves: views/notify.js,
+// loaded with live.js), the way back to sign-in when the
 // session ends, and the way into the message search (views/search.js,
 // loaded on first use): the Search button, Ctrl+K (⌘K), or "/" when the
 // keyboard is not in a text field.
@@ -17,7 +18,6 @@ import { h, clear } from "./dom.js";
 import { Client } from "./store.js";
 import { url } from "./urls.js";
 import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
-import { allowButton, notifyArrivals } from "./views/notify.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
@@ -35,6 +35,7 @@ let client = null;
 let shell = null; // {el, main, sidebar, nav, conn}
 let mainView = null; // {el, dispose?}
 let signinReason = "";
+let stopLive = null; // live.js's stop, once loaded
 
 /**
  * match finds the route for a path.
@@ -96,18 +97,28 @@ function ctx() {
   return { api, h, me, navigate, toast, client };
 }
 
-/** boot asks the server who is signed in, then starts the client or shows sign-in. */
+const KEPT = "parley.me"; // localStorage: the last /api/me, to start offline
+
+/** boot asks the server who is signed in, then starts the client or shows sign-in; offline, the kept session. */
 async function boot() {
   for (;;) {
     try {
       me = await api("GET", url.me());
+      keep(me);
       break;
     } catch (e) {
       if (e instanceof ApiError && (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL")) {
         if (e.code === "STALE_INSTALL") signinReason = "This browser's sign-in was replaced (STALE_INSTALL). Sign in again.";
         me = null;
+        keep(null);
         break;
       }
+      try {
+        me = JSON.parse(localStorage.getItem(KEPT));
+      } catch {
+        me = null;
+      }
+      if (me && e.code === "UNAVAILABLE") break;
       clear(root).appendChild(h("p", { class: "empty-pane", role: "status" }, "Cannot reach the server; retrying…"));
       await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
@@ -128,14 +139,27 @@ function startSession() {
   });
   client.on("conn", updateConn);
   client.on("convs", updateTitle);
-  notifyArrivals(client, (conv) => {
-    history.pushState(null, "", "/c/" + encodeURIComponent(conv));
-    render();
-  });
   client.start();
+  const c = client;
+  import("./live.js").then((m) => {
+    if (client === c) stopLive = m.start(ctx());
+  }, (e) => console.warn("live signals:", e));
+}
+
+/** keep remembers the session's /api/me (null: forgets it). */
+function keep(m) {
+  try {
+    if (m) localStorage.setItem(KEPT, JSON.stringify(m));
+    else localStorage.removeItem(KEPT);
+  } catch {
+    // storage blocked: no offline start
+  }
 }
 
 function signOutLocal(reason) {
+  keep(null);
+  if (stopLive) stopLive();
+  stopLive = null;
   if (client) client.stop();
   client = null;
   me = null;
@@ -167,6 +191,25 @@ function updateConn() {
   shell.conn.querySelector(".conn-label").textContent = label;
 }
 
+/**
+ * allowButton returns the "Allow notifications" button, or null when the
+ * browser has no notifications or the user already answered.
+ * @returns {HTMLElement|null}
+ */
+function allowButton() {
+  if (typeof Notification === "undefined" || Notification.permission !== "default") return null;
+  const b = h("button", {
+    type: "button", "data-test": "allow-notify",
+    on: {
+      click: async () => {
+        await Notification.requestPermission();
+        b.remove();
+      },
+    },
+  }, "Allow notifications");
+  return b;
+}
+
 function buildShell() {
   const nav = h("nav", { "aria-label": "Menu" });
   const conn = h("span", { class: "conn", role: "status", "data-test": "conn", "data-state": "connecting" },
@@ -182,7 +225,7 @@ function buildShell() {
         type: "button", "data-test": "search-open", title: "Search messages (Ctrl+K, or /)", "aria-keyshortcuts": "Control+K Meta+K /",
         on: { click: openSearch },
       }, "Search"),
-      allowButton(h),
+      allowButton(),
       h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id)),
       h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
     sidebar, main);
@@ -277,5 +320,8 @@ document.addEventListener("click", (e) => {
   navigate(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+
+// The service worker: offline loads, pushes.
+if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch((e) => console.warn("service worker:", e));
 
 boot();

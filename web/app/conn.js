@@ -223,6 +223,11 @@ export class Conn {
     });
   }
 
+  /** send sends a frame that has no reply; dropped when not connected. */
+  send(frame) {
+    if (this.opened && this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(frame));
+  }
+
   /** online tells whether requests can be made now. */
   online() {
     return this.state === "online";

@@ -43,7 +43,8 @@
 // "thread" (thread): an open thread changed, "refused" (item, error): an
 // edit or reaction was refused with a terminal code and dropped, "upload"
 // ({cmid, key, sent, size}): an attached file's upload moved, "draft"
-// (conv): a draft's files changed.
+// (conv): a draft's files changed, "signal" (frame): any other push
+// (typing, presence).
 
 import { api, ApiError, RETRYABLE } from "./api.js";
 import { Backoff, retryDelay } from "./backoff.js";
@@ -249,6 +250,13 @@ export class Client {
     this.emit("convs");
   }
 
+  /** seed shows a kept list (an offline start) until the server's is read; announces "convs". */
+  seed(list) {
+    if (this.convsLoaded) return;
+    for (const c of list) if (!this.convMap.has(c.conv)) this.convMap.set(c.conv, c);
+    this.emit("convs");
+  }
+
   /** scheduleRefresh refreshes the list soon, once for a burst of causes. */
   scheduleRefresh() {
     if (this.refreshTimer) return;
@@ -282,7 +290,12 @@ export class Client {
       this.scheduleRefresh();
       for (const tl of this.tls.values()) if (tl.state === "ready") this.syncForward(tl);
       if (this.th) this.loadThread(this.th);
-    }
+    } else this.emit("signal", f);
+  }
+
+  /** signal sends a frame that has no reply (typing, presence) if the socket is up. */
+  signal(f) {
+    this.conn.send(f);
   }
 
   pushedEvent(ev) {

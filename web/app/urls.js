@@ -67,6 +67,12 @@ export const url = Object.freeze({
   file: (id) => "/api/files/" + seg(id),
   thumb: (id, again) => "/api/files/" + seg(id) + "/thumb" + query({ again }),
 
+  presence: (users) => "/api/presence" + query({ users }),
+  /** pushLevel: a conversation's notification level (PUT); without conv all of them (GET). */
+  pushKey: () => "/api/push/key",
+  pushSubs: () => "/api/push/subscriptions",
+  pushLevel: (conv) => "/api/push/settings" + (conv ? "/" + seg(conv) : ""),
+
   exports: () => "/exports",
   exportJob: (id) => "/exports/" + seg(id),
 });

@@ -1,7 +1,10 @@
 // The members screen (/c/{id}/members): who is in a conversation, add a
 // member (POST /api/convs/{id}/members {user}), remove one
 // (DELETE /api/convs/{id}/members/{user}: the owner, an admin, or the user
-// themself) and leave (the same DELETE with one's own id).
+// themself) and leave (the same DELETE with one's own id). It is the
+// conversation's settings too: the user's notification level for it (all
+// messages, mentions only, none: GET /api/push/settings, PUT
+// /api/push/settings/{id}); a server without push shows no such setting.
 //
 // The API has no member listing for members (the store's ConvMembers is
 // reached only by operators' `parley conv show`), so the list is worked out
@@ -85,11 +88,13 @@ class MembersView {
     this.heading = h("span", {}, this.label);
     this.back = h("a", { href: `/c/${encodeURIComponent(conv)}`, "data-test": "back-to-conv" }, `Back to ${this.label}`);
     this.controls = h("div", { "data-test": "member-controls" });
+    this.notify = h("div", { "data-test": "notify-settings" });
 
     this.view = screen(["Members of ", this.heading], "members",
       h("p", { class: "m-sub" }, this.back),
       this.status.el,
-      this.note, this.list, this.controls);
+      this.note, this.list, this.controls, this.notify);
+    this.drawLevel();
     if (this.summary) {
       this.drawControls();
     } else if (ctx.client && ctx.client.on) {
@@ -230,6 +235,33 @@ class MembersView {
       this.leaveBox,
     );
     this.drawLeave();
+  }
+
+  // drawLevel shows the notification level once the server said it has
+  // one (nothing on a 404: no push there; an error leaves it out too).
+  async drawLevel() {
+    let level = "all";
+    try {
+      const got = await this.ctx.api("GET", url.pushLevel());
+      for (const st of (got && got.settings) || []) if (st.conv === this.conv) level = st.level;
+    } catch {
+      return;
+    }
+    const pick = h("select", { "data-test": "notify-level", on: { change: () => this.setLevel(pick) } },
+      [["all", "All messages"], ["mentions", "Only when I am mentioned"], ["none", "None"]].map(([v, label]) =>
+        h("option", { value: v, selected: v === level }, label)));
+    clear(this.notify).append(h("h2", { class: "m-h2" }, "Notifications"),
+      field("Notify me of", pick, "Desktop notifications while the page is closed or hidden."));
+  }
+
+  async setLevel(pick) {
+    const level = pick.value;
+    try {
+      await busy(pick, this.ctx.api("PUT", url.pushLevel(this.conv), { level }));
+      this.status.show(level === "all" ? "You will be notified of every message." : level === "none" ? "You will not be notified." : "You will be notified when you are mentioned.");
+    } catch (err) {
+      this.status.error(err);
+    }
   }
 
   named() {

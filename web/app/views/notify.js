@@ -1,33 +1,13 @@
-// views/notify.js owns desktop notifications: the top bar's "Allow
-// notifications" button, shown while the user has not been asked, and one
-// notification for each message from someone else that arrives while the
-// page is hidden, once the user allowed them; a message (or an edit) that
-// mentions the user notifies also while the page shows another
-// conversation, titled as a mention. Clicking a notification
-// brings the page forward and opens its conversation.
+// views/notify.js owns the page's desktop notifications (loaded with
+// live.js, after the session started; the top bar's "Allow notifications"
+// button is app.js's): one notification for each message from someone
+// else that arrives while the page is hidden, once the user allowed them;
+// a message (or an edit) that mentions the user notifies also while the
+// page shows another conversation, titled as a mention. Clicking a
+// notification brings the page forward and opens its conversation.
 
 import { filesNote } from "../bytes.js";
 import { nameOf } from "../names.js";
-
-/**
- * allowButton returns the "Allow notifications" button, or null when the
- * browser has no notifications or the user already answered.
- * @param {Function} h dom.js's h
- * @returns {HTMLElement|null}
- */
-export function allowButton(h) {
-  if (typeof Notification === "undefined" || Notification.permission !== "default") return null;
-  const b = h("button", {
-    type: "button", "data-test": "allow-notify",
-    on: {
-      click: async () => {
-        await Notification.requestPermission();
-        b.remove();
-      },
-    },
-  }, "Allow notifications");
-  return b;
-}
 
 /**
  * notifyArrivals raises a notification for every message the client
