@@ -15,6 +15,10 @@ func (b busHandler) Lost() { b.h.Lost() }
 // hands each to its conversation's fan-out. It never blocks.
 func (h *Hub) Notify(ns []parley.Notice) {
 	for _, n := range ns {
+		if n.Signal() {
+			h.signal(n)
+			continue
+		}
 		if n.Account() {
 			h.account(n.User)
 			continue

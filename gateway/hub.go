@@ -86,6 +86,7 @@ type Hub struct {
 
 	fanouts []*fanout     // each conversation's pushes go through one (Hub.fanoutOf)
 	lost    chan struct{} // the bus lost notices: recover (buslost.go)
+	sig     *signals      // typing and presence (typing.go)
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
 
@@ -127,6 +128,10 @@ type Stats struct {
 	// back). Losses are BusGap.
 	NoticesSent     atomic.Int64
 	NoticesReceived atomic.Int64
+	// Signal pushes (typing, presence) queued to sockets, and signal
+	// notices dropped because the hub's signal queue was full.
+	Signals        atomic.Int64
+	SignalsDropped atomic.Int64
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -141,6 +146,7 @@ func New(o Options) *Hub {
 		sockets: map[string]int{},
 		watch:   map[string]int{},
 		lost:    make(chan struct{}, 1),
+		sig:     newSignals(),
 		reqs:    newReqPool(DefaultRequestLinger),
 	}
 	h.fanouts = make([]*fanout, o.Workers)

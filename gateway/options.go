@@ -124,6 +124,9 @@ const (
 // the re-checks, and the feed its pushes come from.
 type Store interface {
 	Authenticate(ctx context.Context, token string) (parley.Principal, error)
+	// ConvMembers: who holds an open period in a conversation, for
+	// typing (typing.go).
+	ConvMembers(ctx context.Context, conv string) ([]string, error)
 	parley.Feeder
 }
 
