@@ -435,7 +435,8 @@ type Store interface {
 	// PutPresence sets gateway's leases of the named users, each expiring
 	// ttl after now (the database clock); a lease of state offline
 	// removes the gateway's lease of that user. The users' last seen time
-	// becomes now. It returns, for the users whose presence is no longer
+	// becomes now, and moves forward by at least a millisecond at every
+	// put and every change, so that it orders a user's changes. It returns, for the users whose presence is no longer
 	// the one last announced, their new presence (which becomes the one
 	// announced): among the stores of a deployment exactly one call
 	// reports each change, so the caller announces it. Ordered by user.

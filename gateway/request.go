@@ -26,18 +26,19 @@ import (
 // once each. A typing repeat within parley.TypingEvery is dropped before
 // the bucket is asked: it costs nothing and is never answered.
 var FrameBuckets = map[string]string{
-	wire.TSend:   ratelimit.BucketSend,
-	wire.TRecall: ratelimit.BucketSend,
-	wire.TEdit:   ratelimit.BucketEdit,
-	wire.TReact:  ratelimit.BucketReact,
-	wire.TSync:   ratelimit.BucketRead,
-	wire.TConvs:  ratelimit.BucketRead,
-	wire.TFetch:  ratelimit.BucketRead,
-	wire.TAck:    ratelimit.BucketRead,
-	wire.TRead:   ratelimit.BucketRead,
-	wire.TSub:    ratelimit.BucketRead,
-	wire.TSearch: ratelimit.BucketSearch,
-	wire.TTyping: ratelimit.BucketRead,
+	wire.TSend:     ratelimit.BucketSend,
+	wire.TRecall:   ratelimit.BucketSend,
+	wire.TEdit:     ratelimit.BucketEdit,
+	wire.TReact:    ratelimit.BucketReact,
+	wire.TSync:     ratelimit.BucketRead,
+	wire.TConvs:    ratelimit.BucketRead,
+	wire.TFetch:    ratelimit.BucketRead,
+	wire.TAck:      ratelimit.BucketRead,
+	wire.TRead:     ratelimit.BucketRead,
+	wire.TSub:      ratelimit.BucketRead,
+	wire.TSearch:   ratelimit.BucketSearch,
+	wire.TTyping:   ratelimit.BucketRead,
+	wire.TPresence: ratelimit.BucketRead,
 }
 
 // replyErr replies with what app.Explain lets the client see of err.
@@ -103,6 +104,9 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		return
 	case wire.TTyping:
 		c.typing(ctx, req)
+		return
+	case wire.TPresence:
+		c.setPresence(req)
 		return
 	}
 	f, err := c.request(ctx, req)

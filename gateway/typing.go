@@ -104,10 +104,14 @@ func (h *Hub) signalLoop(ctx context.Context) {
 			return
 		case <-prune.C:
 			h.sig.prune(time.Now())
+			h.pres.prune(time.Now())
 			continue
 		case n := <-h.sig.in:
-			if n.Kind == parley.NoticeTyping {
+			switch n.Kind {
+			case parley.NoticeTyping:
 				h.pushTyping(ctx, n)
+			case parley.NoticePresence:
+				h.pushPresence(ctx, n)
 			}
 		}
 	}

@@ -101,7 +101,8 @@ func settlePresence(ctx context.Context, tx pgx.Tx, users []string, seen bool) (
 		return nil, err
 	}
 	rows, err = tx.Query(ctx, `UPDATE presence AS u SET state = `+liveState+`,
-		last_seen = CASE WHEN $2 THEN greatest(last_seen, now()) ELSE last_seen END
+		last_seen = CASE WHEN $2 THEN greatest(last_seen + interval '1 millisecond', now())
+			WHEN state <> `+liveState+` THEN last_seen + interval '1 millisecond' ELSE last_seen END
 		WHERE user_id = ANY($1) RETURNING user_id, state, last_seen`, users, seen)
 	if err != nil {
 		return nil, err

@@ -105,7 +105,7 @@ func settlePresence(ctx context.Context, tx *txn, users string, seen bool) ([]pa
 		return nil, err
 	}
 	rows, err = tx.QueryContext(ctx, `UPDATE presence AS u SET state = `+liveState+`,
-		last_seen = CASE WHEN ? THEN max(last_seen, `+nowMS+`) ELSE last_seen END
+		last_seen = CASE WHEN ? THEN max(last_seen + 1, `+nowMS+`) WHEN state <> `+liveState+` THEN last_seen + 1 ELSE last_seen END
 		WHERE user_id IN (SELECT value FROM json_each(?)) RETURNING user_id, state, last_seen`, seen, users)
 	if err != nil {
 		return nil, err

@@ -659,7 +659,7 @@ type UserPresence struct {
 }
 
 // PresenceList is the body of GET /api/presence: the users asked for that
-// the caller may see, in the order asked. Never null.
+// the caller may see, ordered by user id, each once. Never null.
 type PresenceList struct {
 	Presence []UserPresence `json:"presence"`
 }
