@@ -26,6 +26,11 @@ import (
 // Publishers attach it only when Body is at most MaxNoticeBody bytes (ids
 // only above it), and a bus may drop it (ids only) where its transport
 // cannot carry it: receivers handle both. Event is shared, never modified.
+//
+// A signal notice (Kind NoticeTyping or NoticePresence, signal.go) is
+// no committed change: User is typing in Conv until At, or User's
+// presence is now State, last seen At. It carries Conv, User, At (whole
+// milliseconds) and, for presence, State; nothing else (ValidSignal).
 type Notice struct {
 	Conv   string
 	Seq    int64
@@ -33,6 +38,10 @@ type Notice struct {
 	Device string
 	Event  *Event
 	Epoch  int64
+
+	Kind  NoticeKind
+	State PresenceState
+	At    time.Time
 }
 
 // MaxNoticeBody bounds the body of an event a notice carries: larger
@@ -81,6 +90,9 @@ func (n Notice) Same(m Notice) bool {
 	if n.Conv != m.Conv || n.Seq != m.Seq || n.User != m.User || n.Device != m.Device || n.Epoch != m.Epoch {
 		return false
 	}
+	if n.Kind != m.Kind || n.State != m.State || !n.At.Equal(m.At) {
+		return false
+	}
 	if n.Event == nil || m.Event == nil {
 		return n.Event == m.Event
 	}
@@ -93,10 +105,10 @@ func (n Notice) Same(m Notice) bool {
 }
 
 // Read reports whether n is a read-cursor notice.
-func (n Notice) Read() bool { return n.Device != "" }
+func (n Notice) Read() bool { return n.Kind == NoticeCommitted && n.Device != "" }
 
 // Account reports whether n is an account notice.
-func (n Notice) Account() bool { return n.Conv == "" && n.User != "" }
+func (n Notice) Account() bool { return n.Kind == NoticeCommitted && n.Conv == "" && n.User != "" }
 
 // AccountNotice returns the account notice of user.
 func AccountNotice(user string) Notice { return Notice{User: user} }
@@ -109,7 +121,12 @@ func AccountNotice(user string) Notice { return Notice{User: user} }
 //   - an event notice reaches every gateway that watches Conv, and one
 //     naming a member (User set) also every gateway that serves User;
 //   - a read-cursor notice and an account notice reach every gateway that
-//     serves User.
+//     serves User;
+//   - a signal notice (typing, presence) reaches every gateway that
+//     watches Conv. Presence is published once per conversation of the
+//     user (PresenceNotices), so that a bus routing by conversation
+//     brings it to every gateway with a socket that shares one with the
+//     user; receivers drop the repeats.
 //
 // That is all a receiver may rely on. A bus may deliver more (the
 // in-process and PostgreSQL buses deliver every notice to every gateway; a
@@ -124,8 +141,9 @@ func AccountNotice(user string) Notice { return Notice{User: user} }
 //
 // Delivery guarantee: best effort and at most once, in publish order per
 // publisher and per conversation (event notices) or per user (read-cursor
-// and account notices): notices of different conversations may overtake
-// each other. A notice can be lost (a publisher that dies between commit
+// and account notices), and, among themselves, per conversation (signal
+// notices, which may overtake event notices and be overtaken by them):
+// notices of different conversations may overtake each other. A notice can be lost (a publisher that dies between commit
 // and publish, a dropped connection), duplicated, or arrive after a later
 // seq of the same conversation from another publisher. Receivers must
 // therefore treat notices as hints: a seq gap is filled by reading the

@@ -429,6 +429,44 @@ type Store interface {
 	// then logs in again). Errors: INVALID_ARGUMENT (a malformed device
 	// id), NOT_FOUND (the user has no token on that device).
 	RevokeDevice(ctx context.Context, p Principal, device string) error
+
+	// Presence (signal.go). A user's presence is online when one of
+	// their unexpired leases (one per gateway) is online, away when all
+	// are away, offline when there is none; the store also keeps, per
+	// user, the state last announced and when the user was last seen.
+
+	// PutPresence sets gateway's leases of the named users, each expiring
+	// ttl after now (the database clock); a lease of state offline
+	// removes the gateway's lease of that user. The users' last seen time
+	// becomes now, and moves forward by at least a millisecond at every
+	// put and every change, so that it orders a user's changes. It returns, for the users whose presence is no longer
+	// the one last announced, their new presence (which becomes the one
+	// announced): among the stores of a deployment exactly one call
+	// reports each change, so the caller announces it. Ordered by user.
+	// Errors: INVALID_ARGUMENT (CheckLeases).
+	PutPresence(ctx context.Context, gateway string, leases []PresenceLease, ttl time.Duration) ([]Presence, error)
+
+	// SweepPresence removes up to limit leases that have expired (a
+	// gateway that died, or stopped renewing) and reports, like
+	// PutPresence, the users whose presence changed by it (their last
+	// seen time unchanged). Concurrent sweeps (every gateway runs one)
+	// each remove different leases and never report one change twice.
+	// Errors: INVALID_ARGUMENT (limit < 1).
+	SweepPresence(ctx context.Context, limit int) ([]Presence, error)
+
+	// Presence returns the presence of the named users that p may see:
+	// p's own, and that of users who hold an open membership period in a
+	// conversation where p holds one too; others, and unknown users, are
+	// left out, as if they did not exist. State is read from the
+	// unexpired leases; LastSeen is zero for a user never seen. Ordered
+	// by user, each once. Errors: INVALID_ARGUMENT (CheckPresenceUsers).
+	Presence(ctx context.Context, p Principal, users []string) ([]Presence, error)
+
+	// Sharing returns those of others (user excluded) who hold an open
+	// membership period in a conversation where user holds one too:
+	// who hears of user's presence. Ordered, each once; malformed ids are
+	// left out, none for none.
+	Sharing(ctx context.Context, user string, others []string) ([]string, error)
 }
 
 // MemberChange is the result of AddMember and RemoveMember: the seq of the

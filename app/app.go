@@ -48,6 +48,7 @@ type Store interface {
 	RemoveMember(ctx context.Context, p parley.Principal, conv, user string) (parley.MemberChange, error)
 	OpenDirect(ctx context.Context, p parley.Principal, user string) (parley.Conversation, bool, error)
 	Directory(ctx context.Context, p parley.Principal, q parley.DirectoryQuery) (parley.AdminPage[parley.DirectoryEntry], error)
+	Presence(ctx context.Context, p parley.Principal, users []string) ([]parley.Presence, error)
 
 	Login(ctx context.Context, r parley.LoginRequest) (parley.Session, error)
 	Logout(ctx context.Context, token string) error

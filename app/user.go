@@ -59,3 +59,8 @@ func (s *Service) Directory(ctx context.Context, p parley.Principal, q parley.Di
 	q.Shared = s.config().DirectoryShared()
 	return s.store.Directory(ctx, p, q)
 }
+
+// Presence reads the presence of users that p may see (parley.Store.Presence).
+func (s *Service) Presence(ctx context.Context, p parley.Principal, users []string) ([]parley.Presence, error) {
+	return s.store.Presence(ctx, p, users)
+}

@@ -86,6 +86,7 @@ var behaviours = []struct {
 	{"interest_routing", testInterestRouting},
 	{"interest_removed", testInterestRemoved},
 	{"carries_events", testCarriesEvents},
+	{"carries_signals", testCarriesSignals},
 }
 
 // Generous limits: the suite runs under -race on busy CI machines.
@@ -435,6 +436,70 @@ func testCarriesEvents(t *testing.T, be Backend) {
 	}
 }
 
+// Typing and presence notices reach the gateways that watch their
+// conversation, with every field intact, in publish order per conversation
+// among themselves, whatever event notices come between them; a notice
+// naming a served user of an unwatched conversation is not theirs (signals
+// route by conversation alone), and a Selective bus does not deliver it.
+func testCarriesSignals(t *testing.T, be Backend) {
+	watched := []string{"sig.w1", "sig.w2"}
+	a, _, rb := interested(t, be, parley.Interest{Watch: append([]string{probeTag}, watched...), Serve: []string{"alice"}})
+	entitled := func(n parley.Notice) bool {
+		return slices.Contains(watched, n.Conv) || !n.Signal() && n.User == "alice"
+	}
+	all := SignalNotices("sig", 300)
+	var want []parley.Notice
+	for _, n := range all {
+		if entitled(n) {
+			want = append(want, n)
+		}
+	}
+	publishInGroups(a, all)
+	rb.waitFor(t, "watching receiver", expect(be, want), entitled)
+	if n := rb.lostCount(); n != 0 {
+		t.Errorf("Lost called %d times on a healthy bus", n)
+	}
+	if !be.Selective() {
+		return
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, n := range rb.heard() {
+		if n.Conv != probeTag && !entitled(n) {
+			t.Errorf("a selective bus delivered %+v outside the receiver's interest", n)
+		}
+	}
+}
+
+// SignalNotices returns n notices of conversations tagged tag (TAG.w1,
+// TAG.w2, TAG.other): typing and presence notices of every state, users
+// at the edges of what is valid, times from 1970 to 9999, mixed with event
+// notices of the same conversations.
+func SignalNotices(tag string, n int) []parley.Notice {
+	convs := []string{tag + ".w1", tag + ".w2", tag + ".other"}
+	users := append([]string{"alice"}, noticeUsers...)
+	states := []parley.PresenceState{parley.PresenceOnline, parley.PresenceAway, parley.PresenceOffline}
+	times := []time.Time{
+		time.UnixMilli(0).UTC(), time.Date(2026, 12, 7, 12, 0, 5, 123e6, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC),
+	}
+	ns := make([]parley.Notice, n)
+	for i := range ns {
+		conv, user, at := convs[i%len(convs)], users[i%len(users)], times[i%len(times)].Add(time.Duration(i%7)*time.Millisecond)
+		if at.Year() > 9999 {
+			at = times[2]
+		}
+		switch i % 3 {
+		case 0:
+			ns[i] = parley.TypingNotice(conv, user, at)
+		case 1:
+			ns[i] = parley.PresenceNotices(parley.Presence{User: user, State: states[(i/3)%3], LastSeen: at}, []string{conv})[0]
+		default:
+			ns[i] = parley.Notice{Conv: conv, Seq: int64(i + 1), User: user}
+		}
+	}
+	return ns
+}
+
 // CarriedNotices returns event notices of conversations tagged tag, each
 // carrying its event: the edge cases of what an event holds, then events
 // with bodies over parley.MaxNoticeBody.
@@ -639,6 +704,9 @@ func newRecorder(t testing.TB) *recorder {
 
 // streamKey names the stream n belongs to.
 func streamKey(n parley.Notice) string {
+	if n.Signal() {
+		return tagOf(n.Conv) + "|s:" + n.Conv
+	}
 	if n.Account() || n.Read() {
 		return tagOf(n.Conv) + "|u:" + n.User
 	}

@@ -109,6 +109,18 @@ type Handler interface {
 	Read(conv string, read int64)
 }
 
+// SignalHandler is what a Handler may implement besides to hear typing
+// and presence pushes, called on the same goroutine as the Handler's
+// methods. Signals are never synced: one missed while disconnected is gone.
+type SignalHandler interface {
+	// Typing says user is typing in conv until until (or until a message
+	// of theirs arrives there).
+	Typing(conv, user string, until time.Time)
+	// Presence says user's presence changed; lastSeen is zero when the
+	// server has never seen the user.
+	Presence(user string, state parley.PresenceState, lastSeen time.Time)
+}
+
 // NopHandler ignores everything; embed it to implement only some methods.
 type NopHandler struct{}
 
@@ -737,4 +749,37 @@ func (c *Client) Search(ctx context.Context, r parley.SearchRequest) (SearchResu
 		return SearchResults{}, err
 	}
 	return SearchResults{Hits: f.Hits, Next: f.Next}, nil
+}
+
+// Typing tells the members of conv that the user is typing there. The
+// server answers nothing on success and drops repeats within
+// parley.TypingEvery; so Typing waits for no reply and reports only a
+// failure to write the frame.
+func (c *Client) Typing(ctx context.Context, conv string) error {
+	return c.post(ctx, wire.Request{T: wire.TTyping, Conv: conv})
+}
+
+// SetPresence reports this connection as online or away (idle). A new
+// connection starts online: after a reconnect, call it again.
+func (c *Client) SetPresence(ctx context.Context, state parley.PresenceState) error {
+	if err := parley.CheckSocketState(string(state)); err != nil {
+		return err
+	}
+	return c.post(ctx, wire.Request{T: wire.TPresence, State: string(state)})
+}
+
+// post writes req, without a rid, on the live connection (waiting for
+// one).
+func (c *Client) post(ctx context.Context, req wire.Request) error {
+	for {
+		s, err := c.live(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.post(ctx, req)
+		if errors.Is(err, errNotSent) {
+			continue
+		}
+		return err
+	}
 }

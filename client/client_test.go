@@ -39,6 +39,25 @@ type recorder struct {
 	reads   map[string]int64
 	convs   int
 	bad     []string
+	signals []string // typing and presence pushes, as "typing conv user" and "presence user state"
+}
+
+func (r *recorder) Typing(conv, user string, until time.Time) {
+	r.mu.Lock()
+	r.signals = append(r.signals, fmt.Sprintf("typing %s %s %s", conv, user, until.UTC().Format(time.RFC3339)))
+	r.mu.Unlock()
+}
+
+func (r *recorder) Presence(user string, state parley.PresenceState, lastSeen time.Time) {
+	r.mu.Lock()
+	r.signals = append(r.signals, fmt.Sprintf("presence %s %s %v", user, state, lastSeen.IsZero()))
+	r.mu.Unlock()
+}
+
+func (r *recorder) heardSignals() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.signals)
 }
 
 func newRecorder() *recorder {
@@ -1194,5 +1213,47 @@ func TestGatewayRollbackRebuilds(t *testing.T) {
 	}
 	if got := ben.rec.bodies["g1"]; got[3] != "four, again" || ben.rec.epoch["g1"] != 2 {
 		t.Errorf("after the rollback: bodies %q epoch %d", got, ben.rec.epoch["g1"])
+	}
+}
+
+// Typing and presence pushes reach a Handler that is a SignalHandler, on
+// its goroutine, malformed ones dropped; Typing and SetPresence write their
+// frames without a rid and wait for no reply.
+func TestSignals(t *testing.T) {
+	f := newFake(t)
+	f.add("c1", 1)
+	f.setHook(func(ws *websocket.Conn, req wire.Request) bool {
+		return req.T == wire.TTyping || req.T == wire.TPresence // no reply, as the gateway
+	})
+	url := f.listen()
+	r := start(t, client.Options{URLs: []string{url}, Token: "tok", Outbox: filepath.Join(t.TempDir(), "o.db")})
+	r.waitConnected(t)
+	ctx := context.Background()
+	if err := r.Typing(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetPresence(ctx, parley.PresenceAway); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetPresence(ctx, parley.PresenceOffline); parley.ErrorCode(err) != parley.CodeInvalidArgument {
+		t.Errorf("SetPresence(offline) = %v, want INVALID_ARGUMENT", err)
+	}
+	eventually(t, "signal frames", func() bool {
+		return len(f.requests(wire.TTyping)) == 1 && len(f.requests(wire.TPresence)) == 1
+	})
+	if typ, pr := f.requests(wire.TTyping)[0].req, f.requests(wire.TPresence)[0].req; typ.Conv != "c1" || typ.RID != nil || pr.State != "away" || pr.RID != nil {
+		t.Errorf("frames sent: %+v, %+v", typ, pr)
+	}
+
+	until := time.Date(2026, 12, 7, 12, 0, 5, 0, time.UTC)
+	f.push(wire.Typing("c1", "ben", until))
+	f.push(wire.Frame{T: wire.TTyping, Conv: "c1", User: "ben", Until: "soon"})
+	f.push(wire.Frame{T: wire.TPresence, User: "ben", State: "asleep"})
+	f.push(wire.PresencePush(parley.Presence{User: "ben", State: parley.PresenceAway, LastSeen: until}))
+	f.push(wire.PresencePush(parley.Presence{User: "cy", State: parley.PresenceOffline}))
+	want := []string{"typing c1 ben 2026-12-07T12:00:05Z", "presence ben away false", "presence cy offline true"}
+	eventually(t, "signal pushes", func() bool { return len(r.rec.heardSignals()) >= len(want) })
+	if got := r.rec.heardSignals(); !slices.Equal(got, want) {
+		t.Errorf("signals heard = %q, want %q", got, want)
 	}
 }

@@ -108,7 +108,7 @@ func (s *session) read(ctx context.Context) {
 				return
 			}
 			s.c.log.Warn("client: server error without a request", "url", s.url, "code", f.Code, "msg", f.Msg)
-		case wire.TEvent, wire.THint, wire.TResync:
+		case wire.TEvent, wire.THint, wire.TResync, wire.TTyping, wire.TPresence:
 			s.push(f)
 		default:
 			s.c.log.Warn("client: ignoring an unknown push", "url", s.url, "t", f.T)
@@ -204,6 +204,29 @@ func (s *session) drain(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// post writes req as it is (a signal: no rid, no reply awaited).
+func (s *session) post(ctx context.Context, req wire.Request) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("client: encode %s: %w", req.T, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("client: %s not sent: %w", req.T, err)
+	}
+	select {
+	case <-s.done:
+		return errNotSent
+	default:
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.RequestTimeout)
+	defer cancel()
+	if err := s.conn.Write(wctx, websocket.MessageText, b); err != nil {
+		s.fail(fmt.Errorf("client: write to %s: %w", s.url, err))
+		return ErrConnLost
+	}
+	return nil
 }
 
 // start writes req with a fresh rid and returns the channel its reply will

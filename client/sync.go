@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/wire"
@@ -178,6 +179,11 @@ func (s *session) apply(ctx context.Context, fs []wire.Frame) error {
 			if err := s.resyncAll(ctx); err != nil {
 				return err
 			}
+		case wire.TTyping, wire.TPresence:
+			if err := flush(); err != nil {
+				return err
+			}
+			s.signal(f)
 		}
 	}
 	return flush()
@@ -282,4 +288,30 @@ func (s *session) reset(ctx context.Context, conv string, code parley.Code) erro
 	s.c.log.Info("client: rebuilding conversation", "conv", conv, "code", code)
 	s.c.opts.Handler.Reset(conv, code)
 	return s.c.setCursor(ctx, conv, Cursor{})
+}
+
+// signal hands a typing or presence push to the Handler, when it is a
+// SignalHandler; a push whose times do not parse is dropped.
+func (s *session) signal(f wire.Frame) {
+	sh, ok := s.c.opts.Handler.(SignalHandler)
+	if !ok || f.User == "" {
+		return
+	}
+	if f.T == wire.TTyping {
+		if until, err := time.Parse(wire.TimeFormat, f.Until); err == nil && f.Conv != "" {
+			sh.Typing(f.Conv, f.User, until)
+		}
+		return
+	}
+	var seen time.Time
+	if f.LastSeen != "" {
+		t, err := time.Parse(wire.TimeFormat, f.LastSeen)
+		if err != nil {
+			return
+		}
+		seen = t
+	}
+	if st := parley.PresenceState(f.State); st.Valid() {
+		sh.Presence(f.User, st, seen)
+	}
 }

@@ -6,7 +6,14 @@ import "github.com/parleychat/parley"
 type busHandler struct{ h *Hub }
 
 func (b busHandler) Notify(ns []parley.Notice) {
-	b.h.stats.NoticesReceived.Add(int64(len(ns)))
+	signals := 0
+	for _, n := range ns {
+		if n.Signal() {
+			signals++
+		}
+	}
+	b.h.stats.NoticesReceived.Add(int64(len(ns) - signals))
+	b.h.stats.SignalsReceived.Add(int64(signals))
 	b.h.Notify(ns)
 }
 func (b busHandler) Lost() { b.h.Lost() }
@@ -15,6 +22,10 @@ func (b busHandler) Lost() { b.h.Lost() }
 // hands each to its conversation's fan-out. It never blocks.
 func (h *Hub) Notify(ns []parley.Notice) {
 	for _, n := range ns {
+		if n.Signal() {
+			h.signal(n)
+			continue
+		}
 		if n.Account() {
 			h.account(n.User)
 			continue

@@ -69,6 +69,7 @@ type conn struct {
 	kicked    atomic.Bool
 	pinging   atomic.Bool
 	revoked   atomic.Bool // the token stopped working: frames are refused
+	away      atomic.Bool // the client reported this socket idle (presence frame)
 
 	// How the socket ended, for its lifetime log line: the first close
 	// noted wins (the server's own, or the peer's).

@@ -126,6 +126,9 @@ type client struct {
 	pending []wire.Frame // pushes read while waiting for a reply
 	frames  chan wire.Frame
 	err     chan error // why the socket ended
+	// presence: keep presence pushes; by default read skips them, as
+	// most tests are about other frames (presence_test.go sets it).
+	presence bool
 }
 
 func dial(t *testing.T, url, token string) *client {
@@ -223,16 +226,22 @@ func (c *client) next() wire.Frame {
 // read returns the next frame from the socket within d; after the socket
 // ended, the reason it ended.
 func (c *client) read(d time.Duration) (wire.Frame, error) {
-	select {
-	case f, ok := <-c.frames:
-		if !ok {
-			err := <-c.err
-			c.err <- err
-			return wire.Frame{}, err
+	end := time.After(d)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				err := <-c.err
+				c.err <- err
+				return wire.Frame{}, err
+			}
+			if f.T == wire.TPresence && !c.presence {
+				continue
+			}
+			return f, nil
+		case <-end:
+			return wire.Frame{}, context.DeadlineExceeded
 		}
-		return f, nil
-	case <-time.After(d):
-		return wire.Frame{}, context.DeadlineExceeded
 	}
 }
 

@@ -86,6 +86,8 @@ type Hub struct {
 
 	fanouts []*fanout     // each conversation's pushes go through one (Hub.fanoutOf)
 	lost    chan struct{} // the bus lost notices: recover (buslost.go)
+	sig     *signals      // typing and presence (typing.go)
+	pres    *presence     // presence leases (presence.go)
 	wg      sync.WaitGroup
 	runCtx  atomic.Pointer[context.Context]
 
@@ -124,9 +126,15 @@ type Stats struct {
 	SocketWrites atomic.Int64
 	// Bus notices this gateway handed to the bus, and those the bus
 	// delivered to it (its own echoes included, on a bus that sends them
-	// back). Losses are BusGap.
+	// back), typing and presence notices not counted (SignalsReceived).
+	// Losses are BusGap.
 	NoticesSent     atomic.Int64
 	NoticesReceived atomic.Int64
+	SignalsReceived atomic.Int64
+	// Signal pushes (typing, presence) queued to sockets, and signal
+	// notices dropped because the hub's signal queue was full.
+	Signals        atomic.Int64
+	SignalsDropped atomic.Int64
 }
 
 // New returns a Hub. Call Run to start its fan-out, and serve it as the
@@ -141,6 +149,8 @@ func New(o Options) *Hub {
 		sockets: map[string]int{},
 		watch:   map[string]int{},
 		lost:    make(chan struct{}, 1),
+		sig:     newSignals(),
+		pres:    newPresence(),
 		reqs:    newReqPool(DefaultRequestLinger),
 	}
 	h.fanouts = make([]*fanout, o.Workers)
@@ -205,6 +215,7 @@ func (h *Hub) register(c *conn) {
 	}
 	mine[c] = struct{}{}
 	h.stats.Conns.Add(1)
+	h.pokePresence()
 }
 
 // remove forgets a closed socket and gives its slot back.
@@ -222,6 +233,7 @@ func (h *Hub) remove(c *conn) {
 	}
 	h.unsubscribeLocked(c)
 	h.stats.Conns.Add(-1)
+	h.pokePresence()
 }
 
 // snapshot returns every open socket.

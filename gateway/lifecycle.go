@@ -24,6 +24,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { every(ctx, h.o.Backstop, nil, func() { h.backstop(ctx) }) })
 	wg.Go(func() { h.recoverLoop(ctx) })
+	wg.Go(func() { h.signalLoop(ctx) })
+	wg.Go(func() { h.presenceLoop(ctx) })
+	wg.Go(func() { every(ctx, h.sweepEvery(), nil, func() { h.sweep(ctx) }) })
 	wg.Go(func() { every(ctx, h.o.PingEvery, nil, h.keepalive) })
 	wg.Go(func() { every(ctx, h.o.Reauth, nil, func() { h.reauth(ctx) }) })
 	var err error

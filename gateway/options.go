@@ -96,6 +96,13 @@ type Options struct {
 	// Metrics receives sends by outcome, rate-limited frames and bus
 	// gaps (nil: none).
 	Metrics Metrics
+	// PresenceTTL is how long this hub's presence leases last unless
+	// renewed (default parley.DefaultPresenceTTL); it renews them every
+	// third of it, and sweeps expired ones every third of it too (at most
+	// every 5s): a gateway that dies leaves its users online for at most
+	// about 4/3 of the TTL. GatewayID names its leases (default: random).
+	PresenceTTL time.Duration
+	GatewayID   string
 }
 
 // Defaults of the per-socket bounds.
@@ -124,6 +131,13 @@ const (
 // the re-checks, and the feed its pushes come from.
 type Store interface {
 	Authenticate(ctx context.Context, token string) (parley.Principal, error)
+	// ConvMembers: who holds an open period in a conversation, for
+	// typing (typing.go).
+	ConvMembers(ctx context.Context, conv string) ([]string, error)
+	// Presence leases and their audience (presence.go).
+	PutPresence(ctx context.Context, gateway string, leases []parley.PresenceLease, ttl time.Duration) ([]parley.Presence, error)
+	SweepPresence(ctx context.Context, limit int) ([]parley.Presence, error)
+	Sharing(ctx context.Context, user string, others []string) ([]string, error)
 	parley.Feeder
 }
 
@@ -180,6 +194,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Reauth <= 0 {
 		o.Reauth = time.Minute
+	}
+	if o.PresenceTTL < 30*time.Millisecond {
+		o.PresenceTTL = parley.DefaultPresenceTTL
+	}
+	if parley.CheckGatewayID(o.GatewayID) != nil {
+		o.GatewayID = parley.NewID()
 	}
 	return o
 }

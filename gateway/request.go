@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/parleychat/parley"
 	"github.com/parleychat/parley/app"
@@ -21,19 +22,23 @@ import (
 // recalls, edit with PATCH of a message, react with PUT and DELETE of a
 // reaction, search with GET /api/search, the reads with the read routes.
 // sub has no twin: it reads the store like GET /api/convs, so it counts in
-// read too.
+// read too, as do the signals (typing, presence), which read the store
+// once each. A typing repeat within parley.TypingEvery is dropped before
+// the bucket is asked: it costs nothing and is never answered.
 var FrameBuckets = map[string]string{
-	wire.TSend:   ratelimit.BucketSend,
-	wire.TRecall: ratelimit.BucketSend,
-	wire.TEdit:   ratelimit.BucketEdit,
-	wire.TReact:  ratelimit.BucketReact,
-	wire.TSync:   ratelimit.BucketRead,
-	wire.TConvs:  ratelimit.BucketRead,
-	wire.TFetch:  ratelimit.BucketRead,
-	wire.TAck:    ratelimit.BucketRead,
-	wire.TRead:   ratelimit.BucketRead,
-	wire.TSub:    ratelimit.BucketRead,
-	wire.TSearch: ratelimit.BucketSearch,
+	wire.TSend:     ratelimit.BucketSend,
+	wire.TRecall:   ratelimit.BucketSend,
+	wire.TEdit:     ratelimit.BucketEdit,
+	wire.TReact:    ratelimit.BucketReact,
+	wire.TSync:     ratelimit.BucketRead,
+	wire.TConvs:    ratelimit.BucketRead,
+	wire.TFetch:    ratelimit.BucketRead,
+	wire.TAck:      ratelimit.BucketRead,
+	wire.TRead:     ratelimit.BucketRead,
+	wire.TSub:      ratelimit.BucketRead,
+	wire.TSearch:   ratelimit.BucketSearch,
+	wire.TTyping:   ratelimit.BucketRead,
+	wire.TPresence: ratelimit.BucketRead,
 }
 
 // replyErr replies with what app.Explain lets the client see of err.
@@ -85,13 +90,23 @@ func (c *conn) handle(ctx context.Context, data []byte) {
 		c.replyErr(req.RID, err, "decode")
 		return
 	}
+	if req.T == wire.TTyping && !c.h.sig.allowTyping(c.p.User, req.Conv, time.Now()) {
+		return // a repeat: dropped, silently
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.h.timeout())
 	defer cancel()
 	if c.limited(ctx, req) {
 		return
 	}
-	if req.T == wire.TSend {
+	switch req.T {
+	case wire.TSend:
 		c.send(ctx, req)
+		return
+	case wire.TTyping:
+		c.typing(ctx, req)
+		return
+	case wire.TPresence:
+		c.setPresence(req)
 		return
 	}
 	f, err := c.request(ctx, req)

@@ -139,6 +139,7 @@ func NewHandler(d Deps) http.Handler {
 	rt.route("DELETE /api/convs/{id}/members/{user}", user(ratelimit.BucketConvs), handleRemoveMember(c))
 	rt.route("POST /api/dms", user(ratelimit.BucketDMs, http.StatusCreated), handleOpenDirect(c))
 	rt.route("GET /api/users", user(ratelimit.BucketUsers), handleDirectory(c))
+	rt.route("GET /api/presence", user(ratelimit.BucketRead), handlePresence(c))
 
 	// Messages and cursors.
 	rt.route("POST /api/convs/{id}/messages", user(ratelimit.BucketSend, http.StatusCreated), handleSend(c))

@@ -67,10 +67,12 @@ var StoreOps = []string{
 	"OpenDirect",
 	"OpenPeriods",
 	"Ping",
+	"Presence",
 	"Purge",
 	"PushKey",
 	"PushSettings",
 	"PushTargets",
+	"PutPresence",
 	"React",
 	"Read",
 	"ReadyFiles",
@@ -93,7 +95,9 @@ var StoreOps = []string{
 	"SetPushLevel",
 	"SetRetention",
 	"SetUserDisabled",
+	"Sharing",
 	"StaleFiles",
+	"SweepPresence",
 	"SweepTokens",
 	"Sync",
 	"User",
@@ -365,6 +369,11 @@ func (s *store) Ping(ctx context.Context) (err error) {
 	return s.Store.Ping(ctx)
 }
 
+func (s *store) Presence(ctx context.Context, a1 parley.Principal, a2 []string) (_ []parley.Presence, err error) {
+	defer s.observe("Presence", time.Now(), &err)
+	return s.Store.Presence(ctx, a1, a2)
+}
+
 func (s *store) Purge(ctx context.Context, a1 string) (_ parley.PurgeResult, err error) {
 	defer s.observe("Purge", time.Now(), &err)
 	return s.Store.Purge(ctx, a1)
@@ -383,6 +392,11 @@ func (s *store) PushSettings(ctx context.Context, a1 parley.Principal) (_ []parl
 func (s *store) PushTargets(ctx context.Context, a1 string, a2 int64) (_ []parley.PushSubscription, err error) {
 	defer s.observe("PushTargets", time.Now(), &err)
 	return s.Store.PushTargets(ctx, a1, a2)
+}
+
+func (s *store) PutPresence(ctx context.Context, a1 string, a2 []parley.PresenceLease, a3 time.Duration) (_ []parley.Presence, err error) {
+	defer s.observe("PutPresence", time.Now(), &err)
+	return s.Store.PutPresence(ctx, a1, a2, a3)
 }
 
 func (s *store) React(ctx context.Context, a1 parley.Principal, a2 parley.ReactRequest) (_ parley.Reacted, err error) {
@@ -495,9 +509,19 @@ func (s *store) SetUserDisabled(ctx context.Context, a1 string, a2 bool) (err er
 	return s.Store.SetUserDisabled(ctx, a1, a2)
 }
 
+func (s *store) Sharing(ctx context.Context, a1 string, a2 []string) (_ []string, err error) {
+	defer s.observe("Sharing", time.Now(), &err)
+	return s.Store.Sharing(ctx, a1, a2)
+}
+
 func (s *store) StaleFiles(ctx context.Context, a1 parley.StaleFiles) (_ []parley.File, err error) {
 	defer s.observe("StaleFiles", time.Now(), &err)
 	return s.Store.StaleFiles(ctx, a1)
+}
+
+func (s *store) SweepPresence(ctx context.Context, a1 int) (_ []parley.Presence, err error) {
+	defer s.observe("SweepPresence", time.Now(), &err)
+	return s.Store.SweepPresence(ctx, a1)
 }
 
 func (s *store) SweepTokens(ctx context.Context, a1 int) (_ int, err error) {

@@ -6,7 +6,10 @@
 // (parley.Bus.Interest):
 //
 //	PREFIX.c.SHARD   event notices of the conversations hashed to SHARD
-//	                 (FNV-1a of the id modulo Options.Shards)
+//	                 (FNV-1a of the id modulo Options.Shards), and their
+//	                 typing and presence notices (a presence change is
+//	                 published once per conversation of the user, so it
+//	                 reaches every gateway watching one of them)
 //	PREFIX.u.USER    read-cursor and account notices of USER, and event
 //	                 notices that name USER (membership changes); USER
 //	                 with '.' written as '~' (a NATS token separator)
@@ -482,13 +485,21 @@ func (b *Bus) send(nc *natsgo.Conn, enc *encoder, max int) {
 	if len(ns) == 0 {
 		return
 	}
-	var order []string
-	by := map[string][]parley.Notice{}
+	// Signals go in messages of their own (version 2), so that a gateway
+	// of a version without them skips those and reads every message of
+	// committed changes.
+	type key struct {
+		subject string
+		signal  bool
+	}
+	var order []key
+	by := map[key][]parley.Notice{}
 	add := func(subject string, n parley.Notice) {
-		if _, ok := by[subject]; !ok {
-			order = append(order, subject)
+		k := key{subject, n.Signal()}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
 		}
-		by[subject] = append(by[subject], n)
+		by[k] = append(by[k], n)
 	}
 	bad := 0
 	for _, n := range ns {
@@ -497,6 +508,8 @@ func (b *Bus) send(nc *natsgo.Conn, enc *encoder, max int) {
 			continue
 		}
 		switch {
+		case n.Signal():
+			add(b.shardSubject(b.shard(n.Conv)), n)
 		case n.Account() || n.Read():
 			add(b.userSubject(n.User), n)
 		default:
@@ -510,9 +523,13 @@ func (b *Bus) send(nc *natsgo.Conn, enc *encoder, max int) {
 		b.log.Error("nats: bus: dropped malformed notices (a caller bug)", "count", bad)
 	}
 	dropped := 0
-	for _, subject := range order {
-		for _, msg := range enc.messages(by[subject], max) {
-			if err := nc.Publish(subject, msg); err != nil {
+	for _, k := range order {
+		msgs := enc.messages(by[k], max)
+		if k.signal {
+			msgs = enc.signals(by[k], max)
+		}
+		for _, msg := range msgs {
+			if err := nc.Publish(k.subject, msg); err != nil {
 				dropped++
 			}
 		}

@@ -26,10 +26,11 @@ import (
 // A string is a uvarint length and its bytes. A message that does not
 // decode entirely is rejected whole.
 const (
-	magic      = 'N'
-	version    = 1
-	flagEvent  = 1
-	maxStrings = 1 << 16 // no field of ours comes near it
+	magic         = 'N'
+	version       = 1
+	signalVersion = 2 // messages of signal notices (encoder.signals)
+	flagEvent     = 1
+	maxStrings    = 1 << 16 // no field of ours comes near it
 )
 
 // encoder packs notices into messages, reusing its buffer.
@@ -146,11 +147,73 @@ func (d *decoder) string() string {
 	return s
 }
 
+// signals returns signal notices (ValidSignal) packed into messages of
+// version 2, of at most max bytes each:
+//
+//	kind   byte: 1 = typing, 2 = presence
+//	Conv   string
+//	User   string
+//	State  string (empty for typing)
+//	At     varint (Unix milliseconds)
+func (e *encoder) signals(ns []parley.Notice, max int) [][]byte {
+	var out [][]byte
+	e.buf = append(e.buf[:0], magic, signalVersion)
+	var one []byte
+	for _, n := range ns {
+		one = append(one[:0], byte(n.Kind))
+		one = appendString(one, n.Conv)
+		one = appendString(one, n.User)
+		one = appendString(one, string(n.State))
+		one = binary.AppendVarint(one, n.At.UnixMilli())
+		if len(e.buf)+len(one) > max && len(e.buf) > 2 {
+			out = append(out, append([]byte(nil), e.buf...))
+			e.buf = append(e.buf[:0], magic, signalVersion)
+		}
+		e.buf = append(e.buf, one...)
+	}
+	if len(e.buf) > 2 {
+		out = append(out, append([]byte(nil), e.buf...))
+	}
+	return out
+}
+
+// decodeSignals parses the body of a version 2 message.
+func decodeSignals(b []byte) ([]parley.Notice, error) {
+	d := decoder{b: b}
+	var ns []parley.Notice
+	for len(d.b) > 0 && d.err == nil {
+		n := parley.Notice{Kind: parley.NoticeKind(d.byte())}
+		n.Conv, n.User, n.State = d.string(), d.string(), parley.PresenceState(d.string())
+		ms := d.varint()
+		if ms < 0 || ms > maxSignalMS {
+			d.fail("bad time")
+		}
+		n.At = time.UnixMilli(ms).UTC()
+		if d.err == nil && !n.ValidSignal() {
+			d.fail("invalid signal")
+		}
+		ns = append(ns, n)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(ns) == 0 {
+		return nil, errors.New("a signal message without signals")
+	}
+	return ns, nil
+}
+
+// maxSignalMS bounds a signal's time (the year 9999).
+const maxSignalMS = 253402300799999
+
 // decode parses a message. Every notice must be one the publisher could
 // have sent (encodable): a foreign or corrupt message is rejected whole.
 func decode(msg []byte) ([]parley.Notice, error) {
 	if len(msg) < 2 || msg[0] != magic {
 		return nil, errors.New("not a parley message")
+	}
+	if msg[1] == signalVersion {
+		return decodeSignals(msg[2:])
 	}
 	if msg[1] != version {
 		return nil, fmt.Errorf("message version %d, want %d", msg[1], version)
@@ -191,6 +254,12 @@ func decode(msg []byte) ([]parley.Notice, error) {
 // non-negative seq, a device only with a user, an event only on an event
 // notice and about its (Conv, Seq).
 func encodable(n parley.Notice) bool {
+	if n.Kind != parley.NoticeCommitted {
+		return n.ValidSignal()
+	}
+	if !n.At.IsZero() || n.State != "" {
+		return false
+	}
 	if n.Account() {
 		return n.Seq == 0 && n.Device == "" && n.Event == nil && parley.ValidUserID(n.User)
 	}

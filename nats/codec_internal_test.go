@@ -76,7 +76,13 @@ func TestCodecRejects(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"foreign", []byte(`{"conv":"c"}`)},
-		{"newer version", append([]byte{magic, version + 1}, good[2:]...)},
+		{"newer version", append([]byte{magic, signalVersion + 1}, good[2:]...)},
+		{"notices in a signal message", append([]byte{magic, signalVersion}, good[2:]...)},
+		{"empty signal message", []byte{magic, signalVersion}},
+		{"signal of unknown kind", append([]byte{magic, signalVersion}, signalBytes(parley.Notice{Kind: 9, Conv: "c", User: "u"})...)},
+		{"typing with a state", append([]byte{magic, signalVersion}, signalBytes(parley.Notice{Kind: parley.NoticeTyping, Conv: "c", User: "u", State: "away"})...)},
+		{"presence without a state", append([]byte{magic, signalVersion}, signalBytes(parley.Notice{Kind: parley.NoticePresence, Conv: "c", User: "u"})...)},
+		{"signal with a bad user", append([]byte{magic, signalVersion}, signalBytes(parley.Notice{Kind: parley.NoticeTyping, Conv: "c", User: "U U"})...)},
 		{"truncated", good[:len(good)-1]},
 		{"unknown flags", append([]byte{magic, version, 4}, good[3:]...)},
 		{"bad conv", bad(parley.Notice{Conv: "a b", Seq: 1})},
@@ -92,4 +98,80 @@ func TestCodecRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// signalBytes is one signal as encoder.signals writes it, unchecked.
+func signalBytes(n parley.Notice) []byte {
+	var enc encoder
+	return enc.signals([]parley.Notice{n}, 1<<16)[0][2:]
+}
+
+// Signal notices survive encoding in messages of their own, however small.
+func TestCodecSignals(t *testing.T) {
+	ns := bustest.SignalNotices("codec", 300)
+	var signals []parley.Notice
+	for _, n := range ns {
+		if n.Signal() {
+			signals = append(signals, n)
+		}
+	}
+	for _, max := range []int{1, 100, 64 << 10} {
+		var enc encoder
+		var got []parley.Notice
+		for _, m := range enc.signals(signals, max) {
+			d, err := decode(m)
+			if err != nil {
+				t.Fatalf("max %d: decode: %v", max, err)
+			}
+			got = append(got, d...)
+		}
+		if len(got) != len(signals) {
+			t.Fatalf("max %d: %d signals back, want %d", max, len(got), len(signals))
+		}
+		for i := range signals {
+			if !got[i].Same(signals[i]) {
+				t.Fatalf("max %d: signal %d is %+v, want %+v", max, i, got[i], signals[i])
+			}
+		}
+	}
+}
+
+// FuzzDecode: no message panics the decoder, and what it accepts is what
+// a publisher could have sent, and encodes back to the same notices.
+func FuzzDecode(f *testing.F) {
+	var enc encoder
+	for _, m := range enc.messages(bustest.Notices("fuzz", 12), 1<<16) {
+		f.Add(m)
+	}
+	var signals []parley.Notice
+	for _, n := range bustest.SignalNotices("fuzz", 12) {
+		if n.Signal() {
+			signals = append(signals, n)
+		}
+	}
+	for _, m := range enc.signals(signals, 1<<16) {
+		f.Add(m)
+	}
+	f.Add([]byte{magic, signalVersion})
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		ns, err := decode(msg)
+		if err != nil {
+			return
+		}
+		for _, n := range ns {
+			if !encodable(n) {
+				t.Fatalf("decoded a notice no publisher sends: %+v", n)
+			}
+			var again []byte
+			if n.Signal() {
+				again = enc.signals([]parley.Notice{n}, 1<<16)[0]
+			} else {
+				again = enc.messages([]parley.Notice{n}, 1<<16)[0]
+			}
+			back, err := decode(again)
+			if err != nil || len(back) != 1 || !back[0].Same(n) {
+				t.Fatalf("round trip of %+v: %+v, %v", n, back, err)
+			}
+		}
+	})
 }

@@ -463,6 +463,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 //	                        the event's time in Unix milliseconds; FLAGS is
 //	                        1 (recalled) + 2 (BODY is base64)
 //
+// Signal notices (typing, presence) go in payloads of their own, headed
+// "s1", so that a gateway of a version without them skips those payloads
+// whole and still reads every payload of committed changes:
+//
+//	s1                      header
+//	t CONV USER UNTIL       a typing notice (UNTIL in Unix milliseconds)
+//	p CONV USER STATE AT    a presence notice (STATE online, away or
+//	                        offline; AT, the last seen time, in Unix ms)
+//
 // Fields are separated by one space; on a '+' line a field may be empty,
 // and BODY, the last, runs to the end of the line. CONV
 // ([A-Za-z0-9._:-]{1,64}) and USER ([a-z0-9][a-z0-9._-]{0,31}) cannot
@@ -478,6 +487,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 const (
 	payloadHeader = "p1"
 	carriedHeader = "p2"
+	signalHeader  = "s1"
 	lostLine      = "!"
 	carriedPrefix = '+'
 	carriedFields = 13
@@ -495,6 +505,28 @@ const (
 // notices that the format cannot carry at all: malformed ids, a negative
 // seq, a device without a user.
 func encodeNotices(lost bool, ns []parley.Notice, max int) (payloads []string, bad int) {
+	var signals []parley.Notice
+	for _, n := range ns {
+		if n.Signal() {
+			signals = append(signals, n)
+		}
+	}
+	if len(signals) > 0 {
+		committed := make([]parley.Notice, 0, len(ns)-len(signals))
+		for _, n := range ns {
+			if !n.Signal() {
+				committed = append(committed, n)
+			}
+		}
+		ns = committed
+	}
+	payloads, bad = encodeCommitted(lost, ns, max)
+	more, badSignals := encodeSignals(signals, max)
+	return append(payloads, more...), bad + badSignals
+}
+
+// encodeCommitted packs the notices of committed changes (encodeNotices).
+func encodeCommitted(lost bool, ns []parley.Notice, max int) (payloads []string, bad int) {
 	buf := make([]byte, 0, min(max, maxPayload)+1)
 	start := func() {
 		buf = append(buf[:0], payloadHeader...)
@@ -661,9 +693,82 @@ func appendCarried(b []byte, n parley.Notice) []byte {
 	return b
 }
 
+// encodeSignals packs signal notices into "s1" payloads of at most max
+// bytes, skipping (and counting) those that are not ValidSignal.
+func encodeSignals(ns []parley.Notice, max int) (payloads []string, bad int) {
+	buf := []byte(signalHeader)
+	var line []byte
+	for _, n := range ns {
+		if !n.ValidSignal() {
+			bad++
+			continue
+		}
+		line = append(line[:0], '\n')
+		if n.Kind == parley.NoticeTyping {
+			line = append(line, "t "...)
+		} else {
+			line = append(line, "p "...)
+		}
+		line = append(line, n.Conv...)
+		line = append(append(line, ' '), n.User...)
+		if n.Kind == parley.NoticePresence {
+			line = append(append(line, ' '), n.State...)
+		}
+		line = strconv.AppendInt(append(line, ' '), n.At.UnixMilli(), 10)
+		if len(buf)+len(line) > max && len(buf) > len(signalHeader) {
+			payloads = append(payloads, string(buf))
+			buf = append(buf[:0], signalHeader...)
+		}
+		buf = append(buf, line...)
+	}
+	if len(buf) > len(signalHeader) {
+		payloads = append(payloads, string(buf))
+	}
+	return payloads, bad
+}
+
+// decodeSignals parses the lines of an "s1" payload.
+func decodeSignals(rest string) ([]parley.Notice, error) {
+	lines := strings.Split(rest, "\n")
+	ns := make([]parley.Notice, 0, len(lines))
+	for i, line := range lines {
+		f := strings.Split(line, " ")
+		var n parley.Notice
+		switch {
+		case len(f) == 4 && f[0] == "t":
+			n = parley.Notice{Kind: parley.NoticeTyping, Conv: f[1], User: f[2]}
+		case len(f) == 5 && f[0] == "p":
+			n = parley.Notice{Kind: parley.NoticePresence, Conv: f[1], User: f[2], State: parley.PresenceState(f[3])}
+		default:
+			return nil, fmt.Errorf("line %d: not a signal", i+2)
+		}
+		ms, ok := parseSeq(f[len(f)-1])
+		if !ok || ms > maxSignalMS {
+			return nil, fmt.Errorf("line %d: bad time", i+2)
+		}
+		n.At = time.UnixMilli(ms).UTC()
+		if !n.ValidSignal() {
+			return nil, fmt.Errorf("line %d: invalid signal", i+2)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+// maxSignalMS bounds a signal's time (the year 9999), so that every time
+// read is one the encoder could have written.
+const maxSignalMS = 253402300799999
+
 // decodeNotices parses one payload.
 func decodeNotices(p string) (ns []parley.Notice, lost bool, err error) {
 	head, rest, more := strings.Cut(p, "\n")
+	if head == signalHeader {
+		if !more {
+			return nil, false, errors.New("an s1 payload without signals")
+		}
+		ns, err := decodeSignals(rest)
+		return ns, false, err
+	}
 	if head != payloadHeader && head != carriedHeader {
 		return nil, false, errors.New("not a parley payload (no p1 or p2 header)")
 	}

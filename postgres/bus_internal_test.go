@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/bustest"
 )
 
 // BusListenPID exposes the listening connection's backend pid (0 while
@@ -178,7 +179,8 @@ func FuzzDecodeNotices(f *testing.F) {
 		f.Add(p)
 	}
 	for _, p := range []string{"", "p1", "p1\n!", "p1\nc 1 a %25", "p1\nc 1 a b c", "p1\n!\n!\nc 0",
-		"p2\n+c 1  1 0 m message a d 0  0 hi there", "p2\n+c 1  1 0 m message a d 0  2 aGk", "p2\n+c 1 b 1 0 m member_joined a  0 b 1 "} {
+		"p2\n+c 1  1 0 m message a d 0  0 hi there", "p2\n+c 1  1 0 m message a d 0  2 aGk", "p2\n+c 1 b 1 0 m member_joined a  0 b 1 ",
+		"s1", "s1\nt c u 5", "s1\np c u away 0\nt c u 253402300799999", "s1\np c u gone 1", "s1\nt c u away 1"} {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
@@ -361,5 +363,45 @@ func BenchmarkNoticeCodec(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ns)), "ns/notice")
 			b.ReportMetric(float64(bytes)/float64(b.N*len(ns)), "bytes/notice")
 		})
+	}
+}
+
+// Signal notices go in payloads of their own, and come back the same.
+func TestNoticeCodecSignals(t *testing.T) {
+	ns := bustest.SignalNotices("codec", 300)
+	for _, max := range []int{100, maxPayload} {
+		payloads, bad := encodeNotices(true, ns, max)
+		if bad != 0 {
+			t.Fatalf("max %d: %d notices would not encode", max, bad)
+		}
+		var got []parley.Notice
+		for _, p := range payloads {
+			if strings.HasPrefix(p, signalHeader) && strings.Contains(p, "\n!") {
+				t.Errorf("a loss marker in a signal payload: %q", p)
+			}
+			d, _, err := decodeNotices(p)
+			if err != nil {
+				t.Fatalf("max %d: decode %q: %v", max, p, err)
+			}
+			got = append(got, d...)
+		}
+		// Committed notices first, then signals, each in order.
+		var want []parley.Notice
+		for _, n := range ns {
+			if !n.Signal() {
+				want = append(want, n)
+			}
+		}
+		for _, n := range ns {
+			if n.Signal() {
+				want = append(want, n)
+			}
+		}
+		sameNotices(t, fmt.Sprintf("max %d", max), got, want)
+	}
+	for _, p := range []string{"s1", "s1\np c u gone 1", "s1\nt c u away 1", "s1\nt c u", "s1\nt c u 1.5", "s1\np c u online 253402300800000", "s1\n!"} {
+		if ns, _, err := decodeNotices(p); err == nil {
+			t.Errorf("decode %q = %v, want an error", p, ns)
+		}
 	}
 }

@@ -127,6 +127,11 @@ var behaviours = []behaviour{
 	{name: "directory_listing", run: testDirectoryListing},
 	{name: "directory_shared", run: testDirectoryShared},
 
+	// Presence leases, sweep and reads (presence.go).
+	{name: "presence_leases", run: testPresenceLeases},
+	{name: "presence_sweep", run: testPresenceSweep},
+	{name: "presence_read", run: testPresenceRead},
+
 	// Group commit (batch.go).
 	{name: "batch_outcomes_independent", run: testBatchOutcomesIndependent},
 	{name: "batch_seqs_in_arrival_order", run: testBatchSeqsInArrivalOrder},

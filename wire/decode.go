@@ -49,6 +49,9 @@ func decodeFast(b []byte, r *Request) bool {
 		case "before":
 			bit = 1 << 5
 			r.Before, ok = d.str()
+		case "state":
+			bit = 1 << 13
+			r.State, ok = d.str()
 		case "after", "limit", "epoch", "seq", "target", "reply_to", "thread":
 			if nums == nil {
 				nums = new([7]int64)

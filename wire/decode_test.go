@@ -12,6 +12,7 @@ import (
 // fastSeeds are frames both decoders see: the common shapes decodeFast
 // takes and the near misses it must leave to encoding/json.
 var fastSeeds = []string{
+	`{"t":"typing","conv":"c-team","rid":"t"}`, `{"t":"presence","state":"away"}`, `{"t":"presence","state":"gone","rid":3}`,
 	`{"t":"send","rid":"1","conv":"g","cmid":"c","body":"hi"}`,
 	`{"t":"send","rid":17,"conv":"g","cmid":"c","body":"line\nnext \"q\" \\ \/ \t\b\f\r"}`,
 	` { "t" : "sync" , "conv" : "g" , "after" : 0 , "limit" : 5 , "epoch" : -1 } `,

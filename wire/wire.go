@@ -28,6 +28,9 @@ const (
 	TEdit   = "edit"
 	TReact  = "react"
 	TSearch = "search"
+	// TTyping and TPresence are signals: no reply on success.
+	TTyping   = "typing"
+	TPresence = "presence"
 )
 
 // Reply and push types.
@@ -78,6 +81,8 @@ type Request struct {
 	Q      string `json:"q,omitempty"`      // search: the query
 	From   string `json:"from,omitempty"`   // search: only this sender
 	Cursor string `json:"cursor,omitempty"` // search: the next of the previous page
+
+	State string `json:"state,omitempty"` // presence: this socket's state, online or away
 }
 
 // DecodeRequest parses one text frame. The error is an INVALID_ARGUMENT
@@ -157,17 +162,19 @@ func validRID(rid json.RawMessage) bool {
 
 // required lists, per request type, the fields that must be present.
 var required = map[string][]string{
-	TSend:   {"conv", "cmid", "body"},
-	TSync:   {"conv", "after"},
-	TAck:    {"conv", "seq"},
-	TRead:   {"conv", "seq"},
-	TRecall: {"conv", "target", "cmid"},
-	TConvs:  nil,
-	TFetch:  {"conv", "seq"},
-	TSub:    nil,
-	TEdit:   {"conv", "target", "cmid", "body"},
-	TReact:  {"conv", "target", "emoji", "on", "cmid"},
-	TSearch: {"q"},
+	TSend:     {"conv", "cmid", "body"},
+	TSync:     {"conv", "after"},
+	TAck:      {"conv", "seq"},
+	TRead:     {"conv", "seq"},
+	TRecall:   {"conv", "target", "cmid"},
+	TConvs:    nil,
+	TFetch:    {"conv", "seq"},
+	TSub:      nil,
+	TEdit:     {"conv", "target", "cmid", "body"},
+	TReact:    {"conv", "target", "emoji", "on", "cmid"},
+	TSearch:   {"q"},
+	TTyping:   {"conv"},
+	TPresence: {"state"},
 }
 
 func (r Request) check() error {
@@ -199,6 +206,8 @@ func (r Request) check() error {
 			missing = r.On == nil
 		case "q":
 			missing = r.Q == ""
+		case "state":
+			missing = r.State == ""
 		}
 		if missing {
 			return parley.Errorf(parley.CodeInvalidArgument, "%s needs %s", r.T, f)
@@ -230,6 +239,10 @@ func (r Request) checkChat() error {
 	case r.T == TSearch:
 		_, err := r.SearchRequest()
 		return err
+	case r.T == TTyping:
+		return parley.CheckConvID(r.Conv)
+	case r.T == TPresence:
+		return parley.CheckSocketState(r.State)
 	}
 	return nil
 }
@@ -476,6 +489,13 @@ type Frame struct {
 	Ev        *Event `json:"ev,omitempty"`
 	Hits      []Hit  `json:"hits,omitzero"` // results
 
+	// Signals: typing (conv, user, until) and presence (user, state,
+	// last_seen) pushes.
+	User     string `json:"user,omitempty"`
+	Until    string `json:"until,omitempty"`
+	State    string `json:"state,omitempty"`
+	LastSeen string `json:"last_seen,omitempty"`
+
 	Code         parley.Code `json:"code,omitempty"`
 	Msg          string      `json:"msg,omitempty"`
 	RetryAfterMS int64       `json:"retry_after_ms,omitempty"`
@@ -614,6 +634,44 @@ func EventPush(e parley.Event) Frame {
 // read is set when the user's read cursor moved.
 func Hint(conv string, head int64, read *int64) Frame {
 	return Frame{T: THint, Conv: conv, Head: ptr(head), Read: read}
+}
+
+// Typing tells a member that user is typing in conv until until.
+func Typing(conv, user string, until time.Time) Frame {
+	return Frame{T: TTyping, Conv: conv, User: user, Until: until.UTC().Format(TimeFormat)}
+}
+
+// PresencePush tells that a user's presence changed. last_seen is left
+// out for a user never seen.
+func PresencePush(p parley.Presence) Frame {
+	f := Frame{T: TPresence, User: p.User, State: string(p.State)}
+	if !p.LastSeen.IsZero() {
+		f.LastSeen = p.LastSeen.UTC().Format(TimeFormat)
+	}
+	return f
+}
+
+// UserPresence is one user's entry of GET /api/presence.
+type UserPresence struct {
+	User     string `json:"user"`
+	State    string `json:"state"`
+	LastSeen string `json:"last_seen,omitempty"`
+}
+
+// PresenceList is the body of GET /api/presence: the users asked for that
+// the caller may see, ordered by user id, each once. Never null.
+type PresenceList struct {
+	Presence []UserPresence `json:"presence"`
+}
+
+// FromPresence converts what the store read.
+func FromPresence(ps []parley.Presence) PresenceList {
+	out := PresenceList{Presence: make([]UserPresence, len(ps))}
+	for i, p := range ps {
+		f := PresencePush(p)
+		out.Presence[i] = UserPresence{User: f.User, State: f.State, LastSeen: f.LastSeen}
+	}
+	return out
 }
 
 // Resync tells the client to sync every conversation.

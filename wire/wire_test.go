@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/parleychat/parley"
@@ -25,6 +26,17 @@ func TestDecodeRequest(t *testing.T) {
 		{"convs", `{"t":"convs"}`, "", ""},
 		{"fetch", `{"t":"fetch","conv":"g","seq":2}`, "", ""},
 		{"sub", `{"t":"sub","rid":7}`, "", "7"},
+		{"typing", `{"t":"typing","conv":"c-team"}`, "", ""},
+		{"typing with rid", `{"t":"typing","conv":"c-team","rid":"r"}`, "", `"r"`},
+		{"typing without conv", `{"t":"typing","rid":"r"}`, parley.CodeInvalidArgument, `"r"`},
+		{"typing in a malformed conv", `{"t":"typing","conv":"a b"}`, parley.CodeInvalidArgument, ""},
+		{"typing with conv a number", `{"t":"typing","conv":5}`, parley.CodeInvalidArgument, ""},
+		{"presence away", `{"t":"presence","state":"away"}`, "", ""},
+		{"presence online", `{"t":"presence","state":"online","rid":1}`, "", "1"},
+		{"presence offline", `{"t":"presence","state":"offline"}`, parley.CodeInvalidArgument, ""},
+		{"presence in another case", `{"t":"presence","state":"Away"}`, parley.CodeInvalidArgument, ""},
+		{"presence without state", `{"t":"presence"}`, parley.CodeInvalidArgument, ""},
+		{"presence state escaped", `{"t":"presence","state":"\u0061way"}`, "", ""},
 		{"unknown fields are ignored", `{"t":"convs","x":1}`, "", ""},
 		{"invalid UTF-8", "{\"t\":\"convs\",\"rid\":\"\xff\"}", parley.CodeInvalidArgument, ""},
 		{"not JSON", `nope`, parley.CodeInvalidArgument, ""},
@@ -106,6 +118,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"t":"edit","conv":"g","target":3,"cmid":"e","body":"fixed"}`,
 		`{"t":"react","conv":"g","target":3,"emoji":"👍","on":true,"cmid":"r"}`,
 		`{"t":"send","conv":"g","cmid":"c","body":"re","reply_to":3}`,
+		`{"t":"typing","conv":"c-team","rid":"t1"}`, `{"t":"typing","conv":""}`,
+		`{"t":"presence","state":"away"}`, `{"t":"presence","state":"offline","rid":2}`,
 		"{\"t\":\"convs\",\"rid\":\"\xff\"}",
 		`[]`, `null`, `{"t":null}`,
 	} {
@@ -148,6 +162,9 @@ func FuzzDecodeFrame(f *testing.F) {
 		Error(parley.CodeRateLimited, "slow down"),
 		Hint("g", 5, nil),
 		Resync(),
+		Typing("g", "ben", time.Date(2026, 12, 7, 12, 0, 5, 0, time.UTC)),
+		PresencePush(parley.Presence{User: "ben", State: parley.PresenceAway, LastSeen: time.Date(2026, 12, 7, 12, 0, 5, 0, time.UTC)}),
+		PresencePush(parley.Presence{User: "cy", State: parley.PresenceOffline}),
 	} {
 		f.Add(MarshalFrame(fr))
 	}

@@ -49,6 +49,7 @@ type serveFlags struct {
 	userSockets  int
 	backstop     time.Duration
 	pushLinger   time.Duration
+	presenceTTL  time.Duration
 	ping         time.Duration
 	reauth       time.Duration
 	drainTimeout time.Duration
@@ -127,6 +128,7 @@ func (f *serveFlags) flagSet() *flag.FlagSet {
 	fs.IntVar(&f.userSockets, "user-sockets", gateway.DefaultMaxUserSockets, "open WebSocket connections per user on this gateway; more are refused with 429 RATE_LIMITED")
 	fs.DurationVar(&f.backstop, "backstop", 5*time.Second, "how often the heads of watched conversations are polled")
 	fs.DurationVar(&f.pushLinger, "push-linger", gateway.DefaultLinger, "how long a push may wait for sends being committed to the same conversations, to leave in one write with them (0: never)")
+	fs.DurationVar(&f.presenceTTL, "presence-ttl", parley.DefaultPresenceTTL, "how long a gateway's presence leases last unless renewed: a gateway that dies leaves its users online for about this long")
 	fs.DurationVar(&f.ping, "ping", 30*time.Second, "WebSocket keepalive interval")
 	fs.DurationVar(&f.reauth, "reauth", time.Minute, "how often open sockets' tokens are checked again (logged out, disabled)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", DefaultDrainTimeout, "how long SIGTERM waits for requests and sockets to finish, after the drain window")
@@ -468,7 +470,7 @@ func (s *server) newHub() error {
 	s.hub = gateway.New(gateway.Options{
 		Store: s.store, Bus: bus, Log: s.log,
 		HintMembers: f.hintMembers, SendBudget: f.sendBudget, MaxUserSockets: f.userSockets, Backstop: f.backstop, Linger: lingerOption(f.pushLinger),
-		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: s.origins, SecureCookie: f.secureCookie,
+		PingEvery: f.ping, Reauth: f.reauth, OriginPatterns: s.origins, SecureCookie: f.secureCookie, PresenceTTL: f.presenceTTL,
 		Limit:     s.limitFrame,
 		OnAccount: s.ident.ForgetUser,
 		Metrics:   s.m,

@@ -1,0 +1,24 @@
+-- Presence (signal.go in the root, sqlite/presence.go). Names match
+-- postgres/migrations/0017_presence.sql.
+--
+-- One lease per (user, gateway holding sockets of the user): online when a
+-- socket of the user there is online, away when all are. A gateway renews
+-- its leases while its sockets are open; one that dies stops, and its
+-- leases expire (expires_at, the database clock in Unix milliseconds).
+CREATE TABLE presence_leases (
+    user_id    TEXT NOT NULL,
+    gateway    TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('online', 'away')),
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (user_id, gateway)
+) STRICT;
+-- The sweep finds expired leases oldest first.
+CREATE INDEX presence_leases_expiry ON presence_leases (expires_at);
+
+-- Per user: the presence last announced (so that exactly one gateway
+-- announces each change) and when the user was last seen connected.
+CREATE TABLE presence (
+    user_id   TEXT PRIMARY KEY,
+    state     TEXT NOT NULL CHECK (state IN ('online', 'away', 'offline')),
+    last_seen INTEGER NOT NULL
+) STRICT;
