@@ -18,12 +18,12 @@ import (
 // until; typing again without sending clears by itself at until. Presence:
 // ana's page shows ben online (GET /api/presence, then pushes), away when
 // his page is hidden, online again on his input, and offline once his
-// page is gone. Skipped against a server without GET /api/presence.
+// page is gone.
 func TestBrowserTypingPresence(t *testing.T) {
 	dir := t.TempDir()
 	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
-	if st := callAPI(t, p.http, login(t, p.http, "cy"), "GET", "/api/presence?users=cy", nil, nil); st == 404 {
-		t.Skip("the server has no typing and presence yet (GET /api/presence is 404)")
+	if st := callAPI(t, p.http, login(t, p.http, "cy"), "GET", "/api/presence?users=cy", nil, nil); st != 200 {
+		t.Fatalf("GET /api/presence: %d, want 200", st)
 	}
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
