@@ -464,35 +464,12 @@ func failoverLoad(t *testing.T, l *lb, gws []*proc) {
 		finished = ctx.Err() == nil
 	}
 
-	var progress bytes.Buffer
-	work := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	rep, err := loadtest.Run(ctx, loadtest.Config{
-		Servers: []string{l.url}, Admin: "root", AdminPassword: "root-password",
-		Users: users, DevicesPerUser: devices, Duration: dur, Rate: float64(rate),
-		Groups: []int{10, 25}, Directs: true, ChurnEvery: 500 * time.Millisecond,
-		RecallRatio: 0.05, ReadRatio: 0.1, Settle: time.Minute,
-		DuringLoad: during, WorkDir: work, Log: &progress,
-	})
-	for _, p := range phases {
-		t.Log(p)
-	}
-	if err != nil {
-		t.Fatalf("bench run: %v\n%s", err, progress.String())
-	}
-	var summary bytes.Buffer
-	rep.Text(&summary)
-	t.Logf("bench through haproxy:\n%s%s", progress.String(), summary.String())
-	if t.Failed() || !rep.Pass {
-		dumpDeviceLogs(t, work, summary.String())
-		for i, g := range gws {
-			t.Logf("gateway %d warnings and errors:\n%s", i, lastLines(grepLines(g.stderr(), "WARN", "ERROR"), 40))
-		}
-	}
-	if !rep.Pass {
-		t.Fatalf("the acceptance check failed with %d violation(s)", rep.ViolationCount)
-	}
+	rep := faultLoad(t, ctx, "through haproxy", loadtest.Config{
+		Servers: []string{l.url}, Users: users, DevicesPerUser: devices, Duration: dur, Rate: float64(rate),
+		ChurnEvery: 500 * time.Millisecond, DuringLoad: during,
+	}, &phases, gws)
 	if rep.Devices != total || rep.Committed == 0 || rep.MembershipChanges == 0 {
 		t.Fatalf("report: %d devices, %d committed, %d membership changes", rep.Devices, rep.Committed, rep.MembershipChanges)
 	}
@@ -513,4 +490,38 @@ func failoverLoad(t *testing.T, l *lb, gws []*proc) {
 		t.Fatalf("surviving gateway lost its bus:\n%s", bad)
 	}
 	t.Logf("surviving gateway: %d bus notices received", heard)
+}
+
+// faultLoad runs the bench's load (cfg: the servers, its size and the
+// faults DuringLoad makes; the mix is the fault tests' own) and logs the
+// phases DuringLoad noted and the summary. The test fails when the run
+// fails or its acceptance check does not hold (or the test failed
+// meanwhile): the device logs and every gateway's warnings are logged then.
+func faultLoad(t *testing.T, ctx context.Context, what string, cfg loadtest.Config, phases *[]string, gws []*proc) *loadtest.Report {
+	t.Helper()
+	var progress bytes.Buffer
+	work := t.TempDir()
+	cfg.Admin, cfg.AdminPassword = "root", "root-password"
+	cfg.Groups, cfg.Directs, cfg.RecallRatio, cfg.ReadRatio, cfg.Settle = []int{10, 25}, true, 0.05, 0.1, time.Minute
+	cfg.WorkDir, cfg.Log = work, &progress
+	rep, err := loadtest.Run(ctx, cfg)
+	for _, p := range *phases {
+		t.Log(p)
+	}
+	if err != nil {
+		t.Fatalf("bench run: %v\n%s", err, progress.String())
+	}
+	var summary bytes.Buffer
+	rep.Text(&summary)
+	t.Logf("bench %s:\n%s%s", what, progress.String(), summary.String())
+	if t.Failed() || !rep.Pass {
+		dumpDeviceLogs(t, work, summary.String())
+		for i, g := range gws {
+			t.Logf("gateway %d warnings and errors:\n%s", i, lastLines(grepLines(g.stderr(), "WARN", "ERROR"), 40))
+		}
+	}
+	if !rep.Pass {
+		t.Fatalf("the acceptance check failed with %d violation(s)", rep.ViolationCount)
+	}
+	return rep
 }

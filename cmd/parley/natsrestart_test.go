@@ -164,33 +164,12 @@ func TestNATSRestart(t *testing.T) {
 		}
 		finished = pause(8 * time.Second)
 	}
-	var progress bytes.Buffer
-	work := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	rep, err := loadtest.Run(ctx, loadtest.Config{
-		Servers: urls, Admin: "root", AdminPassword: "root-password",
-		Users: users, DevicesPerUser: devices, Duration: dur, Rate: float64(rate),
-		Groups: []int{10, 25}, Directs: true, ChurnEvery: time.Second,
-		RecallRatio: 0.05, ReadRatio: 0.1, Settle: time.Minute,
-		DuringLoad: during, WorkDir: work, Log: &progress,
-	})
-	for _, p := range phases {
-		t.Log(p)
-	}
-	if err != nil {
-		t.Fatalf("bench run: %v\n%s", err, progress.String())
-	}
-	var summary bytes.Buffer
-	rep.Text(&summary)
-	t.Logf("bench across a NATS restart:\n%s%s", progress.String(), summary.String())
-	if !rep.Pass {
-		dumpDeviceLogs(t, work, summary.String())
-		for i, g := range gws {
-			t.Logf("gateway %d warnings and errors:\n%s", i, lastLines(grepLines(g.stderr(), "WARN", "ERROR"), 40))
-		}
-		t.Fatalf("the acceptance check failed with %d violation(s)", rep.ViolationCount)
-	}
+	rep := faultLoad(t, ctx, "across a NATS restart", loadtest.Config{
+		Servers: urls, Users: users, DevicesPerUser: devices, Duration: dur, Rate: float64(rate),
+		ChurnEvery: time.Second, DuringLoad: during,
+	}, &phases, gws)
 	if !finished {
 		t.Fatalf("the load ended before the restarts were done: %v", phases)
 	}
