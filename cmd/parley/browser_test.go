@@ -696,7 +696,9 @@ func TestBrowserOpenNewest(t *testing.T) {
 				const f = window.__fetched[conv] || {events: 0, pages: 0};
 				return {ms, events: f.events, pages: f.pages};
 			})(%q, %d)`, conv, heads[conv]))
-			if conv == "big" && (got.Events > 200 || got.Events < 1) {
+			// 0 is allowed: the page may already hold the newest page
+			// (the kept state of an earlier round), and then reads nothing.
+			if conv == "big" && got.Events > 200 {
 				t.Errorf("opening a conversation of %d events downloaded %d events in %d pages: the app must read only the page it shows", heads[conv], got.Events, got.Pages)
 			}
 			times[conv] = append(times[conv], got.Ms)
