@@ -109,7 +109,10 @@ func (h *Hub) putLeases(ctx context.Context, all bool) {
 	if len(ls) == 0 {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, h.timeout())
+	// A write once started is finished, not cancelled by a stop: an
+	// aborted one could have committed unseen (held would then miss a
+	// lease, and its changes go unannounced).
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.timeout())
 	changed, err := h.store.PutPresence(pctx, h.o.GatewayID, ls, h.presenceTTL())
 	cancel()
 	if err != nil {
@@ -158,7 +161,10 @@ func (h *Hub) giveUpLeases(ctx context.Context) {
 func (h *Hub) sweep(ctx context.Context) {
 	const batch = 500
 	for ctx.Err() == nil {
-		sctx, cancel := context.WithTimeout(ctx, h.timeout())
+		// Finished even when a stop comes meanwhile (see putLeases): a
+		// claim that committed unseen would leave its users never
+		// announced offline.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.timeout())
 		changed, err := h.store.SweepPresence(sctx, batch)
 		cancel()
 		if err != nil {

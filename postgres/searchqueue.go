@@ -160,13 +160,26 @@ func (db *DB) moveQueue(ctx context.Context) error {
 	m := &db.mover
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for {
+	// A statement once started is finished, not cancelled by a stop (the
+	// stop waits for it, bounded by moveTimeout); the next one is not
+	// started after the stop.
+	run := func(f func(context.Context) error) error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+		defer cancel()
+		return f(sctx)
+	}
+	for ctx.Err() == nil {
 		var n int64
-		if err := db.pool.QueryRow(ctx, moveSQL, moveBatch, moveLock).Scan(&n); err != nil {
+		if err := run(func(sctx context.Context) error {
+			return db.pool.QueryRow(sctx, moveSQL, moveBatch, moveLock).Scan(&n)
+		}); err != nil {
 			return err
 		}
 		if m.moved += n; m.moved >= vacuumAfter {
-			if _, err := db.pool.Exec(ctx, `VACUUM search_queue`); err != nil {
+			if err := run(func(sctx context.Context) error {
+				_, err := db.pool.Exec(sctx, `VACUUM search_queue`)
+				return err
+			}); err != nil {
 				return err
 			}
 			m.moved = 0
@@ -175,4 +188,8 @@ func (db *DB) moveQueue(ctx context.Context) error {
 			return nil
 		}
 	}
+	return ctx.Err()
 }
+
+// moveTimeout bounds one statement of a move: what a stop waits for.
+const moveTimeout = 30 * time.Second
