@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -67,8 +66,8 @@ func TestDemoLoopbackOnly(t *testing.T) {
 	}
 	// The sign-in page learns whom to sign in as; a server without --demo
 	// names nobody.
-	if got := getBody(t, p.http+"/api/server"); got != `{"demo":{"users":["ana","ben","cy"],"password":"parley-demo"}}` {
-		t.Errorf("GET /api/server with --demo: %s", got)
+	if st, got := get(t, p.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{"demo":{"users":["ana","ben","cy"],"password":"parley-demo"}}` {
+		t.Errorf("GET /api/server with --demo: %d %s", st, got)
 	}
 
 	// The environment cannot turn it on: no demo user appears.
@@ -82,25 +81,9 @@ func TestDemoLoopbackOnly(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || strings.Contains(q.stderr(), "--demo") {
 		t.Errorf("with PARLEY_DEMO=true: demo login %d, want 401 (no demo user); stderr:\n%s", resp.StatusCode, q.stderr())
 	}
-	if got := getBody(t, q.http+"/api/server"); got != `{}` {
-		t.Errorf("GET /api/server without --demo: %s", got)
+	if st, got := get(t, q.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{}` {
+		t.Errorf("GET /api/server without --demo: %d %s", st, got)
 	}
-}
-
-// getBody GETs url and returns its body, trimmed; the test fails on any
-// status but 200.
-func getBody(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s (%v)", url, resp.StatusCode, b, err)
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // TestMetricsFromAnotherAddress: a real connection to the public listener
