@@ -50,18 +50,7 @@ func TestExportFilesServe(t *testing.T) {
 	}
 	p := serveEnv(t, nil, "--db", b.db, "--data-dir", b.dir)
 	tok := loginHTTP(t, p.http, "ana", "password-ana")
-	zr := exportFiles(t, p.http, tok, "conv:g1")
-	if len(zr.File) != 2 || zr.File[0].Name != "files/"+f.ID+"/minutes.txt" || zr.File[1].Name != "manifest.json" {
-		t.Fatalf("archive holds %d files", len(zr.File))
-	}
-	r, err := zr.File[0].Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
-		t.Errorf("the file in the archive: %q (%v), want %q", b, err, data)
-	}
+	wantArchived(t, exportFiles(t, p.http, tok, "conv:g1"), f.ID, "minutes.txt", data)
 }
 
 // exportFiles exports scope as the holder of tok and returns the export's
@@ -102,4 +91,21 @@ func exportFiles(t *testing.T, base, tok, scope string) *zip.Reader {
 		t.Fatalf("archive: %v", err)
 	}
 	return zr
+}
+
+// wantArchived checks that a files archive holds the one file id (named
+// name, with data as its bytes) and the manifest.
+func wantArchived(t *testing.T, zr *zip.Reader, id, name string, data []byte) {
+	t.Helper()
+	if len(zr.File) != 2 || zr.File[0].Name != "files/"+id+"/"+name || zr.File[1].Name != "manifest.json" {
+		t.Fatalf("archive holds %d files, want files/%s/%s and the manifest", len(zr.File), id, name)
+	}
+	r, err := zr.File[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("the archive holds %d bytes of the file (%v), want the %d sent", len(b), err, len(data))
+	}
 }

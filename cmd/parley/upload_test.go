@@ -262,26 +262,9 @@ func TestUploadToS3(t *testing.T) {
 	}
 
 	// Sent, the file goes into an export's archive, read from the bucket.
-	msg, _ := json.Marshal(map[string]any{"body": "the bucket's file", "attachments": []string{id}})
-	req, _ := http.NewRequest("POST", p.http+"/api/convs/g1/messages", bytes.NewReader(msg))
-	req.Header.Set("Authorization", "Bearer "+ana)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "s3-export-1")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("send with the file: %v %v", resp, err)
-	} else {
-		resp.Body.Close()
+	msg := map[string]any{"body": "the bucket's file", "attachments": []string{id}}
+	if st := callAPI(t, p.http, ana, "POST", "/api/convs/g1/messages", msg, nil, "Idempotency-Key", "s3-export-1"); st != http.StatusCreated {
+		t.Fatalf("send with the file: %d", st)
 	}
-	zr := exportFiles(t, p.http, ana, "conv:g1")
-	if len(zr.File) != 2 || zr.File[0].Name != "files/"+id+"/to-s3.txt" {
-		t.Fatalf("archive holds %d files", len(zr.File))
-	}
-	r, err := zr.File[0].Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if b, err := io.ReadAll(r); err != nil || !bytes.Equal(b, data) {
-		t.Errorf("the archive holds %d bytes of the file (%v), want the %d uploaded", len(b), err, len(data))
-	}
+	wantArchived(t, exportFiles(t, p.http, ana, "conv:g1"), id, "to-s3.txt", data)
 }
