@@ -22,6 +22,7 @@ import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
 import { nameEl, setName } from "./names.js";
+import { load as loadLanguage } from "./i18n.js";
 
 /** The chat routes; manage.js adds its own after them. */
 const chatRoutes = [
@@ -324,4 +325,6 @@ window.addEventListener("popstate", render);
 // The service worker: offline loads, pushes.
 if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch((e) => console.warn("service worker:", e));
 
-boot();
+// The catalogue of the page's language first: every view's strings come
+// from it. Without it (a catalogue that cannot load) strings show as keys.
+loadLanguage().catch((e) => console.warn("language:", e)).finally(boot);

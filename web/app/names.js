@@ -7,7 +7,8 @@
 //
 // Two ways to show a name: nameOf(id) for text built once (a preview, a
 // notification), with onNames(fn) to rebuild it when names arrive; and
-// nameEl(h, id) for an element that updates itself in place.
+// nameEl(h, id) for an element that updates itself in place; avatarEl(h, id)
+// for the initials avatar beside a name, which follows the name too.
 
 import { api, RETRYABLE } from "./api.js";
 import { url } from "./urls.js";
@@ -42,6 +43,50 @@ export function nameOf(id) {
  */
 export function nameEl(h, id, attrs) {
   return h("span", Object.assign({ class: "uname", "data-name-of": id, title: id }, attrs || {}), nameOf(id));
+}
+
+/**
+ * initials returns up to two letters standing for a name: the first
+ * letters of its first two words ("Ana Lima" → "AL"), or its first
+ * character when it is one word or written without spaces (Chinese).
+ * @param {string} name
+ * @returns {string}
+ */
+export function initials(name) {
+  const words = String(name || "?").trim().split(/[\s._-]+/).filter(Boolean);
+  const first = (w) => Array.from(w)[0] || "";
+  if (words.length === 0) return "?";
+  if (words.length === 1 || /[^\x00-\u024f]/.test(words[0])) return first(words[0]).toUpperCase();
+  return (first(words[0]) + first(words[1])).toUpperCase();
+}
+
+/**
+ * hue returns the avatar colour's hue (0–359) for a user id: the same id
+ * has the same colour on every page and device.
+ * @param {string} id
+ * @returns {number}
+ */
+export function hue(id) {
+  let x = 2166136261;
+  for (const c of String(id)) {
+    x ^= c.codePointAt(0);
+    x = Math.imul(x, 16777619);
+  }
+  return (x >>> 0) % 360;
+}
+
+/**
+ * avatarEl returns a decorative (aria-hidden) circle with the initials of
+ * the user's name on a colour derived from the id; it follows later name
+ * changes as nameEl does.
+ * @param {Function} h dom.js h
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+export function avatarEl(h, id) {
+  const el = h("span", { class: "avatar", "aria-hidden": "true", "data-avatar-of": id }, initials(nameOf(id)));
+  el.style.setProperty("--avatar-hue", String(hue(id)));
+  return el;
 }
 
 /**
@@ -86,6 +131,9 @@ function changed(id) {
   const show = nameOf(id);
   for (const el of document.querySelectorAll("[data-name-of]")) {
     if (el.getAttribute("data-name-of") === id) el.textContent = show;
+  }
+  for (const el of document.querySelectorAll("[data-avatar-of]")) {
+    if (el.getAttribute("data-avatar-of") === id) el.textContent = initials(show);
   }
   if (flush) return;
   flush = setTimeout(() => {

@@ -40,7 +40,7 @@ export function charCount(s) {
  */
 export function renderComposer(ctx, conv, replyTo, suggest) {
   const { h, client } = ctx;
-  const t = (name) => (replyTo ? "thread-" : "") + name;
+  const testId = (name) => (replyTo ? "thread-" : "") + name;
   const cid = "composer-count-" + conv + (replyTo ? "-" + replyTo : "");
   const count = h("span", { class: "count", id: cid, "aria-live": "polite", "data-test": "composer-count" }, "");
   const box = h("textarea", {
@@ -67,11 +67,11 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
     },
   });
   const picker = h("input", {
-    type: "file", multiple: true, class: "visually-hidden", tabindex: "-1", "aria-hidden": "true", "data-test": t("attach-input"),
+    type: "file", multiple: true, class: "visually-hidden", tabindex: "-1", "aria-hidden": "true", "data-test": testId("attach-input"),
     on: { change: () => { attachFiles(picker.files); picker.value = ""; } },
   });
-  const attachBtn = h("button", { type: "button", "data-test": t("attach"), title: "Attach files", on: { click: () => picker.click() } }, "Attach");
-  const chips = h("ul", { class: "chips", "aria-label": "Attached files", "data-test": t("chips") });
+  const attachBtn = h("button", { type: "button", "data-test": testId("attach"), title: "Attach files", on: { click: () => picker.click() } }, "Attach");
+  const chips = h("ul", { class: "chips", "aria-label": "Attached files", "data-test": testId("chips") });
   const button = h("button", { type: "submit", class: "primary", "data-test": replyTo ? "thread-send" : "send" }, "Send");
   const form = h("form", {
     class: "composer", "aria-label": "Send a message",
