@@ -4,7 +4,8 @@
 // for a year and a new release is picked up by the next page load.
 //
 // At start (Load) every file is named NAME.HASH.EXT after the sha256 of its
-// served bytes. A JavaScript module's relative import specifiers
+// served bytes. A script's or stylesheet's lines that hold only comments
+// are served empty (stripComments): the line numbers stay the source's. A JavaScript module's relative import specifiers
 // (`from "./x.js"`, `from "../x.js"`, `import "./x.js"`) are rewritten to the
 // hashed names first, so a module's hash covers the hashes of what it imports
 // (a Merkle tree: changing dom.js renames every module that imports it,
@@ -295,6 +296,12 @@ func (l *linker) visit(name string) error {
 	l.state[name] = visiting
 	l.stack = append(l.stack, name)
 	body := l.src[name]
+	if ext := path.Ext(name); ext == ".js" || ext == ".css" {
+		var err error
+		if body, err = stripComments(body, ext == ".css"); err != nil {
+			return fmt.Errorf("web: %s: %w", name, err)
+		}
+	}
 	if path.Ext(name) == ".js" {
 		var err error
 		if body, err = l.rewriteImports(name, body); err != nil {
