@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/parleychat/parley"
-	"github.com/parleychat/parley/inmem"
 	"github.com/parleychat/parley/nats"
 	"github.com/parleychat/parley/postgres"
 )
@@ -40,7 +39,10 @@ func checkBus(bus, kind string) error {
 }
 
 // newBus returns the bus --bus names (checked by checkBus) for a store of
-// kind at dsn.
+// kind at dsn; nil for a gateway alone in its process, which hands every
+// notice to its own fan-out first (gateway.Hub.Publish): an in-process bus
+// could only hand each one back to it, work for nothing, as the other
+// buses' SkipOwn says.
 func newBus(bus, kind, dsn string, log *slog.Logger) (parley.Bus, error) {
 	switch {
 	case strings.HasPrefix(bus, "nats://"):
@@ -50,5 +52,5 @@ func newBus(bus, kind, dsn string, log *slog.Logger) (parley.Bus, error) {
 		// (gateway.Hub.Publish): hearing them back is work for nothing.
 		return postgres.NewBus(dsn, postgres.BusOptions{Logger: log, SkipOwn: true})
 	}
-	return inmem.NewBus(), nil
+	return nil, nil
 }
