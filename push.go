@@ -53,8 +53,9 @@ type Push interface {
 	// (NOT_MEMBER). Setting PushAll removes the row.
 	SetPushLevel(ctx context.Context, p Principal, conv string, level PushLevel) (PushSetting, error)
 
-	// PushTargets returns the subscriptions to push for event seq of conv,
-	// by id, filtered in the query: the event is a message that is not
+	// PushTargets returns the subscriptions to push for each message of
+	// msgs (at most MaxPushBatch), in the order of msgs and by id within a
+	// message, each filtered in the query: the event is a message that is not
 	// recalled; its recipients are the users with an open period in conv
 	// that began at or before seq (so not former members), not its sender,
 	// whose level in conv is PushAll, or PushMentions when the message
@@ -62,8 +63,24 @@ type Push interface {
 	// has a token that is not of a replaced install (a device signed out
 	// gets nothing) and a delivered cursor in conv below seq (a device
 	// that has the message gets nothing). None for an unknown
-	// conversation or seq. Errors: INVALID_ARGUMENT.
-	PushTargets(ctx context.Context, conv string, seq int64) ([]PushSubscription, error)
+	// conversation or seq. Errors: INVALID_ARGUMENT (CheckPushTargets:
+	// any message, or the batch's size).
+	PushTargets(ctx context.Context, msgs []PushMessage) ([]PushTarget, error)
+}
+
+// MaxPushBatch bounds the messages of one Push.PushTargets call.
+const MaxPushBatch = 256
+
+// PushMessage names one committed message to push.
+type PushMessage struct {
+	Conv string
+	Seq  int64
+}
+
+// PushTarget is one subscription to push one message to.
+type PushTarget struct {
+	Msg PushMessage
+	Sub PushSubscription
 }
 
 // PushLevel is which messages of a conversation a user is pushed.
@@ -196,12 +213,17 @@ func CheckPushID(id string) error {
 var ErrNoPushSubscription = &Error{Code: CodeNotFound, Msg: "push subscription not found"}
 
 // CheckPushTargets validates the arguments of Push.PushTargets.
-func CheckPushTargets(conv string, seq int64) error {
-	if err := CheckConvID(conv); err != nil {
-		return err
+func CheckPushTargets(msgs []PushMessage) error {
+	if len(msgs) > MaxPushBatch {
+		return Errorf(CodeInvalidArgument, "at most %d messages in one batch, not %d", MaxPushBatch, len(msgs))
 	}
-	if seq < 1 {
-		return Errorf(CodeInvalidArgument, "seq must be at least 1")
+	for _, m := range msgs {
+		if err := CheckConvID(m.Conv); err != nil {
+			return err
+		}
+		if m.Seq < 1 {
+			return Errorf(CodeInvalidArgument, "seq must be at least 1")
+		}
 	}
 	return nil
 }

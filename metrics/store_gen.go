@@ -389,9 +389,9 @@ func (s *store) PushSettings(ctx context.Context, a1 parley.Principal) (_ []parl
 	return s.Store.PushSettings(ctx, a1)
 }
 
-func (s *store) PushTargets(ctx context.Context, a1 string, a2 int64) (_ []parley.PushSubscription, err error) {
+func (s *store) PushTargets(ctx context.Context, a1 []parley.PushMessage) (_ []parley.PushTarget, err error) {
 	defer s.observe("PushTargets", time.Now(), &err)
-	return s.Store.PushTargets(ctx, a1, a2)
+	return s.Store.PushTargets(ctx, a1)
 }
 
 func (s *store) PutPresence(ctx context.Context, a1 string, a2 []parley.PresenceLease, a3 time.Duration) (_ []parley.Presence, err error) {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -159,35 +158,46 @@ func (db *DB) SetPushLevel(ctx context.Context, p parley.Principal, conv string,
 	return parley.PushSetting{Conv: conv, Level: level}, nil
 }
 
-// qPushTargets is parley.Push.PushTargets in one query (the same as
-// sqlite/push.go's, with numbered placeholders).
-var qPushTargets = strings.NewReplacer("e.conv_id = ? AND e.seq = ?", "e.conv_id = $1 AND e.seq = $2", "ORDER BY s.id", `ORDER BY s.id COLLATE "C"`).Replace(`SELECT s.id, s.user_id, s.device_id, s.endpoint, s.p256dh, s.auth, s.created_at
-FROM events e
+// qPushTargets is parley.Push.PushTargets in one query for the whole
+// batch (the messages as two arrays, kept in their order; per message the
+// same filter as sqlite/push.go).
+const qPushTargets = `SELECT m.ord, s.id, s.user_id, s.device_id, s.endpoint, s.p256dh, s.auth, s.created_at
+FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS m(conv_id, seq, ord)
+JOIN events e ON e.conv_id = m.conv_id AND e.seq = m.seq
 JOIN periods p ON p.conv_id = e.conv_id AND p.to_seq IS NULL AND p.from_seq <= e.seq AND p.user_id <> e.sender_user
 JOIN push_subscriptions s ON s.user_id = p.user_id
 LEFT JOIN push_settings ps ON ps.user_id = p.user_id AND ps.conv_id = e.conv_id
 LEFT JOIN delivered_cursors d ON d.user_id = s.user_id AND d.device_id = s.device_id AND d.conv_id = e.conv_id
-WHERE e.conv_id = ? AND e.seq = ? AND e.kind = 'message' AND e.recall_seq IS NULL
+WHERE e.kind = 'message' AND e.recall_seq IS NULL
   AND (ps.level IS NULL
-    OR (ps.level = 'mentions' AND EXISTS (SELECT 1 FROM mentions m WHERE m.conv_id = e.conv_id AND m.user_id = p.user_id AND m.seq = e.seq)))
+    OR (ps.level = 'mentions' AND EXISTS (SELECT 1 FROM mentions mn WHERE mn.conv_id = e.conv_id AND mn.user_id = p.user_id AND mn.seq = e.seq)))
   AND coalesce(d.seq, 0) < e.seq
   AND EXISTS (SELECT 1 FROM tokens t WHERE t.user_id = s.user_id AND t.device_id = s.device_id AND t.replaced_at IS NULL)
-ORDER BY s.id`)
+ORDER BY m.ord, s.id COLLATE "C"`
 
-// PushTargets implements parley.Push.
-func (db *DB) PushTargets(ctx context.Context, conv string, seq int64) ([]parley.PushSubscription, error) {
-	if err := parley.CheckPushTargets(conv, seq); err != nil {
+// PushTargets implements parley.Push: one round trip for the batch.
+func (db *DB) PushTargets(ctx context.Context, msgs []parley.PushMessage) ([]parley.PushTarget, error) {
+	if err := parley.CheckPushTargets(msgs); err != nil || len(msgs) == 0 {
 		return nil, err
 	}
-	rows, err := db.pool.Query(ctx, qPushTargets, conv, seq)
+	convs, seqs := make([]string, len(msgs)), make([]int64, len(msgs))
+	for i, m := range msgs {
+		convs[i], seqs[i] = m.Conv, m.Seq
+	}
+	rows, err := db.pool.Query(ctx, qPushTargets, convs, seqs)
 	if err != nil {
 		return nil, wrap("push targets", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parley.PushSubscription, error) {
-		var s parley.PushSubscription
-		err := r.Scan(&s.ID, &s.User, &s.Device, &s.Endpoint, &s.P256DH, &s.Auth, &s.CreatedAt)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parley.PushTarget, error) {
+		var t parley.PushTarget
+		var ord int64
+		s := &t.Sub
+		err := r.Scan(&ord, &s.ID, &s.User, &s.Device, &s.Endpoint, &s.P256DH, &s.Auth, &s.CreatedAt)
 		s.CreatedAt = ms(s.CreatedAt)
-		return s, err
+		if err == nil {
+			t.Msg = msgs[ord-1]
+		}
+		return t, err
 	})
 	return out, wrap("push targets", err)
 }

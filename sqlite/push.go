@@ -194,28 +194,40 @@ WHERE e.conv_id = ? AND e.seq = ? AND e.kind = 'message' AND e.recall_seq IS NUL
   AND EXISTS (SELECT 1 FROM tokens t WHERE t.user_id = s.user_id AND t.device_id = s.device_id AND t.replaced_at IS NULL)
 ORDER BY s.id`
 
-// PushTargets implements parley.Push.
-func (db *DB) PushTargets(ctx context.Context, conv string, seq int64) ([]parley.PushSubscription, error) {
-	if err := parley.CheckPushTargets(conv, seq); err != nil {
+// PushTargets implements parley.Push: one query per message, all in one
+// read transaction (SQLite is in process: a statement costs no round trip).
+func (db *DB) PushTargets(ctx context.Context, msgs []parley.PushMessage) ([]parley.PushTarget, error) {
+	if err := parley.CheckPushTargets(msgs); err != nil || len(msgs) == 0 {
 		return nil, err
 	}
-	var out []parley.PushSubscription
+	var out []parley.PushTarget
 	err := db.read(ctx, "push targets", func(tx *txn) error {
-		rows, err := tx.QueryContext(ctx, qPushTargets, conv, seq)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var s parley.PushSubscription
-			var ms int64
-			if err := rows.Scan(&s.ID, &s.User, &s.Device, &s.Endpoint, &s.P256DH, &s.Auth, &ms); err != nil {
+		out = out[:0]
+		for _, m := range msgs {
+			if err := pushTargets(ctx, tx, m, &out); err != nil {
 				return err
 			}
-			s.CreatedAt = msTime(ms)
-			out = append(out, s)
 		}
-		return rows.Err()
+		return nil
 	})
 	return out, err
+}
+
+func pushTargets(ctx context.Context, tx *txn, m parley.PushMessage, out *[]parley.PushTarget) error {
+	rows, err := tx.QueryContext(ctx, qPushTargets, m.Conv, m.Seq)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t := parley.PushTarget{Msg: m}
+		s := &t.Sub
+		var ms int64
+		if err := rows.Scan(&s.ID, &s.User, &s.Device, &s.Endpoint, &s.P256DH, &s.Auth, &ms); err != nil {
+			return err
+		}
+		s.CreatedAt = msTime(ms)
+		*out = append(*out, t)
+	}
+	return rows.Err()
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -252,11 +253,15 @@ func testPushSettings(t *testing.T, e *env) {
 // pushTo returns who PushTargets names for seq, as "user/device" sorted.
 func (e *env) pushTo(t *testing.T, conv string, seq int64) []string {
 	t.Helper()
-	subs, err := e.st.PushTargets(ctx(t), conv, seq)
+	msg := parley.PushMessage{Conv: conv, Seq: seq}
+	targets, err := e.st.PushTargets(ctx(t), []parley.PushMessage{msg})
 	ok(t, err, fmt.Sprintf("push targets %s/%d", conv, seq))
 	var out []string
-	for _, s := range subs {
-		out = append(out, s.User+"/"+s.Device)
+	for _, pt := range targets {
+		if pt.Msg != msg {
+			t.Errorf("push targets %s/%d: a target for %+v", conv, seq, pt.Msg)
+		}
+		out = append(out, pt.Sub.User+"/"+pt.Sub.Device)
 	}
 	slices.Sort(out)
 	return out
@@ -315,8 +320,55 @@ func testPushTargets(t *testing.T, e *env) {
 
 	wantPushTo(t, "unknown conversation", e.pushTo(t, "c-nowhere", 1))
 	wantPushTo(t, "past the head", e.pushTo(t, c, s4+5))
-	_, err = e.st.PushTargets(ctx(t), "bad conv!", 1)
-	wantCode(t, err, parley.CodeInvalidArgument)
-	_, err = e.st.PushTargets(ctx(t), c, 0)
-	wantCode(t, err, parley.CodeInvalidArgument)
+	// A batch answers each message as it would alone, in the batch's
+	// order (a message twice, twice), in one call.
+	pm := func(conv string, seq int64) parley.PushMessage { return parley.PushMessage{Conv: conv, Seq: seq} }
+	batch := []parley.PushMessage{pm(c, s4), pm(c, s1), pm("c-nowhere", 1), pm(c, s2), pm(c, s3), pm(c, s4)}
+	var want []string
+	for _, m := range batch {
+		for _, who := range e.pushTo(t, m.Conv, m.Seq) {
+			want = append(want, fmt.Sprintf("%d:%s", m.Seq, who))
+		}
+	}
+	targets, err := e.st.PushTargets(ctx(t), batch)
+	ok(t, err, "push targets of a batch")
+	var got []string
+	at := 0 // the batch's message the targets have reached
+	for i, pt := range targets {
+		got = append(got, fmt.Sprintf("%d:%s/%s", pt.Msg.Seq, pt.Sub.User, pt.Sub.Device))
+		for at < len(batch) && batch[at] != pt.Msg {
+			at++
+		}
+		if at == len(batch) {
+			t.Errorf("batch: target %d (%+v) out of the batch's order", i, pt.Msg)
+			break
+		}
+	}
+	// pushTo sorts each message's targets; ids are random, so compare
+	// each message's sorted set in the batch's order.
+	sortRuns := func(xs []string) []string {
+		out := slices.Clone(xs)
+		for i := 0; i < len(out); {
+			j := i
+			for j < len(out) && strings.SplitN(out[j], ":", 2)[0] == strings.SplitN(out[i], ":", 2)[0] {
+				j++
+			}
+			slices.Sort(out[i:j])
+			i = j
+		}
+		return out
+	}
+	if g, w := sortRuns(got), sortRuns(want); !slices.Equal(g, w) {
+		t.Errorf("batch: pushed to %v, want %v", g, w)
+	}
+	none, err := e.st.PushTargets(ctx(t), nil)
+	ok(t, err, "push targets of no message")
+	if len(none) != 0 {
+		t.Errorf("no message: %v", none)
+	}
+
+	for _, bad := range [][]parley.PushMessage{{pm("bad conv!", 1)}, {pm(c, 0)}, {pm(c, s1), pm(c, -1)}, make([]parley.PushMessage, parley.MaxPushBatch+1)} {
+		_, err = e.st.PushTargets(ctx(t), bad)
+		wantCode(t, err, parley.CodeInvalidArgument)
+	}
 }

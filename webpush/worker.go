@@ -15,7 +15,7 @@ import (
 
 // Targets is what the worker reads and writes of the store.
 type Targets interface {
-	PushTargets(ctx context.Context, conv string, seq int64) ([]parley.PushSubscription, error)
+	PushTargets(ctx context.Context, msgs []parley.PushMessage) ([]parley.PushTarget, error)
 	RemovePushSubscription(ctx context.Context, id, endpoint string) (bool, error)
 }
 
@@ -75,7 +75,8 @@ type Counts struct {
 
 // Worker pushes committed messages: Notify queues a (conv, seq) without
 // blocking; after the delay the worker asks the store who to push
-// (PushTargets, filtered in the query) and delivers a hint {conv, seq} to
+// (PushTargets, filtered in the query: one call for every message that
+// is due, up to parley.MaxPushBatch) and delivers a hint {conv, seq} to
 // each subscription. Only the gateway that committed a send is told of it,
 // so one send is pushed once.
 type Worker struct {
@@ -144,11 +145,16 @@ func (w *Worker) Counts() Counts {
 		Dropped: w.dropped.Load(), Queued: int64(len(w.queue))}
 }
 
+// batchSlack is how early a message may be pushed to share the read of
+// the one due before it: nothing beside the push delay.
+const batchSlack = 10 * time.Millisecond
+
 // Run delivers until ctx ends, then waits for the deliveries in flight
 // (their requests end with ctx).
 func (w *Worker) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	batch := make([]parley.PushMessage, 0, parley.MaxPushBatch)
 	for {
 		var j job
 		select {
@@ -159,31 +165,49 @@ func (w *Worker) Run(ctx context.Context) {
 		if !sleep(ctx, j.due.Sub(w.o.Now())) {
 			return
 		}
-		w.push(ctx, &wg, j)
+		// The queue is in due order (one delay for all): what else is
+		// due now, or within batchSlack, goes in the same read.
+		batch = append(batch[:0], parley.PushMessage{Conv: j.conv, Seq: j.seq})
+		for len(batch) < parley.MaxPushBatch && len(w.queue) > 0 {
+			if j = <-w.queue; j.due.After(w.o.Now().Add(batchSlack)) {
+				w.push(ctx, &wg, batch)
+				batch = batch[:0]
+				if !sleep(ctx, j.due.Sub(w.o.Now())) {
+					return
+				}
+			}
+			batch = append(batch, parley.PushMessage{Conv: j.conv, Seq: j.seq})
+		}
+		w.push(ctx, &wg, batch)
 	}
 }
 
-// push reads the targets of j and starts a delivery to each.
-func (w *Worker) push(ctx context.Context, wg *sync.WaitGroup, j job) {
+// push reads the targets of a batch of messages and starts a delivery to
+// each.
+func (w *Worker) push(ctx context.Context, wg *sync.WaitGroup, batch []parley.PushMessage) {
 	sctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
 	key, err := w.o.Key(sctx)
-	var subs []parley.PushSubscription
+	var targets []parley.PushTarget
 	if err == nil {
-		subs, err = w.o.Store.PushTargets(sctx, j.conv, j.seq)
+		targets, err = w.o.Store.PushTargets(sctx, batch)
 	}
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			w.o.Log.Warn("push: targets not read; this message is not pushed", "conv", j.conv, "seq", j.seq, "err", err)
+			w.o.Log.Warn("push: targets not read; these messages are not pushed", "messages", len(batch),
+				"conv", batch[0].Conv, "seq", batch[0].Seq, "err", err)
 		}
 		return
 	}
-	payload, _ := json.Marshal(struct {
-		Conv string `json:"conv"`
-		Seq  int64  `json:"seq"`
-	}{j.conv, j.seq})
-	for _, sub := range subs {
-		m, ok := message(sub, payload, j.conv, w.o.TTL)
+	var payload []byte
+	for i, pt := range targets {
+		if i == 0 || pt.Msg != targets[i-1].Msg {
+			payload, _ = json.Marshal(struct {
+				Conv string `json:"conv"`
+				Seq  int64  `json:"seq"`
+			}{pt.Msg.Conv, pt.Msg.Seq})
+		}
+		m, ok := message(pt.Sub, payload, pt.Msg.Conv, w.o.TTL)
 		if !ok {
 			w.failed.Add(1)
 			continue
@@ -193,6 +217,7 @@ func (w *Worker) push(ctx context.Context, wg *sync.WaitGroup, j job) {
 		case <-ctx.Done():
 			return
 		}
+		sub := pt.Sub
 		wg.Go(func() {
 			defer func() { <-w.sem }()
 			w.deliver(ctx, key, sub, m)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,6 +231,54 @@ func TestWorkerPushes(t *testing.T) {
 		}
 		if removed, _ := st.RemovePushSubscription(ctx, gone.ID, gone.Endpoint); removed {
 			t.Error("the subscription the push service called gone is still stored")
+		}
+	})
+}
+
+// counting is the store with its PushTargets calls counted.
+type counting struct {
+	parley.Store
+	calls atomic.Int64
+}
+
+func (c *counting) PushTargets(ctx context.Context, msgs []parley.PushMessage) ([]parley.PushTarget, error) {
+	c.calls.Add(1)
+	return c.Store.PushTargets(ctx, msgs)
+}
+
+// TestWorkerBatches: messages committed together are read in one
+// PushTargets call, not one each, and each is still pushed once.
+func TestWorkerBatches(t *testing.T) {
+	stores(t, func(t *testing.T, st parley.Store) {
+		raw, _ := st.PushKey(t.Context())
+		key, _ := webpush.ParseKey(raw)
+		rc := newReceiver(t, key.Public())
+		ana, ben := member(t, st, "ana", "d1"), member(t, st, "ben", "d1")
+		ctx := t.Context()
+		if _, err := st.CreateConversation(ctx, ana, parley.NewConversation{ID: "c-team", Kind: parley.KindGroup, Members: []string{"ben"}}); err != nil {
+			t.Fatal(err)
+		}
+		rc.subscribe(t, st, ben, "/ben")
+		const n = 40
+		var seqs []int64
+		for i := range n {
+			s, err := st.Send(ctx, ana, parley.SendRequest{Conv: "c-team", CMID: fmt.Sprintf("m%d", i), Body: "hello"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, s.Seq)
+		}
+		cs := &counting{Store: st}
+		w := worker(t, cs, []string{"http://127.0.0.1:"})
+		for _, seq := range seqs {
+			w.Notify("c-team", seq)
+		}
+		settle(t, w, n)
+		if got := len(rc.hints()["/ben"]); got != n {
+			t.Errorf("ben got %d hints, want %d", got, n)
+		}
+		if c := cs.calls.Load(); c > n/8 {
+			t.Errorf("%d PushTargets calls for %d messages notified together, want them batched", c, n)
 		}
 	})
 }
