@@ -489,6 +489,9 @@ func TestBrowserAdminUsers(t *testing.T) {
 	if !eval[bool](t, dev, `!!document.querySelector('[data-test="user-ben"] .avatar') && !!document.querySelector('[data-test="user-ben"] [data-name-of="ben"]')`) {
 		t.Errorf("the users table shows ben without an avatar or name")
 	}
+	if eval[bool](t, dev, `!!document.querySelector('[data-test="user-toggle-ana"]')`) {
+		t.Errorf("ana is offered to disable her own account")
+	}
 
 	// Disabling asks first; Cancel leaves the account as it was.
 	act(t, dev, chromedp.Click(sel("user-toggle-dana")))

@@ -77,6 +77,7 @@ function cell(...children) {
 
 // renderAdminUsers is the view of /admin/users.
 export function renderAdminUsers(ctx) {
+  const me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
   const status = statusLine();
   const users = table(t("manage.admin.usersCaption"), [t("manage.admin.user"), t("manage.admin.email"), t("manage.admin.role"),
     t("manage.admin.status"), t("manage.admin.files"), t("manage.admin.lastSeen"), t("manage.admin.created"), h("span", { class: "m-sr" }, t("manage.admin.actions"))], "user-table");
@@ -99,7 +100,8 @@ export function renderAdminUsers(ctx) {
       cell(filesCell(u)),
       cell(when(u.last_seen, "datetime")),
       cell(when(u.created_at, "datetime")),
-      cell(toggle));
+      // No Disable on one's own row: it would end this very session.
+      cell(u.id === me ? "" : toggle));
     return tr;
   }
 

@@ -157,8 +157,8 @@ class MembersView {
       const row = h("li", { class: "m-item", "data-test": `member-${id}` },
         h("span", { class: "m-person" }, avatarEl(h, id),
           h("span", { class: "m-name" }, nameEl(h, id), " ", h("span", { class: "muted" }, "@" + id),
-            id === me ? " " + t("manage.members.you") : "",
-            id === got.owner ? " " + t("manage.members.owner") : "")));
+            id === me ? t("manage.members.you") : "",
+            id === got.owner ? t("manage.members.owner") : "")));
       if (may && may.removeOthers && id !== me) {
         row.append(button(t("manage.members.remove"), (e) => this.remove(id, e.currentTarget),
           { "aria-label": t("manage.members.removeOk", { name: nameOf(id) }), "data-test": `remove-${id}` }));
