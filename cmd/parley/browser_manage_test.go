@@ -605,8 +605,8 @@ func TestBrowserAdminUsers(t *testing.T) {
 }
 
 // TestBrowserAdminRefused: a non-admin has no admin menu, and opening an
-// admin screen says, in a sentence, that it is for administrators; nothing
-// of the listing shows.
+// admin screen says, in a sentence, that it is for administrators (in
+// Chinese too, once chosen); nothing of the listing shows.
 func TestBrowserAdminRefused(t *testing.T) {
 	p := serveApp(t)
 	br := newBrowser(t)
@@ -626,6 +626,14 @@ func TestBrowserAdminRefused(t *testing.T) {
 		if n := eval[int](t, dev, `document.querySelectorAll('tbody tr').length`); n != 0 {
 			t.Errorf("%s shows %d rows to a non-admin", path, n)
 		}
+	}
+	// In Chinese the screen and its refusal are Chinese.
+	eval[bool](t, dev, `(localStorage.setItem("parley.lang", "zh"), true)`)
+	act(t, dev, chromedp.Navigate(p.http+"/admin/users"))
+	waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="PERMISSION_DENIED"]')`)
+	wantSentence(t, dev, "只有管理员可以打开此页面。", "PERMISSION_DENIED")
+	if got := eval[string](t, dev, `document.querySelector('h1').textContent`); got != "用户" {
+		t.Errorf("the users screen in Chinese is headed %q, want 用户", got)
 	}
 }
 

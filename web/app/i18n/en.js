@@ -124,6 +124,7 @@ export default {
 "manage.admin.outcome": "Outcome",
 "manage.admin.params": "Parameters",
 "manage.admin.outcomeOk": "ok",
+"manage.admin.outcomePending": "in progress",
 "manage.admin.noEntries": "No entries.",
 "manage.admin.convsCaption": "Conversations in id order",
 "manage.admin.convId": "Conversation id",

@@ -124,6 +124,7 @@ export default {
 "manage.admin.outcome": "结果",
 "manage.admin.params": "参数",
 "manage.admin.outcomeOk": "成功",
+"manage.admin.outcomePending": "进行中",
 "manage.admin.noEntries": "没有记录。",
 "manage.admin.convsCaption": "按 ID 排序的会话",
 "manage.admin.convId": "会话 ID",

@@ -19,7 +19,7 @@
 import { h, clear } from "../dom.js";
 import { url } from "../urls.js";
 import { avatarEl, nameEl, nameOf, setName } from "../names.js";
-import { t, when, number } from "../i18n.js";
+import { t, when, number, errorText } from "../i18n.js";
 import { confirmDialog } from "./confirm.js";
 import { button, busy, field, input, screen, statusLine, usageMeter, usageText } from "./forms.js";
 
@@ -216,7 +216,7 @@ export function renderAdminAudit(ctx) {
       for (const e of es) {
         log.body.append(h("tr", { "data-test": "audit-entry", "data-action": e.action },
           cell(when(e.at, "datetime")), cell(e.operator), cell(e.action), cell(e.target || ""),
-          cell(h("span", { class: e.outcome === "ok" ? "m-badge" : "m-badge m-off" }, e.outcome === "ok" ? t("manage.admin.outcomeOk") : e.outcome)),
+          cell(outcomeBadge(e.outcome)),
           cell(h("code", { class: "m-params" }, e.params))));
       }
       if (es.length === 0) log.body.append(h("tr", {}, h("td", { colspan: "6", class: "m-hint" }, t("manage.admin.noEntries"))));
@@ -413,4 +413,13 @@ async function knownNames(ctx, after) {
   } catch {
     // names.js looks each up instead
   }
+}
+
+// outcomeBadge says how an audited operation ended: done, still running,
+// or the sentence of the error code it ended with (the code stays in
+// data-code).
+function outcomeBadge(outcome) {
+  if (outcome === "ok") return h("span", { class: "m-badge" }, t("manage.admin.outcomeOk"));
+  if (outcome === "pending") return h("span", { class: "m-badge" }, t("manage.admin.outcomePending"));
+  return h("span", { class: "m-badge m-off", "data-code": outcome }, errorText(outcome));
 }
