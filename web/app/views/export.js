@@ -196,7 +196,7 @@ class JobRow {
     }
     // The job's error is the server's English detail, for operators: the
     // page says what it means for the user.
-    if (job.state === "failed") detail.append(h("div", { class: "m-error", role: "alert", title: job.error || "" }, t("manage.export.failed")));
+    if (job.state === "failed") detail.append(h("div", { class: "m-error", role: "alert", "data-error": job.error || "" }, t("manage.export.failed")));
     if (finished.has(job.state) && job.state !== "done") {
       detail.append(button(t("manage.export.forget"), this.forget, { "data-test": "export-forget", "aria-label": t("manage.export.forgetLabel", { id: this.id }) }));
     }
