@@ -10,8 +10,9 @@ import (
 // TestBrowserAccount: on the account screen ana sets a display name, and
 // ben's view of the team conversation shows it in place of her id (in the
 // timeline and the conversation list); a wrong current password is
-// refused with the server's sentence and ana stays signed in; ana signs
-// another of her devices out, whose token then stops working.
+// refused with a sentence (not the code) and ana stays signed in; ana
+// signs another of her devices out after a confirmation (Cancel changes
+// nothing), and its token then stops working.
 func TestBrowserAccount(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := serveApp(t, "--db", b.db, "--data-dir", b.dir)
@@ -48,7 +49,7 @@ func TestBrowserAccount(t *testing.T) {
 			chromedp.SendKeys(sel("new-password-again"), "a much newer password"),
 			chromedp.Click(sel("change-password")),
 		)
-		waitTrue(t, ana, `[...document.querySelectorAll('[data-test="status"][data-code="INVALID_ARGUMENT"]')].some(e => e.textContent.includes("the current password is wrong"))`)
+		waitTrue(t, ana, `[...document.querySelectorAll('[data-test="status"][data-code="INVALID_ARGUMENT"]')].some(e => e.textContent === "The current password is wrong.")`)
 		if st := callAPI(t, p.http, other, "GET", "/api/me", nil, nil); st != http.StatusOK {
 			t.Fatalf("ana's other device after a refused change: %d", st)
 		}
@@ -58,6 +59,15 @@ func TestBrowserAccount(t *testing.T) {
 			t.Errorf("the current device offers Sign out on the devices list")
 		}
 		act(t, ana, chromedp.Click(sel("signout-t")))
+		wantConfirm(t, ana, "Sign out t")
+		act(t, ana, chromedp.Click(sel("confirm-cancel")))
+		waitTrue(t, ana, `!document.querySelector('[data-test="confirm"]') && document.querySelector('[data-test="session-t"]')`)
+		if st := callAPI(t, p.http, other, "GET", "/api/me", nil, nil); st != http.StatusOK {
+			t.Fatalf("ana's other device after a cancelled sign-out: %d", st)
+		}
+		act(t, ana, chromedp.Click(sel("signout-t")))
+		wantConfirm(t, ana, "Sign out t")
+		act(t, ana, chromedp.Click(sel("confirm-ok")))
 		waitTrue(t, ana, `document.querySelector('[data-test="sessions"][data-loaded]') && !document.querySelector('[data-test="session-t"]')`)
 		if st := callAPI(t, p.http, other, "GET", "/api/me", nil, nil); st != http.StatusUnauthorized {
 			t.Errorf("the signed-out device's token: %d, want 401", st)

@@ -297,6 +297,11 @@ func TestBrowserGroupMembers(t *testing.T) {
 			chromedp.Click(sel("create-conv")),
 		)
 		waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="NOT_FOUND"]')`)
+		wantSentence(t, dev, "does not exist", "NOT_FOUND")
+		// The chips show people by name, with an avatar.
+		if !eval[bool](t, dev, `!!document.querySelector('[data-test="chip-ben"] .avatar') && !!document.querySelector('[data-test="chip-ben"] [data-name-of="ben"]')`) {
+			t.Errorf("the new conversation's chip of ben has no avatar or name")
+		}
 		screenshot(t, dev, "new")
 		convsOf := func(token string) []string {
 			var r struct {
@@ -334,27 +339,54 @@ func TestBrowserGroupMembers(t *testing.T) {
 		if n := eval[int](t, dev, `document.querySelectorAll('[data-test="member-list"] li').length`); n != 2 {
 			t.Errorf("members screen lists %d members, want 2", n)
 		}
+		if !eval[bool](t, dev, `!!document.querySelector('[data-test="member-ben"] .avatar') && !!document.querySelector('[data-test="member-ben"] [data-name-of="ben"]')`) {
+			t.Errorf("the members list shows ben without an avatar or name")
+		}
 		act(t, dev, chromedp.SendKeys(sel("add-member-input"), "cy"), chromedp.Click(sel("add-member")))
 		waitTrue(t, dev, `document.querySelector('[data-test="member-cy"]')`)
 		if got := members(conv); !slices.Equal(got, []string{"ana", "ben", "cy"}) {
 			t.Fatalf("after add: members %v", got)
 		}
 		// cy joined later: their screen says the list may be incomplete
-		// (the joins before theirs are not theirs to see), and a removal
-		// cy may not make shows the server's reason and changes nothing.
+		// (the joins before theirs are not theirs to see). cy is neither
+		// the owner nor an admin, so nobody may be removed from cy's
+		// screen: no removal is offered, adding is. Adding someone who does
+		// not exist reads as a sentence and changes nothing.
 		cyDev := newDevice(t, br)
 		openSignedIn(t, cyDev, p, "cy", "/c/"+conv+"/members")
-		waitTrue(t, cyDev, `document.querySelector('[data-test="member-list"][data-loaded] [data-test="member-cy"]')`)
+		waitTrue(t, cyDev, `document.querySelector('[data-test="member-list"][data-loaded] [data-test="member-cy"]') && document.querySelector('[data-test="add-member"]')`)
 		if got := eval[string](t, cyDev, `document.querySelector('[data-test="member-note"]').textContent`); !strings.Contains(got, "may be incomplete") {
 			t.Errorf("cy's members note %q, want it to say the list may be incomplete", got)
 		}
-		act(t, cyDev, chromedp.SendKeys(sel("add-member-input"), "ana"), chromedp.Click(sel("remove-typed")))
-		waitTrue(t, cyDev, `document.querySelector('[data-test="status"][data-code="PERMISSION_DENIED"]')`)
+		if n := eval[int](t, cyDev, `document.querySelectorAll('[data-test^="remove-"]').length`); n != 0 {
+			t.Errorf("cy, not the owner, is offered %d removals", n)
+		}
+		if !eval[bool](t, cyDev, `!!document.querySelector('[data-test="leave"]')`) {
+			t.Errorf("cy, a member, is not offered to leave")
+		}
+		act(t, cyDev, chromedp.SendKeys(sel("add-member-input"), "nobody"), chromedp.Click(sel("add-member")))
+		waitTrue(t, cyDev, `document.querySelector('[data-test="status"][data-code="NOT_FOUND"]')`)
+		wantSentence(t, cyDev, "There is no user nobody.", "NOT_FOUND")
 		if got := members(conv); !slices.Equal(got, []string{"ana", "ben", "cy"}) {
-			t.Fatalf("after cy's refused removal: members %v", got)
+			t.Fatalf("after cy's refused add: members %v", got)
 		}
 
+		// Removing asks first: Cancel (and Escape) change nothing, the
+		// button that names the removal does it.
 		act(t, dev, chromedp.Click(sel("remove-ben")))
+		wantConfirm(t, dev, "Remove ben")
+		act(t, dev, chromedp.Click(sel("confirm-cancel")))
+		waitTrue(t, dev, `!document.querySelector('[data-test="confirm"]')`)
+		act(t, dev, chromedp.Click(sel("remove-ben")))
+		wantConfirm(t, dev, "Remove ben")
+		act(t, dev, chromedp.KeyEvent(kb.Escape))
+		waitTrue(t, dev, `!document.querySelector('[data-test="confirm"]')`)
+		if got := members(conv); !slices.Equal(got, []string{"ana", "ben", "cy"}) {
+			t.Fatalf("after a cancelled removal: members %v", got)
+		}
+		act(t, dev, chromedp.Click(sel("remove-ben")))
+		wantConfirm(t, dev, "Remove ben")
+		act(t, dev, chromedp.Click(sel("confirm-ok")))
 		waitTrue(t, dev, `!document.querySelector('[data-test="member-ben"]') && document.querySelector('[data-test="member-cy"]')`)
 		if got := members(conv); !slices.Equal(got, []string{"ana", "cy"}) {
 			t.Fatalf("after remove: members %v", got)
@@ -364,8 +396,18 @@ func TestBrowserGroupMembers(t *testing.T) {
 		}
 		screenshot(t, dev, "members")
 
-		// Leave: back to the list, which no longer shows the group.
-		act(t, dev, chromedp.Click(sel("leave")), chromedp.WaitVisible(sel("leave-confirm")), chromedp.Click(sel("leave-confirm")))
+		// Leave, after a confirmation: back to the list, which no longer
+		// shows the group.
+		act(t, dev, chromedp.Click(sel("leave")))
+		wantConfirm(t, dev, "Leave Planning")
+		act(t, dev, chromedp.Click(sel("confirm-cancel")))
+		waitTrue(t, dev, `!document.querySelector('[data-test="confirm"]')`)
+		if got := members(conv); !slices.Equal(got, []string{"ana", "cy"}) {
+			t.Fatalf("after a cancelled leave: members %v", got)
+		}
+		act(t, dev, chromedp.Click(sel("leave")))
+		wantConfirm(t, dev, "Leave Planning")
+		act(t, dev, chromedp.Click(sel("confirm-ok")))
 		waitTrue(t, dev, `location.pathname === "/"`)
 		if got := members(conv); !slices.Equal(got, []string{"cy"}) {
 			t.Fatalf("after leave: members %v", got)
@@ -443,7 +485,25 @@ func TestBrowserAdminUsers(t *testing.T) {
 		t.Fatalf("dana's login after create: %d", st)
 	}
 
+	// Users are shown by name with an avatar.
+	if !eval[bool](t, dev, `!!document.querySelector('[data-test="user-ben"] .avatar') && !!document.querySelector('[data-test="user-ben"] [data-name-of="ben"]')`) {
+		t.Errorf("the users table shows ben without an avatar or name")
+	}
+	if eval[bool](t, dev, `!!document.querySelector('[data-test="user-toggle-ana"]')`) {
+		t.Errorf("ana is offered to disable her own account")
+	}
+
+	// Disabling asks first; Cancel leaves the account as it was.
 	act(t, dev, chromedp.Click(sel("user-toggle-dana")))
+	wantConfirm(t, dev, "Disable dana")
+	act(t, dev, chromedp.Click(sel("confirm-cancel")))
+	waitTrue(t, dev, `!document.querySelector('[data-test="confirm"]') && document.querySelector('[data-test="user-dana"][data-disabled="false"]')`)
+	if st := danaLogin(); st != http.StatusOK {
+		t.Fatalf("dana's login after a cancelled disable: %d", st)
+	}
+	act(t, dev, chromedp.Click(sel("user-toggle-dana")))
+	wantConfirm(t, dev, "Disable dana")
+	act(t, dev, chromedp.Click(sel("confirm-ok")))
 	waitTrue(t, dev, `document.querySelector('[data-test="user-dana"][data-disabled="true"]')`)
 	screenshot(t, dev, "admin-users") // the one for the README: a disabled user among active ones
 	if st := danaLogin(); st != http.StatusUnauthorized {
@@ -495,9 +555,12 @@ func TestBrowserAdminUsers(t *testing.T) {
 	if got := eval[string](t, dev, `document.querySelector('[data-test="retention-current"]').textContent`); got != "kept forever" {
 		t.Errorf("c-team retention shown as %q", got)
 	}
+	// A policy that removes messages asks first.
 	act(t, dev, chromedp.SendKeys(sel("retention-max-age"), "30d"),
 		chromedp.SetValue(sel("retention-keep-last"), "100"),
 		chromedp.Click(sel("retention-save")))
+	wantConfirm(t, dev, "Save and remove")
+	act(t, dev, chromedp.Click(sel("confirm-ok")))
 	waitTrue(t, dev, `document.querySelector('[data-test="retention-current"]').textContent.includes("newest 100 kept")`)
 	var c struct {
 		Retention struct {
@@ -509,10 +572,13 @@ func TestBrowserAdminUsers(t *testing.T) {
 		c.Retention.MaxAge != "720h0m0s" || c.Retention.KeepLast != 100 {
 		t.Errorf("c-team retention after save: %d %+v", st, c.Retention)
 	}
-	// A bad duration is refused with the server's reason.
+	// A bad duration is refused, in a sentence that says what to write.
 	act(t, dev, chromedp.Clear(sel("retention-max-age")), chromedp.SendKeys(sel("retention-max-age"), "soon"),
 		chromedp.Click(sel("retention-save")))
+	wantConfirm(t, dev, "Save and remove")
+	act(t, dev, chromedp.Click(sel("confirm-ok")))
 	waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="INVALID_ARGUMENT"]')`)
+	wantSentence(t, dev, "such as 720h or 30d", "INVALID_ARGUMENT")
 
 	// At 360 px the users screen fits: wide tables scroll in their box,
 	// not the page.
@@ -539,7 +605,8 @@ func TestBrowserAdminUsers(t *testing.T) {
 }
 
 // TestBrowserAdminRefused: a non-admin has no admin menu, and opening an
-// admin screen shows the server's refusal; nothing of the listing shows.
+// admin screen says, in a sentence, that it is for administrators (in
+// Chinese too, once chosen); nothing of the listing shows.
 func TestBrowserAdminRefused(t *testing.T) {
 	p := serveApp(t)
 	br := newBrowser(t)
@@ -552,12 +619,21 @@ func TestBrowserAdminRefused(t *testing.T) {
 	for _, path := range []string{"/admin/users", "/admin/audit", "/admin/convs"} {
 		act(t, dev, chromedp.Navigate(p.http+path))
 		waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="PERMISSION_DENIED"]')`)
-		if got := eval[string](t, dev, `document.querySelector('[data-test="status"]').textContent`); !strings.Contains(got, "Access denied") {
-			t.Errorf("%s shows %q, want the server's Access denied", path, got)
+		wantSentence(t, dev, "Only administrators can open this screen.", "PERMISSION_DENIED")
+		if n := eval[int](t, dev, `document.querySelectorAll('h1').length`); n != 1 {
+			t.Errorf("%s has %d h1 elements, want 1", path, n)
 		}
 		if n := eval[int](t, dev, `document.querySelectorAll('tbody tr').length`); n != 0 {
 			t.Errorf("%s shows %d rows to a non-admin", path, n)
 		}
+	}
+	// In Chinese the screen and its refusal are Chinese.
+	eval[bool](t, dev, `(localStorage.setItem("parley.lang", "zh"), true)`)
+	act(t, dev, chromedp.Navigate(p.http+"/admin/users"))
+	waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="PERMISSION_DENIED"]')`)
+	wantSentence(t, dev, "只有管理员可以打开此页面。", "PERMISSION_DENIED")
+	if got := eval[string](t, dev, `document.querySelector('h1').textContent`); got != "用户" {
+		t.Errorf("the users screen in Chinese is headed %q, want 用户", got)
 	}
 }
 
@@ -599,9 +675,7 @@ func TestBrowserManageErrors(t *testing.T) {
 	act(t, dev, chromedp.Navigate(p.http+"/new"))
 	create("Two")
 	waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="RATE_LIMITED"]')`)
-	if got := eval[string](t, dev, `document.querySelector('[data-test="status"]').textContent`); !strings.Contains(got, "try again in") {
-		t.Errorf("a rate-limited create reads %q, want its retry time", got)
-	}
+	wantSentence(t, dev, "try again in", "RATE_LIMITED")
 	var convs struct {
 		Convs []struct{ Title string } `json:"convs"`
 	}
@@ -617,9 +691,7 @@ func TestBrowserManageErrors(t *testing.T) {
 	setNetwork(t, dev, true)
 	act(t, dev, chromedp.Click(sel("export-start")))
 	waitTrue(t, dev, `document.querySelector('[data-test="status"][data-code="UNAVAILABLE"]')`)
-	if got := eval[string](t, dev, `document.querySelector('[data-test="status"]').textContent`); !strings.Contains(got, "try again") {
-		t.Errorf("an unreachable server reads %q", got)
-	}
+	wantSentence(t, dev, "try again", "UNAVAILABLE")
 	setNetwork(t, dev, false)
 	act(t, dev, chromedp.Click(sel("export-start")), chromedp.WaitVisible(sel("export-download")))
 }
@@ -680,5 +752,34 @@ func TestBrowserNewConvKeyboard(t *testing.T) {
 	}
 	if st := callAPI(t, p.http, login(t, p.http, "ana"), "GET", "/api/admin/convs/"+conv, nil, &c); st != http.StatusOK || c.Title != "Keys" || c.Kind != "group" || c.Owner != "ana" {
 		t.Errorf("created by keyboard: %d %+v", st, c)
+	}
+}
+
+// wantSentence checks that the status line reads as a sentence containing
+// want and does not show the protocol code (the code stays in data-code).
+func wantSentence(t testing.TB, dev context.Context, want, code string) {
+	t.Helper()
+	got := eval[string](t, dev, `document.querySelector('[data-test="status"][data-code]').textContent`)
+	if !strings.Contains(got, want) {
+		t.Errorf("the status reads %q, want a sentence with %q", got, want)
+	}
+	if strings.Contains(got, code) {
+		t.Errorf("the status reads %q: it shows the code %s", got, code)
+	}
+}
+
+// wantConfirm waits for the confirmation dialog: modal, with the focus on
+// Cancel and the OK button naming the action.
+func wantConfirm(t testing.TB, dev context.Context, ok string) {
+	t.Helper()
+	waitTrue(t, dev, `document.querySelector('dialog[data-test="confirm"][open]')`)
+	if got := eval[string](t, dev, `document.querySelector('[data-test="confirm-ok"]').textContent`); got != ok {
+		t.Errorf("the confirmation's button reads %q, want %q", got, ok)
+	}
+	if got := focused(t, dev); got != "confirm-cancel" {
+		t.Errorf("the confirmation opened with the focus on %q, want confirm-cancel", got)
+	}
+	if !eval[bool](t, dev, `document.querySelector('dialog[data-test="confirm"]').matches(':modal')`) {
+		t.Errorf("the confirmation is not modal")
 	}
 }

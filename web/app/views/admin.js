@@ -1,6 +1,6 @@
 // The operators' screens, for users with the admin role (the menu shows
 // them only to admins; the server decides: anyone else who opens one gets
-// its 403 "Access denied", shown as it is).
+// its 403, shown as the sentence that only administrators may open it).
 //
 //   /admin/users  GET /api/admin/users?limit=&after= (paged; each user's
 //                 files against the quota in force), create
@@ -13,11 +13,15 @@
 //
 // Every operations call, reads included, lands in the audit log under the
 // signed-in operator; the screens send no operator field (the server would
-// overwrite it anyway).
+// overwrite it anyway). Disabling an account and setting a retention that
+// removes messages ask first.
 
 import { h, clear } from "../dom.js";
 import { url } from "../urls.js";
-import { button, busy, field, input, screen, statusLine, usageMeter, usageText, when } from "./forms.js";
+import { avatarEl, nameEl, nameOf, setName } from "../names.js";
+import { t, when, number, errorText } from "../i18n.js";
+import { confirmDialog } from "./confirm.js";
+import { button, busy, field, input, screen, statusLine, usageMeter, usageText } from "./forms.js";
 
 const pageSize = 50;
 
@@ -27,9 +31,9 @@ function pager(load, status) {
   const back = []; // cursors of the pages before the current one
   let cur = "";
   let next = "";
-  const prev = button("Previous", () => go(back.length ? back[back.length - 1] : "", "back"), { "data-test": "page-prev" });
-  const fwd = button("Next", () => go(next, "forward"), { "data-test": "page-next" });
-  const el = h("nav", { class: "m-pager", "aria-label": "Pages" }, prev, " ", fwd);
+  const prev = button(t("manage.admin.previous"), () => go(back.length ? back[back.length - 1] : "", "back"), { "data-test": "page-prev" });
+  const fwd = button(t("manage.admin.next"), () => go(next, "forward"), { "data-test": "page-next" });
+  const el = h("nav", { class: "m-pager", "aria-label": t("manage.admin.pages") }, prev, " ", fwd);
   prev.disabled = true;
   fwd.disabled = true;
 
@@ -46,7 +50,7 @@ function pager(load, status) {
       fwd.disabled = !next;
       return true;
     } catch (err) {
-      status.error(err);
+      adminError(status, err);
       return false;
     }
   }
@@ -60,7 +64,7 @@ function table(caption, heads, test) {
   const body = h("tbody", {});
   const tbl = h("table", { class: "m-table", "data-test": test },
     h("caption", { class: "m-hint" }, caption),
-    h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, heads.map((x) => h("th", { scope: "col" }, x)))),
     body);
   // loaded marks the table once a page is in it (tests wait on it).
   const loaded = () => tbl.setAttribute("data-loaded", "true");
@@ -73,26 +77,31 @@ function cell(...children) {
 
 // renderAdminUsers is the view of /admin/users.
 export function renderAdminUsers(ctx) {
+  const me = ctx.me && ctx.me.user ? ctx.me.user.id : "";
   const status = statusLine();
-  const users = table("Accounts in id order", ["Id", "Email", "Role", "Status", "Files", "Last seen", "Created", ""], "user-table");
+  const users = table(t("manage.admin.usersCaption"), [t("manage.admin.user"), t("manage.admin.email"), t("manage.admin.role"),
+    t("manage.admin.status"), t("manage.admin.files"), t("manage.admin.lastSeen"), t("manage.admin.created"), h("span", { class: "m-sr" }, t("manage.admin.actions"))], "user-table");
   const content = h("div", { hidden: true });
 
   function row(u) {
     const state = h("span", { class: u.disabled ? "m-badge m-off" : "m-badge", "data-test": "user-status" },
-      u.disabled ? "disabled" : "active");
-    const toggle = button(u.disabled ? "Enable" : "Disable", () => setDisabled(u, !u.disabled, tr, toggle), {
-      "data-test": `user-toggle-${u.id}`, "aria-label": `${u.disabled ? "Enable" : "Disable"} ${u.id}`,
+      u.disabled ? t("manage.admin.disabled") : t("manage.admin.active"));
+    const toggle = button(u.disabled ? t("manage.admin.enable") : t("manage.admin.disable"), () => setDisabled(u, !u.disabled, tr, toggle), {
+      "data-test": `user-toggle-${u.id}`,
+      "aria-label": u.disabled ? t("manage.admin.enableUser", { name: nameOf(u.id) }) : t("manage.admin.disableUser", { name: nameOf(u.id) }),
       class: u.disabled ? "" : "m-danger",
     });
     const tr = h("tr", { "data-test": `user-${u.id}`, "data-disabled": u.disabled ? "true" : "false" },
-      h("th", { scope: "row" }, u.id),
+      h("th", { scope: "row" }, h("span", { class: "m-person" }, avatarEl(h, u.id),
+        h("span", { class: "m-name" }, nameEl(h, u.id), h("br"), h("span", { class: "muted" }, "@" + u.id)))),
       cell(u.email || ""),
-      cell(u.role),
+      cell(u.role === "admin" ? t("manage.admin.roleAdmin") : t("manage.admin.roleUser")),
       cell(state),
       cell(filesCell(u)),
-      cell(when(u.last_seen)),
-      cell(when(u.created_at)),
-      cell(toggle));
+      cell(when(u.last_seen, "datetime")),
+      cell(when(u.created_at, "datetime")),
+      // No Disable on one's own row: it would end this very session.
+      cell(u.id === me ? "" : toggle));
     return tr;
   }
 
@@ -102,22 +111,33 @@ export function renderAdminUsers(ctx) {
     const f = u.files;
     if (!f) return "";
     return h("span", { class: "m-usage", "data-test": `user-files-${u.id}`, "data-bytes": String(f.bytes), "data-files": String(f.files) },
-      usageMeter(f, `Files of ${u.id}`), " ", usageText(f));
+      usageMeter(f, t("manage.admin.filesOf", { name: nameOf(u.id) })), " ", usageText(f));
   }
 
+  // setDisabled disables (after asking: it ends the user's sessions at
+  // once) or enables u.
   async function setDisabled(u, disabled, tr, b) {
-    status.show(`${disabled ? "Disabling" : "Enabling"} ${u.id}…`);
+    const name = nameOf(u.id);
+    if (disabled && !(await confirmDialog(h, {
+      title: t("manage.admin.disableTitle", { name }),
+      body: t("manage.admin.disableBody"),
+      ok: t("manage.admin.disableUser", { name }),
+      cancel: t("manage.cancel"),
+    }))) return;
+    status.show(disabled ? t("manage.admin.disabling", { name }) : t("manage.admin.enabling", { name }));
     try {
       const got = await busy(b, ctx.api("POST", url.adminUserDisabled(u.id, disabled)));
       tr.replaceWith(row(Object.assign({}, u, got)));
-      status.show(`${u.id} is ${got.disabled ? "disabled: their sessions ended" : "enabled"}.`);
+      status.show(got.disabled ? t("manage.admin.disabledDone", { name }) : t("manage.admin.enabledDone", { name }));
     } catch (err) {
-      status.error(err);
+      adminError(status, err);
     }
   }
 
   const pages = pager(async (after) => {
-    const page = await ctx.api("GET", url.adminUsers(pageSize, after));
+    // The page's names come from one directory read over the same ids
+    // (cursors are shared), not one lookup per row.
+    const [page] = await Promise.all([ctx.api("GET", url.adminUsers(pageSize, after)), knownNames(ctx, after)]);
     clear(users.body);
     for (const u of page.items || []) users.body.append(row(u));
     users.loaded();
@@ -128,11 +148,11 @@ export function renderAdminUsers(ctx) {
   content.append(
     users.el,
     pages.el,
-    h("h2", { class: "m-h2" }, "Create a user"),
+    h("h2", { class: "m-h2" }, t("manage.admin.createHeading")),
     createUserForm(ctx, status, () => pages.reload()),
   );
-  const view = screen("Users", "admin-users", adminNav("/admin/users"), status.el, content);
-  status.show("Loading…");
+  const view = screen(t("manage.admin.usersTitle"), "admin-users", adminNav("/admin/users"), status.el, content);
+  status.show(t("manage.loading"));
   pages.first().then((ok) => ok && status.clear());
   return view;
 }
@@ -144,48 +164,49 @@ function createUserForm(ctx, status, reload) {
   const email = input({ type: "email", autocomplete: "off", "data-test": "new-user-email" });
   const password = input({ type: "password", autocomplete: "new-password", "data-test": "new-user-password" });
   const role = h("select", { "data-test": "new-user-role" },
-    h("option", { value: "user" }, "user"), h("option", { value: "admin" }, "admin"));
-  const create = h("button", { type: "submit", class: "m-primary", "data-test": "create-user" }, "Create user");
+    h("option", { value: "user" }, t("manage.admin.roleUser")), h("option", { value: "admin" }, t("manage.admin.roleAdmin")));
+  const create = h("button", { type: "submit", class: "m-primary", "data-test": "create-user" }, t("manage.admin.createUser"));
 
   async function createUser(e) {
     e.preventDefault();
     const body = { id: id.value.trim(), role: role.value };
     if (email.value.trim()) body.email = email.value.trim();
     if (password.value) body.password = password.value;
-    status.show(`Creating ${body.id}…`);
+    status.show(t("manage.admin.creating", { id: body.id }));
     try {
       const u = await busy(create, ctx.api("POST", url.adminUsers(), body));
       id.value = "";
       email.value = "";
       password.value = "";
-      status.show(`Created ${u.id} (${u.role}).`);
+      status.show(u.role === "admin" ? t("manage.admin.createdAdmin", { id: u.id }) : t("manage.admin.createdUser", { id: u.id }));
       await reload();
     } catch (err) {
-      status.error(err);
+      adminError(status, err, { INVALID_ARGUMENT: t("manage.admin.createInvalid"), ALREADY_EXISTS: t("manage.admin.userExists") });
     }
   }
 
   return h("form", { class: "m-form m-grid", on: { submit: createUser } },
-    field("User id", id, "Lower-case letters, digits, . _ - (up to 32)."),
-    field("Email (optional)", email),
-    field("Password", password, "Empty: an account that cannot log in (a webhook bot)."),
-    field("Role", role),
+    field(t("manage.admin.userId"), id, t("manage.admin.userIdHint")),
+    field(t("manage.admin.emailOptional"), email),
+    field(t("manage.admin.password"), password, t("manage.admin.passwordHint")),
+    field(t("manage.admin.role"), role),
     h("div", { class: "m-actions" }, create));
 }
 
 // renderAdminAudit is the view of /admin/audit.
 export function renderAdminAudit(ctx) {
   const status = statusLine();
-  const log = table("Operations, newest first", ["When", "Operator", "Action", "Target", "Outcome", "Parameters"], "audit-table");
+  const log = table(t("manage.admin.auditCaption"), [t("manage.admin.when"), t("manage.admin.operator"), t("manage.admin.action"),
+    t("manage.admin.target"), t("manage.admin.outcome"), t("manage.admin.params")], "audit-table");
   const content = h("div", { hidden: true }, log.el);
   const newer = []; // the before of each newer page
   let before = 0;
   let oldest = 0;
-  const prev = button("Newer", () => load(newer.pop() || 0, true), { "data-test": "page-prev" });
-  const next = button("Older", () => load(oldest, false), { "data-test": "page-next" });
+  const prev = button(t("manage.admin.newer"), () => load(newer.pop() || 0, true), { "data-test": "page-prev" });
+  const next = button(t("manage.admin.older"), () => load(oldest, false), { "data-test": "page-next" });
   prev.disabled = true;
   next.disabled = true;
-  content.append(h("nav", { class: "m-pager", "aria-label": "Pages" }, prev, " ", next));
+  content.append(h("nav", { class: "m-pager", "aria-label": t("manage.admin.pages") }, prev, " ", next));
 
   async function load(b, backwards) {
     try {
@@ -194,11 +215,11 @@ export function renderAdminAudit(ctx) {
       clear(log.body);
       for (const e of es) {
         log.body.append(h("tr", { "data-test": "audit-entry", "data-action": e.action },
-          cell(when(e.at)), cell(e.operator), cell(e.action), cell(e.target || ""),
-          cell(h("span", { class: e.outcome === "ok" ? "m-badge" : "m-badge m-off" }, e.outcome)),
+          cell(when(e.at, "datetime")), cell(e.operator), cell(e.action), cell(e.target || ""),
+          cell(outcomeBadge(e.outcome)),
           cell(h("code", { class: "m-params" }, e.params))));
       }
-      if (es.length === 0) log.body.append(h("tr", {}, h("td", { colspan: "6", class: "m-hint" }, "No entries.")));
+      if (es.length === 0) log.body.append(h("tr", {}, h("td", { colspan: "6", class: "m-hint" }, t("manage.admin.noEntries"))));
       if (!backwards && b !== before) newer.push(before);
       before = b;
       oldest = es.length ? es[es.length - 1].id : 0;
@@ -208,12 +229,12 @@ export function renderAdminAudit(ctx) {
       content.hidden = false;
       status.clear();
     } catch (err) {
-      status.error(err);
+      adminError(status, err);
     }
   }
 
-  const view = screen("Audit log", "admin-audit", adminNav("/admin/audit"), status.el, content);
-  status.show("Loading…");
+  const view = screen(t("manage.admin.auditTitle"), "admin-audit", adminNav("/admin/audit"), status.el, content);
+  status.show(t("manage.loading"));
   load(0, true);
   return view;
 }
@@ -221,16 +242,17 @@ export function renderAdminAudit(ctx) {
 // renderAdminConvs is the view of /admin/convs.
 export function renderAdminConvs(ctx) {
   const status = statusLine();
-  const convs = table("Conversations in id order", ["Id", "Title", "Kind", "Members", "Head", "Retention", ""], "conv-table");
+  const convs = table(t("manage.admin.convsCaption"), [t("manage.admin.convId"), t("manage.admin.convTitle"), t("manage.admin.kind"),
+    t("manage.admin.members"), t("manage.admin.head"), t("manage.admin.retention"), h("span", { class: "m-sr" }, t("manage.admin.actions"))], "conv-table");
   const editor = h("section", { class: "m-card", "data-test": "retention-editor", "aria-live": "polite", hidden: true });
   const content = h("div", { hidden: true });
 
   function row(c) {
     return h("tr", { "data-test": `conv-${c.id}` },
       h("th", { scope: "row" }, c.id),
-      cell(c.title), cell(c.kind), cell(String(c.members ?? "")), cell(String(c.head)),
+      cell(c.title), cell(kindText(c.kind)), cell(c.members == null ? "" : number(c.members)), cell(number(c.head)),
       cell(retentionText(c.retention)),
-      cell(button("Retention", () => openConv(c.id), { "data-test": `retention-${c.id}`, "aria-label": `Retention of ${c.id}` })));
+      cell(button(t("manage.admin.retention"), () => openConv(c.id), { "data-test": `retention-${c.id}`, "aria-label": t("manage.admin.retentionOf", { conv: c.title || c.id }) })));
   }
 
   const pages = pager(async (after) => {
@@ -244,12 +266,12 @@ export function renderAdminConvs(ctx) {
 
   // openConv shows one conversation's header and its retention form.
   async function openConv(id) {
-    status.show(`Loading ${id}…`);
+    status.show(t("manage.admin.loadingConv", { conv: id }));
     let c;
     try {
       c = await ctx.api("GET", url.adminConv(id));
     } catch (err) {
-      status.error(err);
+      adminError(status, err, { NOT_FOUND: t("manage.admin.noConv", { conv: id }), INVALID_ARGUMENT: t("manage.admin.noConv", { conv: id }) });
       return;
     }
     status.clear();
@@ -262,21 +284,21 @@ export function renderAdminConvs(ctx) {
     retentionEditor(ctx, status, editor, c, (got) => {
       drawEditor(got);
       const old = convs.body.querySelector(`tr[data-test="conv-${CSS.escape(c.id)}"]`);
-      if (old) old.replaceWith(row(Object.assign({ members: old.children[3].textContent }, got)));
+      if (old) old.replaceWith(row(Object.assign({ members: c.members }, got)));
     });
   }
 
   const lookup = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "conv-lookup" });
-  const open = h("button", { type: "submit", "data-test": "conv-open" }, "Open");
+  const open = h("button", { type: "submit", "data-test": "conv-open" }, t("manage.admin.open"));
   content.append(
     h("form", { class: "m-form m-row", on: { submit: (e) => { e.preventDefault(); if (lookup.value.trim()) openConv(lookup.value.trim()); } } },
-      field("Conversation id", lookup), open),
+      field(t("manage.admin.convId"), lookup), open),
     editor,
-    h("h2", { class: "m-h2" }, "Conversations"),
+    h("h2", { class: "m-h2" }, t("manage.admin.convsTitle")),
     convs.el, pages.el,
   );
-  const view = screen("Conversations", "admin-convs", adminNav("/admin/convs"), status.el, content);
-  status.show("Loading…");
+  const view = screen(t("manage.admin.convsTitle"), "admin-convs", adminNav("/admin/convs"), status.el, content);
+  status.show(t("manage.loading"));
   pages.first().then((ok) => ok && status.clear());
   return view;
 }
@@ -288,39 +310,47 @@ function retentionEditor(ctx, status, editor, c, saved) {
   const ret = c.retention || {};
   const maxAge = input({ type: "text", autocomplete: "off", spellcheck: "false", "data-test": "retention-max-age" }, ret.max_age || "");
   const keepLast = input({ type: "number", min: "0", step: "1", "data-test": "retention-keep-last" }, String(ret.keep_last || 0));
-  const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, "Save retention");
+  const save = h("button", { type: "submit", class: "m-primary", "data-test": "retention-save" }, t("manage.admin.saveRetention"));
   async function submit(e) {
     e.preventDefault();
     const age = durationText(maxAge.value);
     const keep = Number(keepLast.value || "0");
     if (!Number.isInteger(keep) || keep < 0) {
-      status.show("Keep last must be a whole number, 0 or more.");
+      status.show(t("manage.admin.keepWhole"));
       keepLast.focus();
       return;
     }
-    status.show(`Saving the retention of ${c.id}…`);
+    // A policy removes messages for everyone, for good: ask first.
+    if ((age || keep) && !(await confirmDialog(h, {
+      title: t("manage.admin.retentionTitle", { conv: c.title || c.id }),
+      body: t("manage.admin.retentionBody"),
+      ok: t("manage.admin.retentionOk"),
+      cancel: t("manage.cancel"),
+    }))) return;
+    status.show(t("manage.admin.savingRetention", { conv: c.title || c.id }));
     try {
       const got = await busy(save, ctx.api("PUT", url.adminRetention(c.id), { max_age: age, keep_last: keep }));
-      status.show(`Retention of ${c.id}: ${retentionText(got.retention)}.`);
+      status.show(t("manage.admin.retentionSaved", { conv: c.title || c.id, policy: retentionText(got.retention) }));
       saved(got);
     } catch (err) {
-      status.error(err);
+      adminError(status, err, { INVALID_ARGUMENT: t("manage.admin.retentionInvalid") });
     }
   }
   editor.append(
-    h("h2", { class: "m-h2", tabindex: "-1" }, `Conversation ${c.id}`),
+    h("h2", { class: "m-h2", tabindex: "-1" }, t("manage.admin.convHeading", { conv: c.title || c.id })),
     h("dl", { class: "m-dl" },
-      h("dt", {}, "Title"), h("dd", {}, c.title || ""),
-      h("dt", {}, "Kind"), h("dd", {}, c.kind),
-      h("dt", {}, "Owner"), h("dd", {}, c.owner || "none"),
-      h("dt", {}, "Events"), h("dd", {}, `seq ${c.min_seq}–${c.head} (epoch ${c.epoch})`),
-      h("dt", {}, "Created"), h("dd", {}, when(c.created_at)),
-      h("dt", {}, "Retention"), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
+      h("dt", {}, t("manage.admin.convId")), h("dd", {}, c.id),
+      h("dt", {}, t("manage.admin.convTitle")), h("dd", {}, c.title || ""),
+      h("dt", {}, t("manage.admin.kind")), h("dd", {}, kindText(c.kind)),
+      h("dt", {}, t("manage.admin.owner")), h("dd", {}, c.owner ? h("span", { class: "m-person" }, avatarEl(h, c.owner), nameEl(h, c.owner)) : t("manage.admin.noOwner")),
+      h("dt", {}, t("manage.admin.events")), h("dd", {}, t("manage.admin.eventsRange", { from: number(c.min_seq), to: number(c.head), epoch: number(c.epoch) })),
+      h("dt", {}, t("manage.admin.created")), h("dd", {}, when(c.created_at, "datetime")),
+      h("dt", {}, t("manage.admin.retention")), h("dd", { "data-test": "retention-current" }, retentionText(ret))),
     h("form", { class: "m-form m-grid", on: { submit } },
-      field("Maximum age", maxAge, "A duration such as 720h or 30d; empty: no age limit."),
-      field("Keep last", keepLast, "Keep at least the newest N events; 0: no count limit."),
+      field(t("manage.admin.maxAge"), maxAge, t("manage.admin.maxAgeHint")),
+      field(t("manage.admin.keepLast"), keepLast, t("manage.admin.keepLastHint")),
       h("div", { class: "m-actions" }, save)),
-    h("p", { class: "m-hint" }, "The retention worker applies the policy; messages it removes are gone for everyone."),
+    h("p", { class: "m-hint" }, t("manage.admin.retentionHint")),
   );
   editor.hidden = false;
   editor.querySelector("h2").focus();
@@ -328,17 +358,17 @@ function retentionEditor(ctx, status, editor, c, saved) {
 
 // adminNav links the three admin screens, marking the current one.
 function adminNav(current) {
-  const links = [["/admin/users", "Users"], ["/admin/audit", "Audit log"], ["/admin/convs", "Conversations"]];
-  return h("nav", { class: "m-tabs", "aria-label": "Administration" },
+  const links = [["/admin/users", t("manage.admin.usersTitle")], ["/admin/audit", t("manage.admin.auditTitle")], ["/admin/convs", t("manage.admin.convsTitle")]];
+  return h("nav", { class: "m-tabs", "aria-label": t("manage.admin.nav") },
     links.map(([path, label]) => h("a", { href: path, "aria-current": path === current ? "page" : false }, label)));
 }
 
 // retentionText says a policy in words.
 function retentionText(r) {
   const parts = [];
-  if (r && r.max_age) parts.push(`older than ${ageText(r.max_age)} removed`);
-  if (r && r.keep_last) parts.push(`newest ${r.keep_last} kept`);
-  return parts.length ? parts.join(", ") : "kept forever";
+  if (r && r.max_age) parts.push(t("manage.admin.olderRemoved", { age: ageText(r.max_age) }));
+  if (r && r.keep_last) parts.push(t("manage.admin.newestKept", { n: r.keep_last, count: number(r.keep_last) }));
+  return parts.length ? parts.join(t("manage.admin.and")) : t("manage.admin.keptForever");
 }
 
 // ageText shortens a Go duration ("720h0m0s") to days or hours when exact.
@@ -346,7 +376,7 @@ function ageText(d) {
   const m = /^(\d+)h0m0s$/.exec(d);
   if (m) {
     const hrs = Number(m[1]);
-    return hrs % 24 === 0 ? `${hrs / 24} d` : `${hrs} h`;
+    return hrs % 24 === 0 ? t("manage.admin.days", { n: hrs / 24, count: number(hrs / 24) }) : t("manage.admin.hours", { n: hrs, count: number(hrs) });
   }
   return d;
 }
@@ -357,4 +387,39 @@ function durationText(v) {
   const s = v.trim();
   const m = /^(\d+)\s*d$/.exec(s);
   return m ? `${Number(m[1]) * 24}h` : s;
+}
+
+// kindText says a conversation's kind in words.
+function kindText(kind) {
+  return kind === "direct" ? t("manage.admin.kindDirect") : kind === "group" ? t("manage.admin.kindGroup") : kind;
+}
+
+// adminError shows err as a sentence; a 403 is the one that says only
+// administrators may use these screens.
+function adminError(status, err, special) {
+  status.error(err, Object.assign({ PERMISSION_DENIED: t("manage.admin.denied") }, special || {}));
+}
+
+// knownNames records the display names of the directory page that starts
+// after the cursor after (the users listing's cursor: both page by id),
+// so the users table's names need no lookup each. An id of the listing's
+// range the directory leaves out (disabled, or not visible) has none. A
+// failure leaves the names to their own lookups.
+async function knownNames(ctx, after) {
+  try {
+    const r = await ctx.api("GET", url.users("", pageSize, after || undefined));
+    const users = (r && r.users) || [];
+    for (const u of users) setName(u.id, u.display_name || "");
+  } catch {
+    // names.js looks each up instead
+  }
+}
+
+// outcomeBadge says how an audited operation ended: done, still running,
+// or the sentence of the error code it ended with (the code stays in
+// data-code).
+function outcomeBadge(outcome) {
+  if (outcome === "ok") return h("span", { class: "m-badge" }, t("manage.admin.outcomeOk"));
+  if (outcome === "pending") return h("span", { class: "m-badge" }, t("manage.admin.outcomePending"));
+  return h("span", { class: "m-badge m-off", "data-code": outcome }, errorText(outcome));
 }

@@ -18,7 +18,9 @@ import { h, clear } from "../dom.js";
 import { retryDelay } from "../backoff.js";
 import { newID } from "../id.js";
 import { url } from "../urls.js";
-import { button, busy, errorText, field, screen, statusLine, when } from "./forms.js";
+import { humanSize } from "../bytes.js";
+import { t, when, number } from "../i18n.js";
+import { button, busy, errorText, field, screen, statusLine } from "./forms.js";
 
 const keep = 10; // jobs remembered per user
 const pollMs = 1000; // progress poll while a job is queued or running
@@ -57,7 +59,7 @@ function fillScopes(scope, client) {
     convs = [];
   }
   clear(scope);
-  scope.append(h("option", { value: "all" }, "All my conversations"));
+  scope.append(h("option", { value: "all" }, t("manage.export.all")));
   for (const c of convs) {
     const id = c.conv || c.id;
     if (id && c.member !== false) scope.append(h("option", { value: `conv:${id}` }, c.title || id));
@@ -73,8 +75,8 @@ export function renderExports(ctx) {
   const refill = () => fillScopes(scope, ctx.client);
   refill();
   const offConvs = ctx.client && ctx.client.on ? ctx.client.on("convs", refill) : () => {};
-  const start = h("button", { type: "submit", class: "m-primary", "data-test": "export-start" }, "Start export");
-  const jobs = h("ul", { class: "m-list", "data-test": "export-jobs", "aria-label": "Your exports" });
+  const start = h("button", { type: "submit", class: "m-primary", "data-test": "export-start" }, t("manage.export.start"));
+  const jobs = h("ul", { class: "m-list", "data-test": "export-jobs", "aria-label": t("manage.export.yours") });
   const rows = new Map(); // job id → row controller
   let pending = null; // {key, scope}: a start whose outcome is unknown
 
@@ -84,7 +86,7 @@ export function renderExports(ctx) {
     // A retry after an unknown outcome reuses the key: the server answers
     // the same job (replayed) instead of making a second one.
     if (!pending || pending.scope !== s) pending = { key: newID().replaceAll("-", ""), scope: s };
-    status.show("Starting the export…");
+    status.show(t("manage.export.starting"));
     let job;
     try {
       job = await busy(start, ctx.api("POST", url.exports(), { scope: s }, { "Idempotency-Key": pending.key }));
@@ -96,8 +98,7 @@ export function renderExports(ctx) {
     pending = null;
     // reused: a finished export of the same scope with nothing new since
     // (the server answers it rather than writing the same file again).
-    status.show(job.reused ? "Nothing new since your last export of this: it is ready below."
-      : job.replayed ? "That export was already started." : "Export started.");
+    status.show(job.reused ? t("manage.export.reused") : job.replayed ? t("manage.export.replayed") : t("manage.export.started"));
     const ids = remembered(ctx).filter((id) => id !== job.job_id);
     ids.unshift(job.job_id);
     remember(ctx, ids);
@@ -122,13 +123,11 @@ export function renderExports(ctx) {
     row.poll();
   }
 
-  const view = screen("Export", "exports",
-    h("p", { class: "m-hint" },
-      "An export is a gzip-compressed JSON Lines file of the messages you can see, made on the server. " +
-      "The download can be resumed by the browser if it breaks."),
-    h("form", { class: "m-form m-row", on: { submit: startExport } }, field("What to export", scope), start),
+  const view = screen(t("manage.export.title"), "exports",
+    h("p", { class: "m-hint" }, t("manage.export.help")),
+    h("form", { class: "m-form m-row", on: { submit: startExport } }, field(t("manage.export.what"), scope), start),
     status.el,
-    h("h2", { class: "m-h2" }, "Your exports"),
+    h("h2", { class: "m-h2" }, t("manage.export.yours")),
     jobs,
   );
   for (const id of remembered(ctx)) addRow(id, null, false);
@@ -148,11 +147,11 @@ class JobRow {
     this.id = id;
     this.forget = forget;
     this.state = h("span", { class: "m-badge", "data-test": "export-state" }, "…");
-    this.bar = h("progress", { max: "1", "aria-label": "Export progress" });
+    this.bar = h("progress", { max: "1", "aria-label": t("manage.export.progress") });
     this.text = h("span", { class: "m-hint", "data-test": "export-progress" });
     this.detail = h("div", { class: "m-detail" });
     this.el = h("li", { class: "m-item m-job", "data-test": `export-${id}`, "data-job": id },
-      h("div", { class: "m-row" }, h("strong", {}, "Export "), h("code", {}, id), " ", this.state),
+      h("div", { class: "m-row" }, h("strong", {}, t("manage.export.job")), " ", h("code", {}, id), " ", this.state),
       h("div", { class: "m-row" }, this.bar, this.text),
       this.detail);
     this.timer = 0;
@@ -174,31 +173,46 @@ class JobRow {
   update(job) {
     const { detail } = this;
     this.last = job;
-    this.state.textContent = job.state;
+    this.state.textContent = stateText(job.state);
     this.el.setAttribute("data-state", job.state);
     this.drawProgress(job);
     clear(detail);
-    detail.append(h("div", { class: "m-hint" }, `Scope: ${job.scope === "all" ? "all conversations" : job.scope}; started ${when(job.created_at)}`));
+    detail.append(h("div", { class: "m-hint" }, t("manage.export.scope", { scope: this.scopeText(job.scope), started: when(job.created_at, "datetime") })));
     if (job.state === "done") {
       this.linkAt = Date.now();
       this.linkTTL = (job.url_expires_in || 300) * 1000;
       detail.append(h("div", { class: "m-hint" },
-        `${formatBytes(job.bytes)} · sha256 `, h("code", { class: "m-hash", "data-test": "export-sha256" }, job.sha256 || ""),
-        job.expires_at ? ` · available until ${when(job.expires_at)}` : ""));
+        `${humanSize(job.bytes || 0)} · sha256 `, h("code", { class: "m-hash", "data-test": "export-sha256" }, job.sha256 || ""),
+        job.expires_at ? " · " + t("manage.export.until", { time: when(job.expires_at, "datetime") }) : ""));
       if (job.url) {
         const a = h("a", {
           href: job.url, download: `parley-export-${this.id}.jsonl.gz`, class: "m-button m-primary",
           "data-test": "export-download", on: { click: (e) => this.follow(e) },
-        }, "Download");
+        }, t("manage.export.download"));
         detail.append(a);
       } else {
-        detail.append(h("div", { class: "m-hint" }, "This server gives no download links."));
+        detail.append(h("div", { class: "m-hint" }, t("manage.export.noLinks")));
       }
     }
-    if (job.error) detail.append(h("div", { class: "m-error", role: "alert" }, job.error));
+    // The job's error is the server's English detail, for operators: the
+    // page says what it means for the user.
+    if (job.state === "failed") detail.append(h("div", { class: "m-error", role: "alert", "data-error": job.error || "" }, t("manage.export.failed")));
     if (finished.has(job.state) && job.state !== "done") {
-      detail.append(button("Forget", this.forget, { "data-test": "export-forget" }));
+      detail.append(button(t("manage.export.forget"), this.forget, { "data-test": "export-forget", "aria-label": t("manage.export.forgetLabel", { id: this.id }) }));
     }
+  }
+
+  // scopeText names what a job exports: all, or the conversation's title.
+  scopeText(scope) {
+    if (scope === "all") return t("manage.export.allConvs");
+    const id = String(scope || "").replace(/^conv:/, "");
+    let c;
+    try {
+      c = (this.ctx.client && this.ctx.client.conversations ? this.ctx.client.conversations() : []).find((x) => (x.conv || x.id) === id);
+    } catch {
+      c = undefined;
+    }
+    return (c && c.title) || id;
   }
 
   drawProgress(job) {
@@ -208,15 +222,15 @@ class JobRow {
     if (total > 0) {
       bar.max = total;
       bar.value = done;
-      text.textContent = `${done} of ${total} shards (${Math.floor((100 * done) / total)}%)`;
+      text.textContent = shardsText(done, total);
     } else {
       bar.removeAttribute("value"); // indeterminate until the shards are counted
-      text.textContent = job.state === "queued" ? "waiting for a worker" : "";
+      text.textContent = job.state === "queued" ? t("manage.export.waiting") : "";
     }
     if (job.state === "done") {
       bar.max = 1;
       bar.value = 1;
-      text.textContent = total > 0 ? `${total} of ${total} shards (100%)` : "complete";
+      text.textContent = total > 0 ? shardsText(total, total) : t("manage.export.complete");
     }
   }
 
@@ -249,11 +263,11 @@ class JobRow {
       if (finished.has(job.state)) return;
     } catch (err) {
       if (err.code === "NOT_FOUND") {
-        this.state.textContent = "gone";
+        this.state.textContent = stateText("gone");
         this.el.setAttribute("data-state", "gone");
         clear(this.detail);
-        this.detail.append(h("div", { class: "m-hint" }, "The server no longer has this export."),
-          button("Forget", this.forget, { "data-test": "export-forget" }));
+        this.detail.append(h("div", { class: "m-hint" }, t("manage.export.gone")),
+          button(t("manage.export.forget"), this.forget, { "data-test": "export-forget", "aria-label": t("manage.export.forgetLabel", { id: this.id }) }));
         return;
       }
       if (err.code !== "UNAVAILABLE" && err.code !== "RATE_LIMITED") {
@@ -267,15 +281,21 @@ class JobRow {
   }
 }
 
-// formatBytes renders a size for people.
-function formatBytes(n) {
-  if (!n) return "0 B";
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let i = 0;
-  let v = n;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
+// stateText says a job's state (the protocol's word) in the page's language.
+function stateText(state) {
+  switch (state) {
+    case "queued": return t("manage.export.queued");
+    case "running": return t("manage.export.running");
+    case "done": return t("manage.export.done");
+    case "failed": return t("manage.export.stateFailed");
+    case "revoked": return t("manage.export.revoked");
+    case "expired": return t("manage.export.expired");
+    case "gone": return t("manage.export.stateGone");
+    default: return state;
   }
-  return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
+}
+
+// shardsText is the progress in words: "3 of 10 shards (30%)".
+function shardsText(done, total) {
+  return t("manage.export.shards", { n: total, done: number(done), total: number(total), pct: number(Math.floor((100 * done) / total)) });
 }

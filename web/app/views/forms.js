@@ -7,35 +7,35 @@
 // only ever becomes text nodes or attribute values, never markup.
 
 import { h } from "../dom.js";
+import { errorText as sentence, t, number } from "../i18n.js";
+import { humanSize } from "../bytes.js";
 
 // errorText turns an error from api() (an ApiError) into the sentence shown
-// to the user. The server's message is shown as it is (it is written for
-// people); RATE_LIMITED says when to try again, UNAVAILABLE says that trying
-// again is the remedy, since an outage is never a final answer.
-export function errorText(err) {
+// to the user, in the page's language, never the raw code: special maps a
+// code to the screen's own sentence for it (the same code means different
+// things on different screens), else the page's sentence for the code.
+// RATE_LIMITED says when to try again, UNAVAILABLE that trying again is the
+// remedy (these screens do not retry by themselves).
+export function errorText(err, special) {
   if (!err) return "";
   const code = err.code || "";
-  const msg = err.message || err.detail || String(err);
-  if (code === "RATE_LIMITED") {
-    return `Too many requests: try again in ${waitText(err.retryAfterMs)}. (${msg})`;
-  }
-  if (code === "UNAVAILABLE") {
-    return "The server is unavailable right now: try again in a moment.";
-  }
-  if (code && msg && !msg.includes(code)) return `${msg} (${code})`;
-  return msg;
+  if (special && special[code]) return special[code];
+  if (code === "RATE_LIMITED") return t("manage.error.rateLimited", { wait: waitText(err.retryAfterMs) });
+  if (code === "UNAVAILABLE") return t("manage.error.unavailable");
+  return sentence(code);
 }
 
 // waitText says a Retry-After for people: seconds, else whole minutes.
 function waitText(ms) {
   const s = Math.max(1, Math.ceil((ms || 1000) / 1000));
-  return s < 120 ? `${s} s` : `${Math.ceil(s / 60)} min`;
+  return s < 120 ? t("manage.seconds", { n: s, count: number(s) }) : t("manage.minutes", { n: Math.ceil(s / 60), count: number(Math.ceil(s / 60)) });
 }
 
 // statusLine returns a live region for the outcome of actions: show(text)
-// for progress and success, error(err) for failures (role alert). The
-// element carries data-test="status"; an error also sets data-code to the
-// protocol code so tests can tell outcomes apart.
+// for progress and success, error(err, special) for failures (role alert,
+// the sentence of errorText). The element carries data-test="status"; an
+// error also sets data-code to the protocol code so tests can tell
+// outcomes apart (the code is an attribute, never shown).
 export function statusLine() {
   const el = h("p", { class: "m-status", "data-test": "status", "aria-live": "polite" });
   return {
@@ -46,8 +46,8 @@ export function statusLine() {
       el.removeAttribute("role");
       el.removeAttribute("data-code");
     },
-    error(err) {
-      el.textContent = errorText(err);
+    error(err, special) {
+      el.textContent = errorText(err, special);
       el.className = "m-status m-error";
       el.setAttribute("role", "alert");
       el.setAttribute("data-code", (err && err.code) || "ERROR");
@@ -112,37 +112,10 @@ export function screen(title, testName, ...children) {
   );
 }
 
-// when formats an RFC 3339 time from the server in the user's locale; an
-// empty value stays empty.
-export function when(iso) {
-  if (!iso) return "";
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return iso;
-  return d.toLocaleString();
-}
-
-// sizeText renders a byte count for people, in binary units as the
-// policy file writes them: "512 bytes", "1.5 KiB", "2.1 GiB", "10 GiB"
-// (one decimal under 10, none above).
-export function sizeText(bytes) {
-  const n = Number(bytes) || 0;
-  if (n < 1024) return n === 1 ? "1 byte" : `${n} bytes`;
-  const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-  let v = n / 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  const text = v < 10 ? (Math.floor(v * 10) / 10).toFixed(1).replace(/\.0$/, "") : String(Math.floor(v));
-  return `${text} ${units[i]}`;
-}
-
-// usageText says what files take against a quota: "2.1 GiB of 10 GiB
+// usageText says what files take against a quota: "2.1 GB of 10.7 GB
 // (3 files)". files is the API's {files, bytes, quota}.
 export function usageText(files) {
-  const n = files.files === 1 ? "1 file" : `${files.files} files`;
-  return `${sizeText(files.bytes)} of ${sizeText(files.quota)} (${n})`;
+  return t("manage.files.usage", { used: humanSize(files.bytes), quota: humanSize(files.quota), n: files.files, count: number(files.files) });
 }
 
 // usageMeter is a <meter> of files.bytes against files.quota, labelled by

@@ -2,10 +2,9 @@
 // other person or a group with a title and members, created with
 // POST /api/convs {id, kind, title, members}.
 //
-// People are named by their user id. The API has no user directory for
-// non-admins (only GET /api/admin/users, for admins), so a user types the
-// ids they were told; the server answers NOT_FOUND for an id that does not
-// exist and that message is shown. Admins are not offered the admin user
+// People are added by their user id and shown, once added, with their
+// display name and avatar; the server answers NOT_FOUND for an id that does
+// not exist, shown as a sentence. Admins are not offered the admin user
 // listing as suggestions here: every operations read is written to the
 // audit log, and opening this screen should not be one.
 //
@@ -16,6 +15,8 @@
 import { h, clear } from "../dom.js";
 import { newID } from "../id.js";
 import { url } from "../urls.js";
+import { avatarEl, nameEl, nameOf } from "../names.js";
+import { t } from "../i18n.js";
 import { button, busy, field, input, screen, statusLine } from "./forms.js";
 
 // USER_ID is the server's user id rule (parley.ValidUserID) checked before
@@ -45,11 +46,11 @@ class NewConvView {
       type: "text", autocomplete: "off", autocapitalize: "none", spellcheck: "false",
       "data-test": "member-input",
     });
-    this.chips = h("ul", { class: "m-chips", "aria-label": "Members to add", "data-test": "member-chips" });
-    this.create = h("button", { type: "submit", class: "m-primary", "data-test": "create-conv" }, "Create");
-    this.titleField = field("Title", this.title, "Shown to every member; up to 200 characters.");
+    this.chips = h("ul", { class: "m-chips", "aria-label": t("manage.newconv.chipsLabel"), "data-test": "member-chips" });
+    this.create = h("button", { type: "submit", class: "m-primary", "data-test": "create-conv" }, t("manage.newconv.create"));
+    this.titleField = field(t("manage.newconv.convTitle"), this.title, t("manage.newconv.convTitleHint"));
 
-    const addButton = button("Add", () => { this.addWho(); this.who.focus(); }, { "data-test": "member-add" });
+    const addButton = button(t("manage.newconv.add"), () => { this.addWho(); this.who.focus(); }, { "data-test": "member-add" });
     this.who.addEventListener("keydown", (e) => {
       if (e.key === "Enter") {
         e.preventDefault();
@@ -61,19 +62,18 @@ class NewConvView {
 
     const form = h("form", { class: "m-form", "aria-describedby": "m-newconv-help", on: { submit: (e) => this.submit(e) } },
       h("fieldset", { class: "m-kinds" },
-        h("legend", {}, "Kind"),
-        h("label", { for: "m-kind-group" }, kindGroup, " Group"),
-        h("label", { for: "m-kind-direct" }, this.kindDirect, " Direct (one other person)")),
+        h("legend", {}, t("manage.newconv.kind")),
+        h("label", { for: "m-kind-group" }, kindGroup, " " + t("manage.newconv.group")),
+        h("label", { for: "m-kind-direct" }, this.kindDirect, " " + t("manage.newconv.direct"))),
       this.titleField,
       h("div", { class: "m-row" },
-        field("Add a person by user id", this.who,
-          "There is no directory of users: ask people for their id (several may be separated by spaces)."),
+        field(t("manage.newconv.person"), this.who, t("manage.newconv.personHint")),
         addButton),
       this.chips,
       h("div", { class: "m-actions" }, this.create),
     );
-    this.view = screen("New conversation", "newconv",
-      h("p", { id: "m-newconv-help", class: "m-hint" }, "You are a member of what you create; a group's creator owns it."),
+    this.view = screen(t("manage.newconv.title"), "newconv",
+      h("p", { id: "m-newconv-help", class: "m-hint" }, t("manage.newconv.help")),
       form, this.status.el);
   }
 
@@ -84,7 +84,7 @@ class NewConvView {
   syncKind() {
     this.titleField.hidden = this.isDirect();
     if (this.isDirect() && this.members.length > 1) {
-      this.status.show("A direct conversation has exactly one other person: remove the extra ones.");
+      this.status.show(t("manage.newconv.directExtra"));
     }
   }
 
@@ -92,12 +92,12 @@ class NewConvView {
     clear(this.chips);
     for (const id of this.members) {
       this.chips.append(
-        h("li", { class: "m-chip", "data-test": `chip-${id}` }, id, " ",
+        h("li", { class: "m-chip", "data-test": `chip-${id}` }, avatarEl(h, id), nameEl(h, id), " ",
           button("×", () => {
             this.members.splice(this.members.indexOf(id), 1);
             this.drawChips();
             this.who.focus();
-          }, { "aria-label": `Remove ${id}`, class: "m-chip-x" })),
+          }, { "aria-label": t("manage.newconv.unchip", { name: nameOf(id) }), class: "m-chip-x" })),
       );
     }
   }
@@ -106,11 +106,11 @@ class NewConvView {
     const ids = this.who.value.split(/[\s,]+/).map((s) => s.trim().toLowerCase()).filter(Boolean);
     for (const id of ids) {
       if (!USER_ID.test(id)) {
-        this.status.show(`"${id}" is not a user id (lower-case letters, digits, . _ -, up to 32).`);
+        this.status.show(t("manage.newconv.badId", { id }));
         return false;
       }
       if (id === this.me) {
-        this.status.show("You are a member already.");
+        this.status.show(t("manage.newconv.self"));
         continue;
       }
       if (!this.members.includes(id)) this.members.push(id);
@@ -126,12 +126,12 @@ class NewConvView {
   body() {
     const kind = this.isDirect() ? "direct" : "group";
     if (kind === "direct" && this.members.length !== 1) {
-      this.status.show("A direct conversation needs exactly one other person.");
+      this.status.show(t("manage.newconv.directOne"));
       this.who.focus();
       return null;
     }
     if (kind === "group" && !this.title.value.trim()) {
-      this.status.show("A group needs a title.");
+      this.status.show(t("manage.newconv.needTitle"));
       this.title.focus();
       return null;
     }
@@ -148,18 +148,18 @@ class NewConvView {
     if (this.who.value.trim() && !this.addWho()) return;
     const body = this.body();
     if (!body) return;
-    this.status.show("Creating…");
+    this.status.show(t("manage.newconv.creating"));
     try {
       await busy(this.create, ctx.api("POST", url.convs(), body));
     } catch (err) {
       if (!(this.attempted && err.code === "ALREADY_EXISTS")) {
         this.attempted = this.attempted || err.code === "UNAVAILABLE" || err.status === 0;
-        this.status.error(err);
+        this.status.error(err, { NOT_FOUND: t("manage.newconv.noUser") });
         return;
       }
       // The earlier attempt did create it.
     }
-    this.status.show("Created.");
+    this.status.show(t("manage.newconv.created"));
     if (ctx.client && ctx.client.refreshConversations) ctx.client.refreshConversations();
     ctx.navigate(`/c/${encodeURIComponent(this.convID)}`);
   }
