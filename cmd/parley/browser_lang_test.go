@@ -100,12 +100,26 @@ func TestBrowserLanguage(t *testing.T) {
 	if !devEval[bool](ana, oneOfEach) {
 		t.Errorf("list screen: not one h1 and one main")
 	}
+	// The list's rows: an avatar, and a label that says the counts (the
+	// badges themselves are hidden from assistive technology).
+	if got := devEval[string](ana, `document.querySelector("[data-test=conv][data-conv=c-team] .avatar")?.textContent`); got == "" {
+		t.Errorf("no avatar in c-team's row")
+	}
+	ben := login(t, p.http, "ben")
+	if st := callAPI(t, p.http, ben, "POST", "/api/convs/c-team/messages", map[string]string{"body": "@ana 在吗？"}, nil, "Idempotency-Key", "lang-1"); st != 201 {
+		t.Fatalf("ben's message: %d", st)
+	}
+	row := `document.querySelector("[data-test=conv][data-conv=c-team]")`
+	ana.waitJS("the unread badge", row+`?.querySelector("[data-test=unread]")?.textContent === "1"`)
+	ana.waitJS("the row's label", row+`.getAttribute("aria-label") === "C team, 1 条未读消息, 1 条消息提到了你, ben：@ana 在吗？"`)
+	ana.screenshot("zh-list")
 	ana.open("c-team")
 	ana.say("你好")
 	ana.waitOnce("你好")
 	if !devEval[bool](ana, oneOfEach) {
 		t.Errorf("conversation screen: not one h1 and one main")
 	}
+	ana.screenshot("zh-conversation")
 	if got := devEval[string](ana, text("[data-test=conv][data-conv=c-team] .preview")); got != "ana：你好" {
 		t.Errorf("the list's preview %q, want ana：你好", got)
 	}
@@ -132,6 +146,15 @@ func TestBrowserLanguage(t *testing.T) {
 	}
 	if got := devEval[string](ana, i18nModule+`.then(m => m.language() + " " + m.t("app.choose"))`); got != "en Choose a conversation." {
 		t.Errorf("i18n.js after the switch: %q", got)
+	}
+	ana.screenshot("en-list")
+
+	// A session ended elsewhere: the sign-in says so in a sentence, the
+	// code only in data-reason.
+	ana.do(chromedp.Evaluate[chromedp.Void](`fetch("/api/logout", {method: "POST", credentials: "same-origin"})`))
+	ana.waitJS("sign-in with the reason", `document.querySelector("[data-test=signin-error]")?.dataset.reason === "UNAUTHENTICATED"`)
+	if got := devEval[string](ana, text("[data-test=signin-error]")); got != "Your session has ended. Sign in again." {
+		t.Errorf("the reason %q", got)
 	}
 }
 

@@ -328,22 +328,37 @@ function buildShell() {
     h("span", { class: "conn-label" }, t("app.conn.connecting")));
   const sidebar = h("aside", { class: "sidebar", "aria-label": t("app.conversations") });
   const main = h("main", { class: "main", id: "main", tabindex: "-1" });
+  // The menu: in the top bar's row on a wide screen; behind the "Menu"
+  // button on a phone (app.css), so the bar stays one row.
+  const panel = h("div", { class: "topmenu", id: "topmenu", "data-test": "topmenu" },
+    nav,
+    allowButton(),
+    languageSwitch(),
+    h("span", { class: "me" },
+      avatarEl(h, me.user.id),
+      h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id))),
+    h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, t("app.signOut")));
+  const toggle = h("button", {
+    type: "button", class: "menu-toggle", "aria-expanded": "false", "aria-controls": "topmenu", "data-test": "menu-toggle",
+    on: { click: () => openMenu(toggle.getAttribute("aria-expanded") !== "true") },
+  }, t("app.menu"));
+  panel.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && toggle.getAttribute("aria-expanded") === "true") {
+      openMenu(false);
+      toggle.focus();
+    }
+  });
   const el = h("div", { class: "shell route-list" },
     skipLink(),
     h("header", { class: "topbar" },
       h("a", { class: "brand", href: "/", "data-nav": "" }, "Parley"),
       conn,
-      nav,
       h("button", {
         type: "button", "data-test": "search-open", title: t("app.search.hint"), "aria-keyshortcuts": "Control+K Meta+K /",
         on: { click: openSearch },
       }, t("app.search")),
-      allowButton(),
-      languageSwitch(),
-      h("span", { class: "me" },
-        avatarEl(h, me.user.id),
-        h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id))),
-      h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, t("app.signOut"))),
+      toggle,
+      panel),
     sidebar, main);
   for (const m of manageMenu) {
     if (m.admin && me.user.role !== "admin") continue;
@@ -352,7 +367,7 @@ function buildShell() {
   // The screen's h1 when its view has none of its own (the list screen's
   // is the list's heading; a conversation's is its title).
   const h1 = h("h1", { class: "visually-hidden", "data-test": "screen-title" });
-  shell = { el, main, sidebar, nav, conn, h1, onList: true, list: null };
+  shell = { el, main, sidebar, nav, conn, h1, toggle, panel, onList: true, list: null };
   shell.list = renderList(ctx());
   sidebar.appendChild(shell.list);
   clear(root).appendChild(el);
@@ -360,6 +375,17 @@ function buildShell() {
   showNotifyStatus(false);
   updateConn();
   updateTitle();
+}
+
+/**
+ * openMenu shows or hides the top bar's menu (a phone's; on a wide screen
+ * it always shows).
+ * @param {boolean} open
+ */
+function openMenu(open) {
+  if (!shell) return;
+  shell.toggle.setAttribute("aria-expanded", String(open));
+  shell.panel.classList.toggle("open", open);
 }
 
 /**
@@ -412,6 +438,7 @@ function render() {
     return render();
   }
   if (!shell) buildShell();
+  openMenu(false);
   for (const a of shell.nav.querySelectorAll("a")) {
     if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
