@@ -1,12 +1,12 @@
 package main
 
-// Browser tests of the page's language, the notification feedback and the
-// accessibility skeleton of the shell (SPEC §12): the app follows the
-// browser's languages (here a Chinese browser, by the DevTools overrides of
-// Accept-Language and the locale), writes times through Intl in the
-// locale, and has a switch that keeps the user's choice; the "Allow
-// notifications" button says what the browser answered; every screen has
-// a skip link, one h1 and one main landmark.
+// Browser tests of the page's language (docs/web-client.md#languages),
+// the notification feedback and the accessibility skeleton of the shell:
+// the app follows the browser's languages (here a Chinese browser, by the
+// DevTools overrides of Accept-Language and the locale), writes times
+// through Intl in the locale, and has a switch that keeps the user's
+// choice; the "Allow notifications" button says what the browser
+// answered; every screen has a skip link, one h1 and one main landmark.
 
 import (
 	"path/filepath"

@@ -10,7 +10,10 @@
 // loaded with live.js), the way back to sign-in when the
 // session ends, and the way into the message search (views/search.js,
 // loaded on first use): the Search button, Ctrl+K (⌘K), or "/" when the
-// keyboard is not in a text field.
+// keyboard is not in a text field. It also keeps the accessibility
+// skeleton of every screen (a skip link first, one <main id="main">, one
+// h1) and the language switch (i18n.js choose); every string it shows is
+// t() of the catalogues, and a session that ended says why in a sentence.
 
 import { api, ApiError } from "./api.js";
 import { retryDelay } from "./backoff.js";
