@@ -24,7 +24,7 @@ import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
-import { nameEl, avatarEl, setName } from "./names.js";
+import { nameEl, avatarEl, setName, onNames } from "./names.js";
 import { load as loadLanguage, t, errorText, number, language, choose, LANGUAGES } from "./i18n.js";
 
 /** The chat routes; manage.js adds its own after them. */
@@ -123,7 +123,7 @@ async function boot() {
         me = null;
       }
       if (me && e.code === "UNAVAILABLE") break;
-      clear(root).appendChild(h("main", { id: "main" }, h("p", { class: "empty-pane", role: "status" }, t("app.unreachable"))));
+      clear(root).appendChild(h("main", { id: "main" }, h("h1", { class: "visually-hidden" }, "Parley"), h("p", { class: "empty-pane", role: "status" }, t("app.unreachable"))));
       await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
   }
@@ -503,6 +503,8 @@ document.addEventListener("click", (e) => {
   navigate(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+// A direct conversation's screen title is the other user's name.
+onNames(screenTitle);
 
 // The service worker: offline loads, pushes.
 if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch((e) => console.warn("service worker:", e));
