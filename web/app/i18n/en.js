@@ -86,6 +86,7 @@ export default {
 "app.signin.demo": "Demo server: sign in as {users} with the password {password}.",
 "app.orList": "{list} or {last}",
 "app.listSep": ", ",
+"app.rowSep": ", ",
 // end app
 
 // chat: the timeline, the composer, the thread, reactions, files, search

@@ -86,6 +86,7 @@ export default {
 "app.signin.demo": "演示服务器：可使用 {users} 登录，密码为 {password}。",
 "app.orList": "{list} 或 {last}",
 "app.listSep": "、",
+"app.rowSep": "，",
 // end app
 
 // chat: the timeline, the composer, the thread, reactions, files, search

@@ -7,8 +7,9 @@
 // that has the keyboard focus keeps it while messages arrive. select()
 // marks the open conversation; primary(true) makes the list's heading the
 // screen's h1 (the list screen), primary(false) an h2. Users show by display
-// name (names.js); the list draws again when names arrive. The badges are
-// hidden from assistive technology: each row's label says the counts.
+// name (names.js); the list draws again when names arrive. The badges and
+// the avatar are hidden from assistive technology: each row says its counts
+// in words in a visually hidden span.
 
 import { filesNote } from "../bytes.js";
 import { nameOf, onNames, avatarEl, titleAvatarEl, initials } from "../names.js";
@@ -80,8 +81,10 @@ export function renderList(ctx) {
       const at = h("span", { class: "badge at", "data-test": "mentions", "aria-hidden": "true" });
       const badges = h("span", { class: "badges" });
       const preview = h("span", { class: "preview" });
-      const a = h("a", { href: "/c/" + encodeURIComponent(c.conv), "data-nav": "", "data-test": "conv", "data-conv": c.conv }, avatar, title, badges, preview);
-      r = { li: h("li", null, a), a, avatar, peer, title, badges, badge, at, preview };
+      // The counts as words for assistive technology (the badges are hidden from it).
+      const counts = h("span", { class: "visually-hidden", "data-test": "conv-counts" });
+      const a = h("a", { href: "/c/" + encodeURIComponent(c.conv), "data-nav": "", "data-test": "conv", "data-conv": c.conv }, avatar, title, counts, badges, preview);
+      r = { li: h("li", null, a), a, avatar, peer, title, counts, badges, badge, at, preview };
       rows.set(c.conv, r);
     }
     return r;
@@ -101,7 +104,9 @@ export function renderList(ctx) {
       r.preview.textContent = text;
       if (!r.peer) r.avatar.textContent = initials(name);
       const unread = c.unread_capped ? t("app.unreadMany", { n: number(1000) }) : t("app.unread", { n });
-      r.a.setAttribute("aria-label", [name, n ? unread : "", m ? t("app.mentions", { n: m }) : "", text].filter(Boolean).join(", "));
+      const said = [n ? unread : "", m ? t("app.mentions", { n: m }) : ""].filter(Boolean);
+      const sep = t("app.rowSep");
+      r.counts.textContent = said.length ? sep + said.join(sep) + sep : " ";
       r.at.textContent = "@" + m;
       r.at.title = t("app.mentions", { n: m });
       if (m && !r.at.isConnected) r.badges.append(r.at);
