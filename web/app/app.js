@@ -503,6 +503,10 @@ document.addEventListener("click", (e) => {
   navigate(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+// A click outside the phone's open menu closes it.
+document.addEventListener("click", (e) => {
+  if (shell && shell.panel.classList.contains("open") && !shell.panel.contains(e.target) && !shell.toggle.contains(e.target)) openMenu(false);
+});
 // A direct conversation's screen title is the other user's name.
 onNames(screenTitle);
 
