@@ -104,8 +104,23 @@ async function notify(conv, seq) {
   const ev = (await res.json()).ev;
   if (!ev || ev.kind !== "message" || ev.recalled) return;
   const files = ev.attachments || [];
-  const text = ev.body || (files.length === 1 ? "📎 " + files[0].name : "📎 " + files.length + " files");
-  await self.registration.showNotification("Parley", { body: ev.sender + ": " + text, tag: "parley-" + conv, data: { conv, seq } });
+  const w = words();
+  const text = ev.body || "📎 " + (files.length === 1 ? files[0].name : w.files(files.length));
+  await self.registration.showNotification("Parley", { body: w.line(ev.sender, text), tag: "parley-" + conv, data: { conv, seq } });
+}
+
+// The worker cannot read the page's catalogues or its chosen language
+// (localStorage); its two strings follow the browser's languages.
+const WORDS = {
+  en: { files: (n) => n + " files", line: (who, text) => who + ": " + text },
+  zh: { files: (n) => n + " 个文件", line: (who, text) => who + "：" + text },
+};
+function words() {
+  for (const tag of self.navigator.languages || []) {
+    const w = WORDS[String(tag).toLowerCase().split("-")[0]];
+    if (w) return w;
+  }
+  return WORDS.en;
 }
 
 self.addEventListener("notificationclick", (e) => {

@@ -10,7 +10,10 @@
 // loaded with live.js), the way back to sign-in when the
 // session ends, and the way into the message search (views/search.js,
 // loaded on first use): the Search button, Ctrl+K (⌘K), or "/" when the
-// keyboard is not in a text field.
+// keyboard is not in a text field. It also keeps the accessibility
+// skeleton of every screen (a skip link first, one <main id="main">, one
+// h1) and the language switch (i18n.js choose); every string it shows is
+// t() of the catalogues, and a session that ended says why in a sentence.
 
 import { api, ApiError } from "./api.js";
 import { retryDelay } from "./backoff.js";
@@ -21,8 +24,8 @@ import { routes as manageRoutes, menu as manageMenu } from "./manage.js";
 import { renderSignin } from "./views/signin.js";
 import { renderList } from "./views/list.js";
 import { renderTimeline } from "./views/timeline.js";
-import { nameEl, setName } from "./names.js";
-import { load as loadLanguage } from "./i18n.js";
+import { nameEl, avatarEl, setName, onNames } from "./names.js";
+import { load as loadLanguage, t, errorText, number, language, choose, LANGUAGES } from "./i18n.js";
 
 /** The chat routes; manage.js adds its own after them. */
 const chatRoutes = [
@@ -35,7 +38,7 @@ let me = null; // /api/me of the session
 let client = null;
 let shell = null; // {el, main, sidebar, nav, conn}
 let mainView = null; // {el, dispose?}
-let signinReason = "";
+let signinReason = null; // why the last session ended: {text, code}, or null
 let stopLive = null; // live.js's stop, once loaded
 
 /**
@@ -109,7 +112,7 @@ async function boot() {
       break;
     } catch (e) {
       if (e instanceof ApiError && (e.code === "UNAUTHENTICATED" || e.code === "STALE_INSTALL")) {
-        if (e.code === "STALE_INSTALL") signinReason = "This browser's sign-in was replaced (STALE_INSTALL). Sign in again.";
+        if (e.code === "STALE_INSTALL") signinReason = { text: errorText(e), code: e.code };
         me = null;
         keep(null);
         break;
@@ -120,7 +123,7 @@ async function boot() {
         me = null;
       }
       if (me && e.code === "UNAVAILABLE") break;
-      clear(root).appendChild(h("p", { class: "empty-pane", role: "status" }, "Cannot reach the server; retrying…"));
+      clear(root).appendChild(h("main", { id: "main" }, h("h1", { class: "visually-hidden" }, "Parley"), h("p", { class: "empty-pane", role: "status" }, t("app.unreachable"))));
       await new Promise((r) => setTimeout(r, retryDelay(e, 1000, 1000)));
     }
   }
@@ -133,10 +136,9 @@ async function boot() {
 
 function startSession() {
   client = new Client(me);
-  client.on("auth", (code, detail) => {
-    signOutLocal(code === "STALE_INSTALL"
-      ? "This browser's sign-in was replaced by a newer one (STALE_INSTALL). Sign in again."
-      : "Your session ended (" + code + (detail ? ": " + detail : "") + "). Sign in again.");
+  client.on("auth", (code) => {
+    // A sentence, never the code: the code stays in data-reason for tests.
+    signOutLocal({ text: code === "UNAUTHENTICATED" ? t("app.sessionEnded") : errorText(code), code });
   });
   client.on("conn", updateConn);
   client.on("convs", updateTitle);
@@ -165,7 +167,7 @@ function signOutLocal(reason) {
   client = null;
   me = null;
   shell = null;
-  signinReason = reason || "";
+  signinReason = reason || null;
   navigate("/signin", { replace: true });
 }
 
@@ -175,26 +177,87 @@ async function signOut() {
   } catch {
     // The cookie may already be gone; signing out locally is what the user asked.
   }
-  signOutLocal("");
+  signOutLocal(null);
 }
 
 function updateTitle() {
   const n = client ? client.totalUnread() : 0;
-  document.title = (n > 0 ? "(" + n + ") " : "") + "Parley";
+  document.title = (n > 0 ? "(" + number(n) + ") " : "") + "Parley";
+  if (shell) screenTitle();
+}
+
+/** connLabel names a connection state in the page's language. */
+function connLabel(st) {
+  if (st === "online") return t("app.conn.online");
+  if (st === "offline") return t("app.conn.offline");
+  return t("app.conn.connecting");
 }
 
 function updateConn() {
   if (!shell || !client) return;
   const st = client.connState();
-  const label = { online: "Connected", connecting: "Connecting…", offline: "Offline" }[st] || st;
+  const label = connLabel(st);
   shell.conn.setAttribute("data-state", st);
-  shell.conn.setAttribute("aria-label", "Connection: " + label);
+  shell.conn.setAttribute("aria-label", t("app.conn.label", { state: label }));
   shell.conn.querySelector(".conn-label").textContent = label;
+}
+
+const HINT_DISMISSED = "parley.notifyHint"; // localStorage: the notification hint the user dismissed
+
+/**
+ * notifyProblem says why this page cannot show notifications ("" when it
+ * can, or may once the user is asked).
+ * @param {string} [perm] the permission just answered
+ * @returns {string}
+ */
+function notifyProblem(perm) {
+  if (typeof Notification === "undefined") return t("app.notify.unsupported");
+  if ((perm || Notification.permission) === "denied") return t("app.notify.blocked");
+  return "";
+}
+
+/**
+ * showNotifyStatus puts the sentence of notifyProblem in the sidebar
+ * (data-test=notify-status) until the user dismisses it; a dismissed
+ * sentence shows again only when asked anew (fresh).
+ * @param {boolean} fresh the user just asked (a dismissal is forgotten)
+ * @param {string} [perm]
+ */
+function showNotifyStatus(fresh, perm) {
+  if (!shell) return;
+  const text = notifyProblem(perm);
+  const old = shell.sidebar.querySelector("[data-test=notify-status]");
+  if (old) old.remove();
+  if (!text) return;
+  const kind = typeof Notification === "undefined" ? "unsupported" : "denied";
+  try {
+    if (fresh) localStorage.removeItem(HINT_DISMISSED);
+    else if (localStorage.getItem(HINT_DISMISSED) === kind) return;
+  } catch {
+    // storage blocked: the hint shows at every start
+  }
+  const p = h("p", { class: "notify-status", role: "status", "data-test": "notify-status" },
+    h("span", null, text),
+    h("button", {
+      type: "button", class: "link", "data-test": "notify-status-dismiss",
+      on: {
+        click: () => {
+          try {
+            localStorage.setItem(HINT_DISMISSED, kind);
+          } catch {
+            // the hint goes for this page only
+          }
+          p.remove();
+        },
+      },
+    }, t("app.dismiss")));
+  shell.sidebar.prepend(p);
 }
 
 /**
  * allowButton returns the "Allow notifications" button, or null when the
- * browser has no notifications or the user already answered.
+ * browser has no notifications or the user already answered. Its answer
+ * is said: on, or blocked (a toast and the sidebar's sentence).
  * @returns {HTMLElement|null}
  */
 function allowButton() {
@@ -203,43 +266,161 @@ function allowButton() {
     type: "button", "data-test": "allow-notify",
     on: {
       click: async () => {
-        await Notification.requestPermission();
+        let perm = "";
+        try {
+          // Older Safari answers through a callback only.
+          perm = await Notification.requestPermission();
+        } catch {
+          // the permission below says what happened
+        }
+        perm = perm || Notification.permission;
+        if (perm === "default") {
+          toast(t("app.notify.notAnswered"));
+          return;
+        }
         b.remove();
+        if (perm === "granted") {
+          toast(t("app.notify.on"));
+          return;
+        }
+        toast(notifyProblem(perm));
+        showNotifyStatus(true, perm);
       },
     },
-  }, "Allow notifications");
+  }, t("app.notify.allow"));
   return b;
 }
 
+/**
+ * languageSwitch returns the select of the page's language: every
+ * language of LANGUAGES by its own name; a choice reloads the page in it.
+ * @returns {HTMLElement}
+ */
+export function languageSwitch() {
+  const sel = h("select", {
+    class: "lang-switch", "data-test": "lang", "aria-label": t("app.language"), title: t("app.language"),
+    on: { change: () => choose(sel.value) },
+  }, Object.entries(LANGUAGES).map(([code, l]) => h("option", { value: code, lang: l.locale, selected: code === language() }, l.name)));
+  return sel;
+}
+
+/**
+ * skipLink returns the "Skip to the content" link, the first thing the
+ * keyboard reaches: it moves the focus to the screen's <main id="main">.
+ * @returns {HTMLElement}
+ */
+export function skipLink() {
+  return h("a", {
+    class: "skip-link", href: "#main", "data-test": "skip-link",
+    on: {
+      click: (e) => {
+        const main = document.getElementById("main");
+        if (!main) return;
+        e.preventDefault();
+        main.setAttribute("tabindex", "-1");
+        main.focus();
+        main.scrollIntoView({ block: "start" });
+      },
+    },
+  }, t("app.skip"));
+}
+
 function buildShell() {
-  const nav = h("nav", { "aria-label": "Menu" });
+  const nav = h("nav", { "aria-label": t("app.menu") });
   const conn = h("span", { class: "conn", role: "status", "data-test": "conn", "data-state": "connecting" },
-    h("span", { class: "conn-label" }, "Connecting…"));
-  const sidebar = h("aside", { class: "sidebar", "aria-label": "Conversations" });
-  const main = h("main", { class: "main", id: "main" });
+    h("span", { class: "conn-label" }, t("app.conn.connecting")));
+  const sidebar = h("aside", { class: "sidebar", "aria-label": t("app.conversations") });
+  const main = h("main", { class: "main", id: "main", tabindex: "-1" });
+  // The menu: in the top bar's row on a wide screen; behind the "Menu"
+  // button on a phone (app.css), so the bar stays one row.
+  const panel = h("div", { class: "topmenu", id: "topmenu", "data-test": "topmenu" },
+    nav,
+    allowButton(),
+    languageSwitch(),
+    h("span", { class: "me" },
+      avatarEl(h, me.user.id),
+      h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id))),
+    h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, t("app.signOut")));
+  const toggle = h("button", {
+    type: "button", class: "menu-toggle", "aria-expanded": "false", "aria-controls": "topmenu", "data-test": "menu-toggle",
+    on: { click: () => openMenu(toggle.getAttribute("aria-expanded") !== "true") },
+  }, t("app.menu"));
+  panel.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && toggle.getAttribute("aria-expanded") === "true") {
+      openMenu(false);
+      toggle.focus();
+    }
+  });
   const el = h("div", { class: "shell route-list" },
+    skipLink(),
     h("header", { class: "topbar" },
       h("a", { class: "brand", href: "/", "data-nav": "" }, "Parley"),
       conn,
-      nav,
       h("button", {
-        type: "button", "data-test": "search-open", title: "Search messages (Ctrl+K, or /)", "aria-keyshortcuts": "Control+K Meta+K /",
+        type: "button", "data-test": "search-open", title: t("app.search.hint"), "aria-keyshortcuts": "Control+K Meta+K /",
         on: { click: openSearch },
-      }, "Search"),
-      allowButton(),
-      h("a", { class: "muted", href: "/account", "data-nav": "", "data-test": "me" }, nameEl(h, me.user.id)),
-      h("button", { type: "button", "data-test": "signout", on: { click: signOut } }, "Sign out")),
+      }, t("app.search")),
+      toggle,
+      panel),
     sidebar, main);
   for (const m of manageMenu) {
     if (m.admin && me.user.role !== "admin") continue;
-    nav.appendChild(h("a", { href: m.path, "data-nav": "" }, m.label));
+    nav.appendChild(h("a", { href: m.path, "data-nav": "" }, m.label()));
   }
-  shell = { el, main, sidebar, nav, conn, list: null };
+  // The screen's h1 when its view has none of its own (the list screen's
+  // is the list's heading; a conversation's is its title).
+  const h1 = h("h1", { class: "visually-hidden", "data-test": "screen-title" });
+  shell = { el, main, sidebar, nav, conn, h1, toggle, panel, onList: true, list: null };
   shell.list = renderList(ctx());
   sidebar.appendChild(shell.list);
   clear(root).appendChild(el);
+  new MutationObserver(placeH1).observe(main, { childList: true, subtree: true });
+  showNotifyStatus(false);
   updateConn();
   updateTitle();
+}
+
+/**
+ * openMenu shows or hides the top bar's menu (a phone's; on a wide screen
+ * it always shows).
+ * @param {boolean} open
+ */
+function openMenu(open) {
+  if (!shell) return;
+  shell.toggle.setAttribute("aria-expanded", String(open));
+  shell.panel.classList.toggle("open", open);
+}
+
+/**
+ * screenTitle keeps exactly one h1 on the screen: on the list screen the
+ * list's heading; elsewhere the view's own h1, else the shell's (hidden)
+ * one naming the screen: the conversation's title, or "Page not found".
+ */
+function screenTitle() {
+  if (!shell) return;
+  const m = match(location.pathname);
+  const onList = !!m && m.route.path === "/";
+  if (shell.list.primary) shell.list.primary(onList);
+  let text = "Parley";
+  if (!m) text = t("app.notFound.title");
+  else if (m.route.path === "/c/:id" && client) {
+    const c = client.conversations().find((x) => x.conv === m.params.id);
+    text = c ? client.title(c) : t("app.conversation");
+  }
+  if (shell.h1.textContent !== text) shell.h1.textContent = text;
+  shell.onList = onList;
+  placeH1();
+}
+
+/** placeH1 puts the shell's h1 first in main unless the screen has its own. */
+function placeH1() {
+  if (!shell) return;
+  const own = [...shell.main.querySelectorAll("h1")].some((x) => x !== shell.h1);
+  if (shell.onList || own) {
+    if (shell.h1.isConnected) shell.h1.remove();
+  } else if (shell.main.firstChild !== shell.h1) {
+    shell.main.prepend(shell.h1);
+  }
 }
 
 /** render shows the view of the current path. */
@@ -251,8 +432,8 @@ function render() {
     // The address stays: after signing in, the page shows what it names.
     shell = null;
     const reason = signinReason;
-    clear(root).appendChild(renderSignin({ api, h, reason, onSignedIn: signedIn }));
-    document.title = "Sign in · Parley";
+    clear(root).append(skipLink(), renderSignin({ api, h, reason, onSignedIn: signedIn, languageSwitch }));
+    document.title = t("app.signin.pageTitle");
     return;
   }
   if (path === "/signin") {
@@ -260,6 +441,7 @@ function render() {
     return render();
   }
   if (!shell) buildShell();
+  openMenu(false);
   for (const a of shell.nav.querySelectorAll("a")) {
     if (a.getAttribute("href") === path) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -270,22 +452,21 @@ function render() {
   shell.el.classList.toggle("route-main", !!(m && m.route.view));
   if (shell.list.select) shell.list.select(m && m.params.id && m.route.path === "/c/:id" ? m.params.id : null);
   if (!m) {
-    shell.main.appendChild(h("div", { class: "empty-pane", "data-test": "not-found" }, "Nothing here. ", h("a", { href: "/", "data-nav": "" }, "Back to the conversations")));
-    return;
+    shell.main.appendChild(h("div", { class: "empty-pane", "data-test": "not-found" }, t("app.notFound"), " ", h("a", { href: "/", "data-nav": "" }, t("app.backToList"))));
+  } else if (!m.route.view) {
+    shell.main.appendChild(h("div", { class: "empty-pane" }, t("app.choose")));
+  } else {
+    const el = m.route.view(ctx(), m.params);
+    mainView = el;
+    shell.main.appendChild(el);
   }
-  if (!m.route.view) {
-    shell.main.appendChild(h("div", { class: "empty-pane" }, "Choose a conversation."));
-    return;
-  }
-  const el = m.route.view(ctx(), m.params);
-  mainView = el;
-  shell.main.appendChild(el);
+  screenTitle();
 }
 
 /** openSearch loads the search dialog (on first use) and shows it. */
 function openSearch() {
   if (!client || !shell) return;
-  import("./views/search.js").then((m) => m.openSearch(ctx()), () => toast("The search could not load; check the connection and try again."));
+  import("./views/search.js").then((m) => m.openSearch(ctx()), () => toast(t("app.search.failed")));
 }
 
 /** typing reports whether a key goes to a text field (where "/" is a character). */
@@ -304,7 +485,7 @@ document.addEventListener("keydown", (e) => {
 });
 
 function signedIn() {
-  signinReason = "";
+  signinReason = null;
   boot();
 }
 
@@ -316,11 +497,18 @@ document.addEventListener("click", (e) => {
   if (!a || a.target || a.hasAttribute("download")) return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin) return;
+  if (url.hash && url.pathname === location.pathname && url.search === location.search) return; // a link within the page
   if (!a.hasAttribute("data-nav") && !match(url.pathname)) return;
   e.preventDefault();
   navigate(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+// A click outside the phone's open menu closes it.
+document.addEventListener("click", (e) => {
+  if (shell && shell.panel.classList.contains("open") && !shell.panel.contains(e.target) && !shell.toggle.contains(e.target)) openMenu(false);
+});
+// A direct conversation's screen title is the other user's name.
+onNames(screenTitle);
 
 // The service worker: offline loads, pushes.
 if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch((e) => console.warn("service worker:", e));

@@ -68,6 +68,31 @@
     location.replace(u.href);
   }
 
+  // The two strings this script shows, in the page's language: the one
+  // the user picked (i18n.js keeps it in localStorage), else the first of
+  // the browser's languages that is English or Chinese. This script runs
+  // before the catalogues can load, so it carries its own.
+  var TEXT = {
+    en: { failed: "Parley could not load all of its files; a new version may have been installed.", reload: "Reload" },
+    zh: { failed: "Parley 未能加载全部文件，可能已安装了新版本。", reload: "重新加载" }
+  };
+  function text() {
+    var lang = "";
+    try {
+      lang = localStorage.getItem("parley.lang") || "";
+    } catch (e) {
+      // storage blocked: the browser's languages decide
+    }
+    var tags = navigator.languages && navigator.languages.length ? navigator.languages : [navigator.language || "en"];
+    for (var i = 0; !TEXT[lang] && i < tags.length; i++) {
+      var base = String(tags[i]).toLowerCase().split("-")[0];
+      if (TEXT[base]) {
+        lang = base;
+      }
+    }
+    return TEXT[lang] || TEXT.en;
+  }
+
   // showReload puts a "Reload" button on the page (DOM APIs only: no
   // inline handler, no HTML strings; the CSP allows neither).
   function showReload() {
@@ -78,14 +103,15 @@
     box.className = "boot-reload";
     box.setAttribute("role", "alert");
     box.dataset.test = "boot-reload";
-    var text = document.createElement("p");
-    text.textContent = "Parley could not load all of its files; a new version may have been installed.";
+    var words = text();
+    var p = document.createElement("p");
+    p.textContent = words.failed;
     var button = document.createElement("button");
     button.type = "button";
-    button.textContent = "Reload";
+    button.textContent = words.reload;
     button.dataset.test = "boot-reload-button";
     button.addEventListener("click", reload);
-    box.append(text, button);
+    box.append(p, button);
     document.body.prepend(box);
     button.focus();
   }

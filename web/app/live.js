@@ -24,6 +24,7 @@
 import { api } from "./api.js";
 import { url } from "./urls.js";
 import { nameOf } from "./names.js";
+import { t } from "./i18n.js";
 import { notifyArrivals } from "./views/notify.js";
 
 /** Typing frames per conversation: at most one per this many ms. */
@@ -40,9 +41,9 @@ export const IDLE_MS = 5 * 60 * 1000;
  */
 export function typingText(names) {
   if (!names.length) return "";
-  if (names.length === 1) return names[0] + " is typing…";
-  if (names.length === 2) return names[0] + " and " + names[1] + " are typing…";
-  return names.length + " people are typing…";
+  if (names.length === 1) return t("app.typing.one", { name: names[0] });
+  if (names.length === 2) return t("app.typing.two", { a: names[0], b: names[1] });
+  return t("app.typing.many", { n: names.length });
 }
 
 /**
@@ -183,6 +184,17 @@ function typing(ctx) {
   };
 }
 
+/**
+ * presenceLabel names a presence state in the page's language.
+ * @param {string} st "online" | "away" | "offline"
+ * @returns {string}
+ */
+export function presenceLabel(st) {
+  if (st === "online") return t("app.presence.online");
+  if (st === "away") return t("app.presence.away");
+  return t("app.presence.offline");
+}
+
 /** presence shows a dot by every name on the page. */
 function presence(ctx) {
   const { client } = ctx;
@@ -195,7 +207,7 @@ function presence(ctx) {
     const st = states.get(el.getAttribute("data-name-of"));
     if (st) {
       el.setAttribute("data-presence", st);
-      el.title = el.getAttribute("data-name-of") + " (" + st + ")";
+      el.title = t("app.presence.title", { id: el.getAttribute("data-name-of"), state: presenceLabel(st) });
     }
   }
 

@@ -13,6 +13,9 @@
 // the admin routes themselves stay reachable by anyone who types the path,
 // and the server's 403 "Access denied" is what a non-admin sees there.
 
+
+import { t } from "./i18n.js";
+
 /**
  * lazy returns a view that shows a placeholder, imports its module and
  * puts the module's view fn in its place; dispose reaches the real view.
@@ -22,7 +25,7 @@
  */
 export function lazy(load, fn) {
   return (ctx, params) => {
-    const el = ctx.h("div", { class: "lazy-view", role: "status" }, "Loading…");
+    const el = ctx.h("div", { class: "lazy-view", role: "status" }, t("app.loading"));
     let real = null;
     let gone = false;
     el.dispose = () => {
@@ -34,7 +37,7 @@ export function lazy(load, fn) {
       real = m[fn](ctx, params);
       el.replaceWith(real);
     }, () => {
-      el.textContent = "This screen could not load; reload the page.";
+      el.textContent = t("app.screenFailed");
     });
     return el;
   };
@@ -52,13 +55,17 @@ export const routes = [
   { path: "/admin/convs", view: lazy(() => import("./views/admin.js"), "renderAdminConvs") },
 ];
 
-/** @type {Array<{label: string, path: string, admin?: boolean}>} */
+/**
+ * The top bar's menu; label() is the entry's text in the page's language
+ * (looked up when the shell is built, after the catalogue loaded).
+ * @type {Array<{label: function(): string, path: string, admin?: boolean}>}
+ */
 export const menu = [
-  { label: "New conversation", path: "/new" },
-  { label: "Direct message", path: "/dm" },
-  { label: "Export", path: "/exports" },
-  { label: "Account", path: "/account" },
+  { label: () => t("app.menu.new"), path: "/new" },
+  { label: () => t("app.menu.dm"), path: "/dm" },
+  { label: () => t("app.menu.export"), path: "/exports" },
+  { label: () => t("app.menu.account"), path: "/account" },
   // One entry for the three admin screens (they link each other), so the
   // top bar stays short at 360 px.
-  { label: "Admin", path: "/admin/users", admin: true },
+  { label: () => t("app.menu.admin"), path: "/admin/users", admin: true },
 ];

@@ -8,7 +8,8 @@
 // Two ways to show a name: nameOf(id) for text built once (a preview, a
 // notification), with onNames(fn) to rebuild it when names arrive; and
 // nameEl(h, id) for an element that updates itself in place; avatarEl(h, id)
-// for the initials avatar beside a name, which follows the name too.
+// for the initials avatar beside a name, which follows the name too;
+// titleAvatarEl(h, title, key) for a group's avatar (its title's initials).
 
 import { api, RETRYABLE } from "./api.js";
 import { url } from "./urls.js";
@@ -86,6 +87,22 @@ export function hue(id) {
 export function avatarEl(h, id) {
   const el = h("span", { class: "avatar", "aria-hidden": "true", "data-avatar-of": id }, initials(nameOf(id)));
   el.style.setProperty("--avatar-hue", String(hue(id)));
+  return el;
+}
+
+/**
+ * titleAvatarEl returns a decorative avatar for something that is not a
+ * user (a group conversation): the initials of its title on a colour
+ * derived from key (its id). The caller sets new initials when the title
+ * changes.
+ * @param {Function} h dom.js h
+ * @param {string} title
+ * @param {string} key
+ * @returns {HTMLElement}
+ */
+export function titleAvatarEl(h, title, key) {
+  const el = h("span", { class: "avatar avatar-group", "aria-hidden": "true" }, initials(title));
+  el.style.setProperty("--avatar-hue", String(hue(key)));
   return el;
 }
 

@@ -8,6 +8,7 @@
 
 import { filesNote } from "../bytes.js";
 import { nameOf } from "../names.js";
+import { t } from "../i18n.js";
 
 /**
  * notifyArrivals raises a notification for every message the client
@@ -23,8 +24,9 @@ export function notifyArrivals(client, open) {
     const elsewhere = mention && location.pathname !== "/c/" + encodeURIComponent(c.conv);
     if (!(document.hidden || elsewhere) || typeof Notification === "undefined" || Notification.permission !== "granted") return;
     try {
-      const title = mention ? nameOf(ev.sender) + " mentioned you in " + client.title(c) : client.title(c);
-      const n = new Notification(title, { body: nameOf(ev.sender) + ": " + (ev.body || filesNote(ev.attachments)), tag: "parley-" + c.conv });
+      const title = mention ? t("app.notify.mentioned", { name: nameOf(ev.sender), conv: client.title(c) }) : client.title(c);
+      const body = t("app.preview.message", { name: nameOf(ev.sender), text: ev.body || filesNote(ev.attachments) });
+      const n = new Notification(title, { body, tag: "parley-" + c.conv });
       n.onclick = () => {
         window.focus();
         open(c.conv);
