@@ -279,7 +279,7 @@ class TimelineView {
       class: ["msg", mine && "mine"], "data-test": inThread ? "thread-msg" : "msg", "data-seq": ev.seq, "data-sender": ev.sender,
       "data-state": mine ? "sent" : false,
     },
-    h("div", { class: "who" }, avatarEl(h, ev.sender), this.who(ev.sender)),
+    h("div", { class: "sender" }, avatarEl(h, ev.sender), h("div", { class: "who" }, this.who(ev.sender))),
     !inThread && ev.reply_to ? act(t("chat.inThread"), "in-thread", () => this.openThread(ev.reply_to)) : null,
     ev.recalled
       ? h("div", { class: "recalled-body", "data-test": "recalled" }, t("chat.recalled"))
@@ -502,7 +502,7 @@ class TimelineView {
         ];
     }
     return h("li", { class: "msg mine", "data-test": "msg-out", "data-cmid": it.cmid, "data-state": it.state },
-      h("div", { class: "who" }, avatarEl(h, this.me), t("chat.you")),
+      h("div", { class: "sender" }, avatarEl(h, this.me), h("div", { class: "who" }, t("chat.you"))),
       it.body || !(it.files || []).length ? h("div", { class: "body", "data-test": "body" }, it.body) : null,
       (it.files || []).length ? h("ul", { class: "chips" }, it.files.map((f) => fileChip(h, client, f))) : null,
       h("div", { class: "meta" }, state, actions));
