@@ -3,12 +3,14 @@
 // node, an older page prepends its nodes (keeping the scroll position), a
 // recall replaces one node; the list is never re-rendered as a whole per
 // message, so thousands of loaded messages stay responsive. Bodies are
-// built as DOM nodes, never HTML (format.js: links, code, emphasis). Each
-// message shows its sender's avatar and name. Recall and Edit are offered
-// only where the server would allow them: on the user's own messages, inside
-// the recall window (and the edit window when one is configured) that
-// GET /api/server tells; they disappear when the window passes. Recall asks
-// first (views/confirm.js); a refusal shows as a sentence. Older pages load when the user scrolls near the top (or
+// built as DOM nodes, never HTML (format.js: links, code, emphasis). A
+// message shows its sender's avatar and name (a run of one sender's
+// messages only on its first). Recall and Edit are offered only where the
+// server would allow them: on the user's own messages, inside the recall
+// window (and the edit window when one is configured) that GET /api/server
+// tells; they disappear when the window passes. Recall asks first
+// (views/confirm.js); a refusal shows as a sentence. Every string comes
+// from i18n.js. Older pages load when the user scrolls near the top (or
 // presses "Load older"); read marks move when messages are on screen
 // (IntersectionObserver) while the page is visible. A message shows its
 // edited marker, reactions (the user's own highlighted; a click toggles),
@@ -37,6 +39,7 @@ import { t, when, number, errorText } from "../i18n.js";
 import { formatBody } from "../format.js";
 
 let policy = null; // GET /api/server, read once per page
+const RECALL_MS = 10 * 60 * 1000; // the server's default recall window
 
 /**
  * windows returns the recall and edit windows the server tells (ms; edit 0:
@@ -46,7 +49,7 @@ let policy = null; // GET /api/server, read once per page
  */
 function windows(api) {
   if (!policy) {
-    policy = api("GET", url.server()).then((s) => ({ recall: Number(s.recall_window_ms) || 600000, edit: Number(s.edit_window_ms) || 0 }), (e) => {
+    policy = api("GET", url.server()).then((s) => ({ recall: Number(s.recall_window_ms) || RECALL_MS, edit: Number(s.edit_window_ms) || 0 }), (e) => {
       policy = null;
       throw e;
     });
@@ -129,8 +132,9 @@ class TimelineView {
     this.focused = null; // the li of the message opened at
     this.readSeen = 0;
     this.readTimer = 0;
-    this.recallMs = 600000; // until GET /api/server answers: the default window
+    this.recallMs = RECALL_MS; // until GET /api/server answers
     this.editMs = 0;
+    this.timed = new Set(); // the Recall and Edit buttons that expire
 
     this.title = h("h2", { id: "conv-title", "data-test": "conv-title" }, conv);
     this.status = h("p", { class: "muted", role: "status", "data-test": "timeline-status" }, t("chat.loading"));
@@ -204,8 +208,13 @@ class TimelineView {
       return;
     }
     const now = Date.now();
-    for (const b of this.el.querySelectorAll("[data-until]")) {
-      if (Number(b.dataset.until) <= now) b.remove();
+    for (const b of this.timed) {
+      if (!b.isConnected && b.dataset.seen) this.timed.delete(b);
+      else if (b.isConnected) b.dataset.seen = "1";
+      if (Number(b.dataset.until) <= now) {
+        b.remove();
+        this.timed.delete(b);
+      }
     }
   }
 
@@ -268,9 +277,11 @@ class TimelineView {
     const h = this.h;
     const mine = ev.sender === this.me;
     const pend = this.client.pending(this.conv, ev.seq);
-    const act = (label, test, fn, until) => h("button", {
-      type: "button", class: "link", "data-test": test, "data-until": until < Infinity ? until : false, on: { click: fn },
-    }, label);
+    const act = (label, test, fn, until) => {
+      const b = h("button", { type: "button", class: "link", "data-test": test, "data-until": until < Infinity ? until : false, on: { click: fn } }, label);
+      if (until < Infinity) this.timed.add(b); // expire() takes it off when its window passes
+      return b;
+    };
     const live = !ev.recalled;
     const now = Date.now();
     const recallUntil = this.until(ev, this.recallMs);
@@ -358,6 +369,8 @@ class TimelineView {
         if (!first) first = sep;
         frag.appendChild(sep);
       }
+      // A run of one sender's messages (same day, minutes apart) shows the sender once.
+      if (p && ev.kind === "message" && p.kind === "message" && p.sender === ev.sender && dayKey(p) === dayKey(ev) && Date.parse(ev.at) - Date.parse(p.at) < 5 * 60 * 1000) li.classList.add("cont");
       frag.appendChild(li);
       this.nodes.set(ev.seq, li);
       if (li.classList.contains("msg") && ev.sender !== this.me) this.observer.observe(li);
@@ -457,6 +470,7 @@ class TimelineView {
     if (!old) return;
     const li = this.renderEvent(ev);
     if (this.editing === ev.seq) return; // the open editor keeps its node; it redraws on close
+    if (old.classList.contains("cont")) li.classList.add("cont");
     old.replaceWith(li);
     this.observer.unobserve(old);
     this.nodes.set(ev.seq, li);
