@@ -344,7 +344,13 @@ class TimelineView {
   async recall(ev, li) {
     const err = li.querySelector("[data-test=recall-error]");
     err.textContent = "";
-    const { confirmDialog } = await import("./confirm.js");
+    let confirmDialog;
+    try {
+      ({ confirmDialog } = await import("./confirm.js"));
+    } catch {
+      err.textContent = errorText("UNAVAILABLE"); // offline before the dialog was ever loaded
+      return;
+    }
     const yes = await confirmDialog(this.h, { title: t("chat.recallTitle"), body: t("chat.recallBody"), ok: t("chat.recall"), cancel: t("chat.cancel") });
     if (!yes) return;
     try {
