@@ -78,7 +78,10 @@ type Deps struct {
 	// Demo names the accounts --demo created (nil: none); GET /api/server
 	// tells the sign-in page.
 	Demo *DemoAccounts
-	Now  func() time.Time
+	// RecallWindow is the store's recall window (parley.Options), which
+	// GET /api/server tells clients (0: parley.DefaultRecallWindow).
+	RecallWindow time.Duration
+	Now          func() time.Time
 
 	// Login protections, built in (no configuration turns them off).
 	// Hashes caps concurrent password hashes (nil: a gate of
@@ -125,7 +128,7 @@ func NewHandler(d Deps) http.Handler {
 	x := exportLinks{link: d.ExportLink, now: d.Now}
 
 	// Sessions and the socket.
-	rt.route("GET /api/server", public(""), handleServer(d.Demo))
+	rt.route("GET /api/server", public(""), handleServer(d.Demo, d.RecallWindow, d.Config))
 	rt.route("POST /api/login", public(ratelimit.BucketLogin), handleLogin(s))
 	rt.route("POST /api/logout", public(""), handleLogout(s))
 	rt.route("GET /api/me", user(ratelimit.BucketRead), handleMe(c))
@@ -342,6 +345,9 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.RecallWindow <= 0 {
+		d.RecallWindow = parley.DefaultRecallWindow
 	}
 	if d.Hashes == nil {
 		d.Hashes = NewPasswordGate(0)

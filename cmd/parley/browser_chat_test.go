@@ -374,11 +374,27 @@ func TestBrowserLostReply(t *testing.T) {
 	})
 }
 
-// TestBrowserRecall (issue 13, test 4): ana recalls her message inside the
-// window and both sides show "message recalled"; ben's recall of ana's
-// message is refused and the reason (NOT_SENDER) is shown to him; ana's
-// recall of a message older than the window is refused with the reason
-// (RECALL_WINDOW_EXPIRED) shown.
+// shortRecallWindow makes the page believe the server's recall window is
+// 4 s (GET /api/server answered with recall_window_ms 4000), so the test
+// sees Recall leave a message when its window passes without waiting ten
+// minutes. It is installed before any script of a document runs.
+const shortRecallWindow = `(() => {
+  const fetch0 = window.fetch;
+  window.fetch = async (...args) => {
+    const r = await fetch0(...args);
+    if (new URL(r.url).pathname !== "/api/server") return r;
+    const b = await r.json();
+    b.recall_window_ms = 4000;
+    return new Response(JSON.stringify(b), {status: r.status, headers: r.headers});
+  };
+})();`
+
+// TestBrowserRecall (issue 13 test 4, SPEC §12): Recall is offered only on
+// one's own messages, inside the window the server tells; it asks first in
+// an in-page dialog whose focus starts on Cancel (Cancel and Escape keep the
+// message, Recall recalls it on both sides); a refusal (a recall past the
+// window on the database clock) shows a sentence, never the code; and
+// Recall leaves a message once the server's window has passed.
 func TestBrowserRecall(t *testing.T) {
 	dir := t.TempDir()
 	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
@@ -391,30 +407,63 @@ func TestBrowserRecall(t *testing.T) {
 	ben.open("c-team")
 	ana.say("oops, wrong room")
 	ana.say("this one stays")
+	ben.say("ben's own words")
 	for _, d := range []*chatDev{ana, ben} {
 		d.waitOnce("oops, wrong room")
 		d.waitOnce("this one stays")
+		d.waitOnce("ben's own words")
 	}
 	seqOf := func(d *chatDev, body string) int {
 		return devEval[int](d, `+[...document.querySelectorAll("[data-test=events] [data-test=msg]")].find(li => li.querySelector("[data-test=body]")?.textContent === `+jsq(body)+`).dataset.seq`)
 	}
-	oops := seqOf(ana, "oops, wrong room")
-	ana.do(chromedp.Click(fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=recall]`, oops)))
+	recallOn := func(seq int) string { return fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=recall]`, seq) }
+	has := func(d *chatDev, sel string) bool { return devEval[bool](d, `!!document.querySelector(`+jsq(sel)+`)`) }
+	oops, stays, bens := seqOf(ana, "oops, wrong room"), seqOf(ana, "this one stays"), seqOf(ana, "ben's own words")
+
+	// Only on one's own messages.
+	if !has(ana, recallOn(oops)) || !has(ana, recallOn(stays)) || has(ana, recallOn(bens)) {
+		t.Errorf("ana's Recall actions: on her messages %v %v, on ben's %v; want hers only", has(ana, recallOn(oops)), has(ana, recallOn(stays)), has(ana, recallOn(bens)))
+	}
+	if has(ben, recallOn(oops)) || has(ben, recallOn(stays)) || !has(ben, recallOn(bens)) {
+		t.Errorf("ben's Recall actions: on ana's %v %v, on his %v; want his only", has(ben, recallOn(oops)), has(ben, recallOn(stays)), has(ben, recallOn(bens)))
+	}
+	if has(ben, fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=edit]`, oops)) {
+		t.Errorf("ben is offered Edit on ana's message")
+	}
+
+	// It asks first: Cancel, then Escape keep the message.
+	dialogOpen := `!!document.querySelector("dialog[data-test=confirm][open]")`
+	ana.do(chromedp.Click(recallOn(oops)))
+	ana.waitJS("the confirmation", dialogOpen+` && document.activeElement?.dataset.test === "confirm-cancel"`)
+	if text := devEval[string](ana, `document.querySelector("[data-test=confirm]").textContent`); !strings.Contains(text, "Recall this message?") || !strings.Contains(text, "Everyone in the conversation will see that it was recalled.") {
+		t.Errorf("the confirmation reads %q", text)
+	}
+	ana.do(chromedp.Click(`[data-test=confirm-cancel]`))
+	ana.waitJS("the dialog gone", `!document.querySelector("[data-test=confirm]")`)
+	ana.do(chromedp.Click(recallOn(oops)))
+	ana.waitJS("the confirmation again", dialogOpen)
+	ana.do(chromedp.KeyEvent("\x1b"))
+	ana.waitJS("the dialog gone after Escape", `!document.querySelector("[data-test=confirm]")`)
+	for _, d := range []*chatDev{ana, ben} {
+		d.waitOnce("oops, wrong room")
+	}
+	// Recall confirmed: gone on both sides.
+	ana.do(chromedp.Click(recallOn(oops)))
+	ana.waitJS("the confirmation once more", dialogOpen)
+	ana.do(chromedp.Click(`[data-test=confirm-ok]`))
 	for _, d := range []*chatDev{ana, ben} {
 		d.waitJS("the recalled message", fmt.Sprintf(`!!document.querySelector('[data-test=msg][data-seq="%d"] [data-test=recalled]')`, oops))
 		if n := devEval[int](d, countJS("[data-test=body]", "oops, wrong room")); n != 0 {
 			t.Errorf("%s still shows the recalled body", d.name)
 		}
 	}
-	stays := seqOf(ben, "this one stays")
-	ben.do(chromedp.Click(fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=recall]`, stays)))
-	ben.waitJS("the refusal", fmt.Sprintf(`document.querySelector('[data-test=msg][data-seq="%d"] [data-test=recall-error]').textContent.includes("NOT_SENDER")`, stays))
-	for _, d := range []*chatDev{ana, ben} {
-		d.waitOnce("this one stays")
+	if n := ana.dialogs.Load() + ben.dialogs.Load(); n != 0 {
+		t.Errorf("%d JavaScript dialogs opened; the confirmation is in the page", n)
 	}
+
 	// Late: the message is made 11 minutes old in the database (the recall
-	// window is 10 minutes on the database clock); ana's recall is refused
-	// and she is told why.
+	// window is 10 minutes on the database clock) while ana's page still
+	// offers Recall; the refusal is a sentence, not the code.
 	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "parley.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
@@ -423,9 +472,40 @@ func TestBrowserRecall(t *testing.T) {
 	if _, err := raw.Exec(`UPDATE events SET created_at = created_at - 660000 WHERE conv_id = 'c-team' AND seq = ?`, stays); err != nil {
 		t.Fatal(err)
 	}
-	ana.do(chromedp.Click(fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=recall]`, stays)))
-	ana.waitJS("the late refusal", fmt.Sprintf(`document.querySelector('[data-test=msg][data-seq="%d"] [data-test=recall-error]').textContent.includes("RECALL_WINDOW_EXPIRED")`, stays))
+	ana.do(chromedp.Click(recallOn(stays)))
+	ana.waitJS("the confirmation", dialogOpen)
+	ana.do(chromedp.Click(`[data-test=confirm-ok]`))
+	errSel := fmt.Sprintf(`document.querySelector('[data-test=msg][data-seq="%d"] [data-test=recall-error]').textContent`, stays)
+	ana.waitJS("the late refusal", errSel+` !== ""`)
+	if got := devEval[string](ana, errSel); got != "Too late: the time to recall this message has passed." {
+		t.Errorf("the late refusal reads %q; want the sentence, not a code", got)
+	}
 	ana.waitOnce("this one stays")
+
+	// The window passes: Recall leaves the message (a page told a 4 s window).
+	quick := newDev(t, browser, "ana, second device")
+	if _, err := chromedp.Call(quick.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: shortRecallWindow}); err != nil {
+		t.Fatal(err)
+	}
+	quick.signIn(p.http, "ana")
+	quick.open("c-team")
+	if has(quick, recallOn(stays)) {
+		t.Errorf("Recall offered on a message older than the window")
+	}
+	quick.say("short-lived")
+	quick.waitOnce("short-lived")
+	short := seqOf(quick, "short-lived")
+	if !has(quick, recallOn(short)) {
+		t.Errorf("no Recall on a message just sent")
+	}
+	start := time.Now()
+	quick.waitJS("Recall gone after the window", `!document.querySelector(`+jsq(recallOn(short))+`)`)
+	if el := time.Since(start); el > 6*time.Second {
+		t.Errorf("Recall left %v after the message was sent; the window is 4 s", el)
+	}
+	if !has(quick, fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=edit]`, short)) {
+		t.Errorf("Edit left with Recall; edits have no window here")
+	}
 }
 
 // TestBrowserReadOtherDevice (issue 13, test 5): ana has two devices (two
@@ -703,7 +783,7 @@ func TestBrowserFailedSend(t *testing.T) {
 	}
 	resp.Body.Close()
 	ben.setOffline(false)
-	ben.waitJS("the failed row with its code", `[...document.querySelectorAll("[data-test=msg-out][data-state=failed] [data-test=state]")].some(e => e.textContent.includes("NOT_MEMBER"))`)
+	ben.waitJS("the failed row with its reason", `[...document.querySelectorAll("[data-test=msg-out][data-state=failed] [data-test=state]")].some(e => e.textContent === "Not sent: You are not a member of this conversation.")`)
 	ben.waitJS("no composer for a former member", `!!document.querySelector("[data-test=composer]").closest(".hidden") &&
 		!document.querySelector("[data-test=not-member]").classList.contains("hidden")`)
 	// Ana adds him back; he edits the failed message and sends it as new.

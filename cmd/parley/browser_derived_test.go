@@ -6,8 +6,12 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	browserpb "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
@@ -226,4 +230,38 @@ func TestBrowserMentionBadge(t *testing.T) {
 	ana.say("just us")
 	ana.waitOnce("just us")
 	ben.waitJS("the direct conversation in ben's list", `document.querySelector("[data-test=conv][data-conv='dm:ana:ben'] .title")?.textContent === "ana"`)
+}
+
+// TestBrowserEditWindow (SPEC §12): with an edit window in the policy file,
+// GET /api/server tells it (edit_window_ms) and the page offers Edit on the
+// user's own message only inside it: Edit leaves the message when the
+// window passes, while Recall (a 10-minute window) stays.
+func TestBrowserEditWindow(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "parley.yaml")
+	if err := os.WriteFile(cfg, []byte("edit_window: 4s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := serveArgs(t, "--demo", "--db", "sqlite:"+filepath.Join(dir, "parley.db"), "--data-dir", dir, "--config", cfg)
+	if st, got := get(t, p.http+"/api/server"); st != http.StatusOK || !strings.Contains(got, `"edit_window_ms":4000`) || !strings.Contains(got, `"recall_window_ms":600000`) {
+		t.Fatalf("GET /api/server: %d %s; want the edit and recall windows", st, got)
+	}
+	browser := newBrowser(t)
+	ana := newDev(t, browser, "ana")
+	ana.signIn(p.http, "ana")
+	ana.open("c-team")
+	ana.say("edit me quickly")
+	ana.waitOnce("edit me quickly")
+	edit := msgJS("edit me quickly") + `?.querySelector("[data-test=edit]")`
+	if !devEval[bool](ana, `!!`+edit) {
+		t.Fatalf("no Edit on a message just sent")
+	}
+	start := time.Now()
+	ana.waitJS("Edit gone after the window", `!`+edit)
+	if el := time.Since(start); el > 6*time.Second {
+		t.Errorf("Edit left %v after the message was shown; the window is 4 s", el)
+	}
+	if !devEval[bool](ana, `!!`+msgJS("edit me quickly")+`?.querySelector("[data-test=recall]")`) {
+		t.Errorf("Recall left with Edit; its window is 10 minutes")
+	}
 }

@@ -150,6 +150,8 @@ func TestBrowserFiles(t *testing.T) {
 		// A recall takes the files off the timeline, and out of ben's reach.
 		seq := devEval[int](ana, `+`+msgJS("the boat and the notes")+`.dataset.seq`)
 		ana.do(chromedp.Click(fmt.Sprintf(`[data-test=msg][data-seq="%d"] [data-test=recall]`, seq)))
+		ana.waitJS("the recall's confirmation", `!!document.querySelector("dialog[data-test=confirm][open]")`)
+		ana.do(chromedp.Click(`[data-test=confirm-ok]`))
 		for _, d := range []*chatDev{ana, ben} {
 			d.waitJS("the recalled message without files", fmt.Sprintf(`!!document.querySelector('[data-test=msg][data-seq="%d"] [data-test=recalled]') &&
 				!document.querySelector('[data-test=msg][data-seq="%d"] [data-test=attachments]')`, seq, seq))

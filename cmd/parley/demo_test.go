@@ -66,7 +66,7 @@ func TestDemoLoopbackOnly(t *testing.T) {
 	}
 	// The sign-in page learns whom to sign in as; a server without --demo
 	// names nobody.
-	if st, got := get(t, p.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{"demo":{"users":["ana","ben","cy"],"password":"parley-demo"}}` {
+	if st, got := get(t, p.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{"demo":{"users":["ana","ben","cy"],"password":"parley-demo"},"recall_window_ms":600000}` {
 		t.Errorf("GET /api/server with --demo: %d %s", st, got)
 	}
 
@@ -81,7 +81,7 @@ func TestDemoLoopbackOnly(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || strings.Contains(q.stderr(), "--demo") {
 		t.Errorf("with PARLEY_DEMO=true: demo login %d, want 401 (no demo user); stderr:\n%s", resp.StatusCode, q.stderr())
 	}
-	if st, got := get(t, q.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{}` {
+	if st, got := get(t, q.http+"/api/server"); st != http.StatusOK || strings.TrimSpace(got) != `{"recall_window_ms":600000}` {
 		t.Errorf("GET /api/server without --demo: %d %s", st, got)
 	}
 }

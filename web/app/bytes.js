@@ -1,7 +1,9 @@
 // bytes.js owns how the page writes files for people: a number of bytes,
 // the same in a composer's chip, a message's file and an upload's refusal,
 // and the line that stands for a message of files alone (the list's
-// preview, a notification).
+// preview, a notification), in the page's language (i18n.js).
+
+import { t, number } from "./i18n.js";
 
 /**
  * humanSize writes a byte count in decimal units: "812 B", "48.2 KB", "312 MB".
@@ -16,7 +18,7 @@ export function humanSize(n) {
     v /= 1000;
     i++;
   }
-  return (i === 0 ? String(v) : v.toFixed(v < 100 ? 1 : 0)) + " " + units[i];
+  return number(i === 0 ? v : Number(v.toFixed(v < 100 ? 1 : 0))) + " " + units[i];
 }
 
 /**
@@ -26,5 +28,5 @@ export function humanSize(n) {
  */
 export function filesNote(list) {
   if (!list || !list.length) return "";
-  return list.length === 1 ? "📎 " + list[0].name : "📎 " + list.length + " files";
+  return "📎 " + (list.length === 1 ? list[0].name : t("chat.files", { n: list.length, count: number(list.length) }));
 }

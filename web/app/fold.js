@@ -39,35 +39,35 @@ export function mentionsOf(ev) {
  * @returns {object[]}
  */
 export function fold(events, ev, me) {
-  const t = events.get(ev.kind === "message" ? ev.reply_to : ev.target);
-  if (!t || t.kind !== "message") return [];
+  const msg = events.get(ev.kind === "message" ? ev.reply_to : ev.target);
+  if (!msg || msg.kind !== "message") return [];
   switch (ev.kind) {
     case "edit":
-      if (t.recalled || ev.recalled || ev.seq <= asOf(t) || ev.seq <= (t.edit_seq || 0)) return [];
-      t.body = ev.body;
-      t.edit_seq = ev.seq;
-      t.edited_at = ev.at;
-      return [t];
+      if (msg.recalled || ev.recalled || ev.seq <= asOf(msg) || ev.seq <= (msg.edit_seq || 0)) return [];
+      msg.body = ev.body;
+      msg.edit_seq = ev.seq;
+      msg.edited_at = ev.at;
+      return [msg];
     case "reaction":
-      if (t.recalled || ev.seq <= asOf(t)) return [];
-      react(t, ev, me);
-      return [t];
+      if (msg.recalled || ev.seq <= asOf(msg)) return [];
+      react(msg, ev, me);
+      return [msg];
     case "message":
-      if (ev.seq <= asOf(t)) return [];
-      t.replies = (t.replies || 0) + 1;
-      t.last_reply_seq = Math.max(t.last_reply_seq || 0, ev.seq);
+      if (ev.seq <= asOf(msg)) return [];
+      msg.replies = (msg.replies || 0) + 1;
+      msg.last_reply_seq = Math.max(msg.last_reply_seq || 0, ev.seq);
       ev.counted = true;
-      return [t];
+      return [msg];
     case "recall": {
       const out = [];
-      if (!t.recalled) {
-        t.recalled = true;
-        t.body = "";
-        t.reactions = undefined;
-        out.push(t);
+      if (!msg.recalled) {
+        msg.recalled = true;
+        msg.body = "";
+        msg.reactions = undefined;
+        out.push(msg);
       }
-      const root = t.reply_to && events.get(t.reply_to);
-      if (root && (t.counted || t.seq <= asOf(root)) && ev.seq > asOf(root) && root.replies > 0) {
+      const root = msg.reply_to && events.get(msg.reply_to);
+      if (root && (msg.counted || msg.seq <= asOf(root)) && ev.seq > asOf(root) && root.replies > 0) {
         root.replies--;
         out.push(root);
       }
@@ -77,15 +77,15 @@ export function fold(events, ev, me) {
   return [];
 }
 
-function react(t, ev, me) {
-  if (!t.rx) t.rx = new Map(); // "user emoji" → {before, on}
+function react(msg, ev, me) {
+  if (!msg.rx) msg.rx = new Map(); // "user emoji" → {before, on}
   const key = ev.sender + " " + ev.emoji;
-  const k = t.rx.get(key) || { before: !ev.on };
+  const k = msg.rx.get(key) || { before: !ev.on };
   const was = k.on === undefined ? k.before : k.on;
   k.on = !!ev.on;
-  t.rx.set(key, k);
+  msg.rx.set(key, k);
   const d = (k.on ? 1 : 0) - (was ? 1 : 0);
-  const list = (t.reactions || []).map((r) => ({ ...r }));
+  const list = (msg.reactions || []).map((r) => ({ ...r }));
   let r = list.find((x) => x.emoji === ev.emoji);
   if (!r) {
     r = { emoji: ev.emoji, count: 0, me: false };
@@ -93,5 +93,5 @@ function react(t, ev, me) {
   }
   r.count = Math.max(0, r.count + d);
   if (ev.sender === me) r.me = k.on;
-  t.reactions = list.filter((x) => x.count > 0);
+  msg.reactions = list.filter((x) => x.count > 0);
 }

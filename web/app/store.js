@@ -54,6 +54,7 @@ import { newID } from "./id.js";
 import { Outbox } from "./outbox.js";
 import { url } from "./urls.js";
 import { nameOf, setName } from "./names.js";
+import { t } from "./i18n.js";
 
 /** Events per page when opening a timeline or reading older history. */
 export const PAGE = 50;
@@ -204,7 +205,7 @@ export class Client {
     if (c.title) return c.title;
     const m = /^dm:([^:]+):([^:]+)$/.exec(c.conv);
     if (m) return nameOf(m[1] === this.user ? m[2] : m[1]);
-    return c.kind === "direct" ? "Direct message" : c.conv;
+    return c.kind === "direct" ? t("chat.directMessage") : c.conv;
   }
 
   /** @returns {number} unread messages over every conversation */
@@ -597,11 +598,11 @@ export class Client {
       if (tl.events.has(ev.seq)) continue;
       tl.events.set(ev.seq, ev);
       added.push(ev);
-      for (const t of fold(tl.events, ev, this.user)) updated.add(t);
+      for (const m of fold(tl.events, ev, this.user)) updated.add(m);
       if (ev.kind === "message" && ev.sender === this.user && ev.device === this.device) this.claim(ev, forward);
     }
     added.sort((a, b) => a.seq - b.seq);
-    return { added, updated: [...updated].filter((t) => !added.includes(t)) };
+    return { added, updated: [...updated].filter((m) => !added.includes(m)) };
   }
 
   /** claim matches an own event that came before its send's reply to its outbox item, so it shows once. */
@@ -711,8 +712,8 @@ export class Client {
   outboxEmit(it) {
     if (it.kind === "send") return this.emit("timeline", it.conv, { kind: "outbox" });
     const tl = this.tls.get(it.conv);
-    const t = tl && tl.events.get(it.target);
-    if (t) this.emit("timeline", it.conv, { kind: "update", ev: t });
+    const target = tl && tl.events.get(it.target);
+    if (target) this.emit("timeline", it.conv, { kind: "update", ev: target });
     if (this.th && this.th.conv === it.conv && this.th.events.has(it.target)) this.emit("thread", this.th);
   }
 
@@ -804,7 +805,7 @@ export class Client {
   }
 
   enqueue(conv, body, what) {
-    if (!this.outbox) throw new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0);
+    if (!this.outbox) throw Object.assign(new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0), { sentence: t("chat.noStorage") });
     return this.outbox.add(conv, body, what); // "added" starts the pump
   }
 
@@ -900,7 +901,7 @@ export class Client {
               else if (e.code === "NOT_FOUND" && cur.files && cur.files.length && !cur.uploadedAgain) {
                 // An upload left unsent too long was deleted: send the bytes kept here again, once.
                 await this.outbox.put({ ...cur, uploadedAgain: true, files: cur.files.map((f) => ({ ...f, upload: undefined, file: undefined })) });
-              } else await this.outbox.put({ ...cur, state: "failed", reason: e.code + (e.message && e.message !== e.code ? ": " + e.message : "") });
+              } else await this.outbox.put({ ...cur, state: "failed", code: e.code, reason: e.message });
               continue;
             }
             this.retry.reset();

@@ -22,6 +22,7 @@ import { Backoff, retryDelay } from "./backoff.js";
 import { humanSize } from "./bytes.js";
 import { newID } from "./id.js";
 import { url } from "./urls.js";
+import { t, errorText } from "./i18n.js";
 
 /** The bytes one PATCH carries (the last one may carry fewer). */
 export const CHUNK = 4 << 20;
@@ -124,21 +125,22 @@ async function maxSize() {
  * @returns {Promise<string>}
  */
 export async function refusal(f, e) {
-  const name = "“" + f.name + "”";
+  const name = f.name;
+  const size = humanSize(f.size);
   if (e.code === "TOO_LARGE") {
     const max = await maxSize();
-    if (max && f.size > max) return name + " (" + humanSize(f.size) + ") is larger than the " + humanSize(max) + " this server accepts.";
-    return name + " (" + humanSize(f.size) + ") does not fit in your remaining storage quota.";
+    if (max && f.size > max) return t("chat.fileTooLarge", { name, size, max: humanSize(max) });
+    return t("chat.fileOverQuota", { name, size });
   }
-  if (e.code === "INVALID_ARGUMENT") return name + " was refused by the server: " + (e.detail || "it is not a file it accepts") + ".";
-  return name + " could not be uploaded" + (e.detail ? ": " + e.detail : ".");
+  if (e.code === "INVALID_ARGUMENT") return t("chat.fileRefused", { name });
+  return t("chat.fileFailed", { name, reason: errorText(e) });
 }
 
 // --- the drafts of the Client (store.js), whose methods call these ---
 
 /** attach is Client.attach. */
 export function attach(client, conv, replyTo, files) {
-  if (!client.outbox) return Promise.reject(new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0));
+  if (!client.outbox) return Promise.reject(Object.assign(new ApiError("UNAVAILABLE", 0, "this browser's storage (IndexedDB) is not available", 0), { sentence: t("chat.noStorage") }));
   const blobs = files.map((f) => ({ key: newID(), blob: f }));
   const entries = blobs.map(({ key, blob }) => ({ key, name: blob.name || "pasted", size: blob.size, type: blob.type || "", lastModified: blob.lastModified || Date.now() }));
   return client.serialDraft(async () => {
@@ -278,7 +280,7 @@ export class Uploader {
   async upload(it, f) {
     const blob = await this.outbox.blob(f.key);
     if (!blob) {
-      await setFile(this.outbox, it.cmid, f.key, { error: "“" + f.name + "” is no longer stored in this browser: attach it again." }, true);
+      await setFile(this.outbox, it.cmid, f.key, { error: t("chat.fileLost", { name: f.name }) }, true);
       return;
     }
     let loc = f.upload;

@@ -14,6 +14,13 @@
 // refused, with "Remove". A message may then be sent with no text.
 
 import { humanSize } from "../bytes.js";
+import { t, number, errorText } from "../i18n.js";
+
+/** why is the sentence for a failure: the error code's, else the error's own message. */
+export function why(e) {
+  if (e && e.sentence) return e.sentence;
+  return e && typeof e.code === "string" && e.code ? errorText(e) : (e && e.message) || errorText("");
+}
 
 /** The server's limit on a message body, in code points. */
 export const MAX_CHARS = 4000;
@@ -44,7 +51,7 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
   const cid = "composer-count-" + conv + (replyTo ? "-" + replyTo : "");
   const count = h("span", { class: "count", id: cid, "aria-live": "polite", "data-test": "composer-count" }, "");
   const box = h("textarea", {
-    rows: 2, "aria-label": replyTo ? "Reply" : "Message", placeholder: replyTo ? "Reply in the thread" : "Write a message", "data-test": replyTo ? "thread-composer" : "composer",
+    rows: 2, "aria-label": replyTo ? t("chat.reply") : t("chat.message"), placeholder: replyTo ? t("chat.replyPlaceholder") : t("chat.messagePlaceholder"), "data-test": replyTo ? "thread-composer" : "composer",
     "aria-describedby": cid, "data-reply-to": replyTo || false,
     on: {
       input: () => {
@@ -70,11 +77,11 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
     type: "file", multiple: true, class: "visually-hidden", tabindex: "-1", "aria-hidden": "true", "data-test": testId("attach-input"),
     on: { change: () => { attachFiles(picker.files); picker.value = ""; } },
   });
-  const attachBtn = h("button", { type: "button", "data-test": testId("attach"), title: "Attach files", on: { click: () => picker.click() } }, "Attach");
-  const chips = h("ul", { class: "chips", "aria-label": "Attached files", "data-test": testId("chips") });
-  const button = h("button", { type: "submit", class: "primary", "data-test": replyTo ? "thread-send" : "send" }, "Send");
+  const attachBtn = h("button", { type: "button", "data-test": testId("attach"), title: t("chat.attachTitle"), on: { click: () => picker.click() } }, t("chat.attach"));
+  const chips = h("ul", { class: "chips", "aria-label": t("chat.attached"), "data-test": testId("chips") });
+  const button = h("button", { type: "submit", class: "primary", "data-test": replyTo ? "thread-send" : "send" }, t("chat.send"));
   const form = h("form", {
-    class: "composer", "aria-label": "Send a message",
+    class: "composer", "aria-label": t("chat.sendMessage"),
     on: {
       submit: (e) => { e.preventDefault(); submit(); },
       dragover: (e) => dragOver(e, form),
@@ -90,7 +97,7 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
   function attachFiles(list) {
     const files = [...(list || [])];
     if (!files.length) return;
-    client.attach(conv, replyTo || 0, files).catch((e) => ctx.toast("Could not keep the files: " + (e.detail || e.message || e.code)));
+    client.attach(conv, replyTo || 0, files).catch((e) => ctx.toast(t("chat.filesNotKept", { reason: why(e) })));
   }
 
   function drawChips() {
@@ -114,7 +121,8 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
   function update() {
     const n = charCount(box.value);
     const over = n > MAX_CHARS;
-    count.textContent = n >= SHOW_FROM ? n.toLocaleString("en") + " / " + MAX_CHARS.toLocaleString("en") + (over ? " — too long" : "") : "";
+    const shown = { n: number(n), max: number(MAX_CHARS) };
+    count.textContent = n < SHOW_FROM ? "" : over ? t("chat.countOver", shown) : t("chat.count", shown);
     count.classList.toggle("over", over);
     button.disabled = over;
     box.setAttribute("aria-invalid", over ? "true" : "false");
@@ -126,7 +134,7 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
     const files = !!(d && d.files && d.files.length);
     if ((body.trim() === "" && !files) || charCount(body) > MAX_CHARS) return;
     if (files && d.files.some((f) => f.error)) {
-      ctx.toast("Remove the refused file before sending.");
+      ctx.toast(t("chat.removeRefused"));
       return;
     }
     // Clear at once: what the user types while the outbox writes is the next message.
@@ -137,7 +145,7 @@ export function renderComposer(ctx, conv, replyTo, suggest) {
     } catch (e) {
       if (box.value === "") box.value = body;
       update();
-      ctx.toast("Could not keep the message: " + (e.detail || e.message || e.code));
+      ctx.toast(t("chat.messageNotKept", { reason: why(e) }));
     }
   }
 
@@ -165,14 +173,14 @@ export function fileChip(h, client, f, onRemove) {
   const done = !!f.file;
   const bar = h("progress", {
     max: f.size || 1, value: done ? f.size || 1 : p ? p.sent : 0, "data-test": "upload-progress",
-    "aria-label": "Upload of " + f.name, class: done || f.error ? "hidden" : false,
+    "aria-label": t("chat.uploadOf", { name: f.name }), class: done || f.error ? "hidden" : false,
   });
   return h("li", { class: ["chip", f.error && "refused"], "data-test": "chip", "data-key": f.key, "data-state": f.error ? "refused" : done ? "uploaded" : "uploading" },
     h("span", { class: "chip-name", "data-test": "chip-name" }, f.name),
     h("span", { class: "muted" }, " " + humanSize(f.size)),
     bar,
     f.error ? h("span", { class: "error", role: "alert", "data-test": "chip-error" }, f.error) : null,
-    onRemove ? h("button", { type: "button", class: "link", "data-test": "chip-remove", "aria-label": "Remove " + f.name, on: { click: onRemove } }, "Remove") : null);
+    onRemove ? h("button", { type: "button", class: "link", "data-test": "chip-remove", "aria-label": t("chat.removeFile", { name: f.name }), on: { click: onRemove } }, t("chat.remove")) : null);
 }
 
 /** showProgress moves the bars of one file (in every chip of it on the page). */

@@ -5,8 +5,10 @@
 // message" screen. Every user text is rendered as text (dom.js).
 
 import { h, clear } from "../dom.js";
-import { nameOf } from "../names.js";
-import { renderComposer, charCount, MAX_CHARS } from "./composer.js";
+import { nameOf, avatarEl } from "../names.js";
+import { t, when, number } from "../i18n.js";
+import { formatBody } from "../format.js";
+import { renderComposer, charCount, MAX_CHARS, why } from "./composer.js";
 import { readMembers } from "./members.js";
 
 /** The picker's common emoji; any other can be typed. */
@@ -57,9 +59,9 @@ export function openPicker(view, ev, anchor) {
     closePopover();
     view.toggle(ev, emoji, !mine(emoji));
   };
-  const input = h("input", { type: "text", maxlength: 64, "aria-label": "Other emoji", placeholder: "other", "data-test": "pick-input", size: 6 });
+  const input = h("input", { type: "text", maxlength: 64, "aria-label": t("chat.otherEmoji"), placeholder: t("chat.otherPlaceholder"), "data-test": "pick-input", size: 6 });
   const el = h("form", {
-    class: "picker", role: "dialog", "aria-label": "React", "data-test": "picker",
+    class: "picker", role: "dialog", "aria-label": t("chat.react"), "data-test": "picker",
     on: {
       submit: (e) => {
         e.preventDefault();
@@ -72,7 +74,7 @@ export function openPicker(view, ev, anchor) {
     type: "button", class: ["pick", mine(emoji) && "me"], "data-test": "pick", "data-emoji": emoji,
     "aria-pressed": mine(emoji) ? "true" : "false", on: { click: () => pick(emoji) },
   }, emoji)),
-  input, h("button", { type: "submit", "data-test": "pick-add" }, "Add"));
+  input, h("button", { type: "submit", "data-test": "pick-add" }, t("chat.add")));
   popover(el, anchor);
   el.querySelector("button").focus();
 }
@@ -88,7 +90,7 @@ export function openEditor(view, ev) {
   const body = li && li.querySelector("[data-test=body]");
   if (!body) return;
   const pend = view.client.pending(view.conv, ev.seq).body;
-  const box = h("textarea", { rows: 3, "aria-label": "Edit the message", "data-test": "edit-box" });
+  const box = h("textarea", { rows: 3, "aria-label": t("chat.editBox"), "data-test": "edit-box" });
   box.value = pend !== null ? pend : ev.body;
   const done = () => {
     view.editing = 0;
@@ -97,13 +99,13 @@ export function openEditor(view, ev) {
   };
   const save = async () => {
     const text = box.value;
-    if (text.trim() === "" || charCount(text) > MAX_CHARS) return view.ctx.toast("An edit needs 1 to " + MAX_CHARS + " characters.");
+    if (text.trim() === "" || charCount(text) > MAX_CHARS) return view.ctx.toast(t("chat.editLength", { max: number(MAX_CHARS) }));
     done();
     if (text === ev.body && pend === null) return;
     try {
       await view.client.edit(view.conv, ev.seq, text);
     } catch (e) {
-      view.ctx.toast("Could not keep the edit: " + (e.message || e.code));
+      view.ctx.toast(t("chat.editNotKept", { reason: why(e) }));
     }
   };
   box.addEventListener("keydown", (e) => {
@@ -114,12 +116,10 @@ export function openEditor(view, ev) {
   });
   view.editing = ev.seq;
   body.replaceWith(h("div", { class: "editor" }, box,
-    h("button", { type: "button", class: "primary", "data-test": "edit-save", on: { click: save } }, "Save"),
-    h("button", { type: "button", "data-test": "edit-cancel", on: { click: done } }, "Cancel")));
+    h("button", { type: "button", class: "primary", "data-test": "edit-save", on: { click: save } }, t("chat.save")),
+    h("button", { type: "button", "data-test": "edit-cancel", on: { click: done } }, t("chat.cancel"))));
   box.focus();
 }
-
-const atFmt = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
 
 /**
  * showVersions shows a message's versions, the original first.
@@ -127,21 +127,21 @@ const atFmt = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyl
  * @param {object} ev
  */
 export async function showVersions(view, ev) {
-  const list = h("ol", { class: "versions", "data-test": "versions" }, h("li", { class: "muted" }, "Loading…"));
-  const dlg = h("dialog", { class: "versions-dialog", "aria-label": "Versions of the message" },
-    h("h3", null, "Versions"), list,
-    h("form", { method: "dialog" }, h("button", { type: "submit", "data-test": "versions-close" }, "Close")));
+  const list = h("ol", { class: "versions", "data-test": "versions" }, h("li", { class: "muted" }, t("chat.loading")));
+  const dlg = h("dialog", { class: "versions-dialog", "aria-label": t("chat.versionsLabel") },
+    h("h2", null, t("chat.versions")), list,
+    h("form", { method: "dialog" }, h("button", { type: "submit", "data-test": "versions-close" }, t("chat.close"))));
   dlg.addEventListener("close", () => dlg.remove());
   document.body.appendChild(dlg);
   dlg.showModal();
   try {
     const r = await view.client.versions(view.conv, ev.seq);
     const vs = r.versions || [];
-    list.replaceChildren(...(r.recalled ? [h("li", { class: "muted" }, "This message was recalled.")] : vs.map((v, i) => h("li", { "data-test": "version", "data-seq": v.seq },
-      h("div", { class: "muted" }, (i === 0 ? "Original, " : "Edited, ") + atFmt.format(new Date(v.at))),
-      h("div", { class: "body" }, v.body)))));
+    list.replaceChildren(...(r.recalled ? [h("li", { class: "muted" }, t("chat.versionsRecalled"))] : vs.map((v, i) => h("li", { "data-test": "version", "data-seq": v.seq },
+      h("div", { class: "muted" }, i === 0 ? t("chat.original", { at: when(v.at, "datetime") }) : t("chat.editedAt", { at: when(v.at, "datetime") })),
+      h("div", { class: "body" }, formatBody(v.body, view.me))))));
   } catch (e) {
-    list.replaceChildren(h("li", { class: "error" }, "Could not read the versions (" + e.code + ")."));
+    list.replaceChildren(h("li", { class: "error" }, t("chat.versionsFailed", { reason: why(e) })));
   }
 }
 
@@ -155,7 +155,7 @@ export function openThread(view, root) {
   if (view.thread) view.thread.close();
   const { client, conv } = view;
   const list = h("ol", { class: "events", "data-test": "thread-events" });
-  const status = h("p", { class: "muted", role: "status" }, "Loading…");
+  const status = h("p", { class: "muted", role: "status" }, t("chat.loading"));
   const composer = renderComposer(view.ctx, conv, root, (box, upd) => autocomplete(view.ctx, conv, box, upd));
   const close = () => {
     off();
@@ -164,15 +164,15 @@ export function openThread(view, root) {
     view.el.classList.remove("with-thread");
     view.thread = null;
   };
-  const panel = h("aside", { class: "thread", "aria-label": "Thread", "data-test": "thread", "data-root": root },
-    h("div", { class: "conv-head" }, h("h3", null, "Thread"),
-      h("button", { type: "button", class: "link", "data-test": "thread-close", on: { click: close } }, "Close")),
+  const panel = h("aside", { class: "thread", "aria-label": t("chat.thread"), "data-test": "thread", "data-root": root },
+    h("div", { class: "conv-head" }, h("h3", null, t("chat.thread")),
+      h("button", { type: "button", class: "link", "data-test": "thread-close", on: { click: close } }, t("chat.close"))),
     h("div", { class: "thread-scroll" }, status, list), composer);
   const draw = (th) => {
     if (th !== client.th) return;
     const evs = [...th.events.values()].filter((e) => e.kind === "message").sort((a, b) => a.seq - b.seq);
     list.replaceChildren(...evs.map((e) => view.renderMsg(e, true)));
-    status.textContent = th.state === "ready" || evs.length ? "" : th.error ? "Cannot load the thread (" + th.error.code + ")." : "Loading…";
+    status.textContent = th.state === "ready" || evs.length ? "" : th.error ? t("chat.threadFailed", { reason: why(th.error) }) : t("chat.loading");
   };
   const off = client.on("thread", draw);
   view.thread = { close };
@@ -223,8 +223,8 @@ export async function autocomplete(ctx, conv, box, changed) {
   const opts = users.map((u, i) => h("li", {
     role: "option", id: "suggest-" + i, "data-test": "mention-option", "data-user": u, "aria-selected": i === 0 ? "true" : "false",
     on: { mousedown: (e) => { e.preventDefault(); choose(u); } },
-  }, "@" + u, nameOf(u) !== u ? h("span", { class: "muted" }, " " + nameOf(u)) : null));
-  const ul = h("ul", { class: "suggest", role: "listbox", "aria-label": "Members", "data-test": "mention-suggest" }, opts);
+  }, avatarEl(h, u), "@" + u, nameOf(u) !== u ? h("span", { class: "muted" }, " " + nameOf(u)) : null));
+  const ul = h("ul", { class: "suggest", role: "listbox", "aria-label": t("chat.members"), "data-test": "mention-suggest" }, opts);
   const onKey = (e) => {
     if (e.key === "ArrowDown" || e.key === "ArrowUp") {
       e.preventDefault();
@@ -258,7 +258,7 @@ export async function autocomplete(ctx, conv, box, changed) {
  */
 export function renderNewDM(ctx) {
   const { client } = ctx;
-  const input = h("input", { type: "search", id: "dm-q", "aria-label": "Find a user", placeholder: "Name or email", "data-test": "dm-search", autocomplete: "off" });
+  const input = h("input", { type: "search", id: "dm-q", "aria-label": t("chat.findUser"), placeholder: t("chat.findUserPlaceholder"), "data-test": "dm-search", autocomplete: "off" });
   const list = h("ul", { class: "dm-results", "data-test": "dm-results" });
   const status = h("p", { class: "muted", role: "status", "data-test": "dm-status" });
   let seq = 0;
@@ -271,20 +271,21 @@ export function renderNewDM(ctx) {
       const users = (r.users || []).filter((u) => u.id !== client.user);
       clear(list);
       for (const u of users) {
-        list.appendChild(h("li", null, h("button", { type: "button", class: "link", "data-test": "dm-user", "data-user": u.id, on: { click: () => open(u.id) } }, u.display_name ? u.display_name + " (@" + u.id + ")" : u.id)));
+        list.appendChild(h("li", null, h("button", { type: "button", class: "link", "data-test": "dm-user", "data-user": u.id, on: { click: () => open(u.id) } },
+          avatarEl(h, u.id), u.display_name ? t("chat.userWithId", { name: u.display_name, id: u.id }) : u.id)));
       }
-      status.textContent = users.length ? "" : "Nobody found.";
+      status.textContent = users.length ? "" : t("chat.nobody");
     } catch (e) {
-      if (mine === seq) status.textContent = "Cannot search now (" + e.code + ").";
+      if (mine === seq) status.textContent = t("chat.dmSearchFailed", { reason: why(e) });
     }
   };
   const open = async (user) => {
-    status.textContent = "Opening…";
+    status.textContent = t("chat.opening");
     try {
       const id = await client.openDirect(user);
       ctx.navigate("/c/" + encodeURIComponent(id));
     } catch (e) {
-      status.textContent = "Cannot open the conversation (" + e.code + ").";
+      status.textContent = t("chat.dmOpenFailed", { reason: why(e) });
     }
   };
   input.addEventListener("input", () => {
@@ -292,7 +293,7 @@ export function renderNewDM(ctx) {
     timer = setTimeout(search, 200);
   });
   const el = h("section", { class: "screen", "aria-labelledby": "dm-title", "data-test": "new-dm" },
-    h("h2", { id: "dm-title" }, "New direct message"), input, status, list);
+    h("h2", { id: "dm-title" }, t("chat.newDM")), input, status, list);
   queueMicrotask(() => {
     input.focus();
     search();

@@ -12,9 +12,8 @@
 // page lives, so the dialog opens again where it was.
 
 import { h, clear } from "../dom.js";
-import { nameEl } from "../names.js";
-
-const whenFmt = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+import { nameEl, avatarEl } from "../names.js";
+import { t, when, errorText } from "../i18n.js";
 
 /** Code points of a long body shown around its first match. */
 const SNIPPET = 240;
@@ -76,15 +75,16 @@ export function marked(body, highlights) {
 function explain(e) {
   switch (e.code) {
     case "INVALID_ARGUMENT":
-      return "Cannot search for that: " + (e.detail || e.message) + ".";
+      // The server's detail says what to change (in English: it is the server's).
+      return t("chat.searchInvalid", { reason: e.detail || errorText(e) });
     case "NOT_MEMBER":
-      return "You cannot search that conversation (NOT_MEMBER).";
+      return t("chat.searchNotMember");
     case "RATE_LIMITED":
-      return "Too many searches; wait a moment and try again.";
+      return t("chat.searchRateLimited");
     case "UNAVAILABLE":
-      return "Search is not available right now (" + (e.detail || "UNAVAILABLE") + "); try again in a moment.";
+      return t("chat.searchUnavailable");
   }
-  return "Search failed (" + (e.code || e) + ").";
+  return t("chat.searchFailed", { reason: errorText(e) });
 }
 
 /** unbalanced reports a query still inside a quoted phrase: typing waits for the closing quote. */
@@ -94,17 +94,17 @@ function unbalanced(q) {
 
 function build(client) {
   const box = h("input", {
-    type: "search", placeholder: "Search messages", "aria-label": "Search messages", autocomplete: "off",
+    type: "search", placeholder: t("chat.searchMessages"), "aria-label": t("chat.searchMessages"), autocomplete: "off",
     enterkeyhint: "search", "data-test": "search-box",
   });
   const status = h("p", { class: "muted search-status", role: "status", "aria-live": "polite", "data-test": "search-status" });
   const list = h("ol", { class: "search-hits", "data-test": "search-results" });
-  const more = h("button", { type: "button", class: "search-more hidden", "data-test": "search-more" }, "More");
-  const form = h("form", { role: "search", class: "search-form" }, box, h("button", { type: "submit", class: "primary" }, "Search"));
-  const dialog = h("dialog", { class: "search", "aria-label": "Search messages", "data-test": "search" },
+  const more = h("button", { type: "button", class: "search-more hidden", "data-test": "search-more" }, t("chat.more"));
+  const form = h("form", { role: "search", class: "search-form" }, box, h("button", { type: "submit", class: "primary" }, t("chat.search")));
+  const dialog = h("dialog", { class: "search", "aria-label": t("chat.searchMessages"), "data-test": "search" },
     h("div", { class: "search-head" }, form,
-      h("button", { type: "button", "aria-label": "Close the search", "data-test": "search-close", on: { click: () => dialog.close() } }, "×")),
-    h("p", { class: "muted search-help" }, "Every word must match. \"a phrase\" in quotes, word* for words that start so, from:USER and in:CONVERSATION narrow it."),
+      h("button", { type: "button", "aria-label": t("chat.searchClose"), "data-test": "search-close", on: { click: () => dialog.close() } }, "×")),
+    h("p", { class: "muted search-help" }, t("chat.searchHelp")),
     status, list, more);
   const st = { q: "", next: "", run: 0, timer: 0, busy: false };
 
@@ -122,7 +122,7 @@ function build(client) {
     if (!now && q === st.q) return;
     const mine = ++st.run;
     st.q = q;
-    status.textContent = "Searching…";
+    status.textContent = t("chat.searching");
     let r;
     try {
       r = await client.search(q, { limit: LIMIT });
@@ -139,7 +139,7 @@ function build(client) {
     add(r.hits || []);
     st.next = r.next || "";
     more.classList.toggle("hidden", !st.next);
-    status.textContent = list.childElementCount ? "" : "No messages found.";
+    status.textContent = list.childElementCount ? "" : t("chat.searchNone");
   }
 
   async function loadMore() {
@@ -174,8 +174,8 @@ function build(client) {
     },
     h("span", { class: "search-where" },
       h("span", { class: "search-conv", "data-test": "search-conv" }, c ? client.title(c) : ev.conv),
-      " · ", nameEl(h, ev.sender, { "data-test": "search-sender" }),
-      " · ", h("time", { datetime: ev.at }, whenFmt.format(new Date(ev.at)))),
+      " · ", avatarEl(h, ev.sender), nameEl(h, ev.sender, { "data-test": "search-sender" }),
+      " · ", h("time", { datetime: ev.at }, when(ev.at, "datetime"))),
     h("span", { class: "search-body", "data-test": "search-body" }, marked(ev.body, hit.highlights)));
     return h("li", null, a);
   }

@@ -2,8 +2,15 @@
 // composer. It promises to render incrementally: a new event appends its
 // node, an older page prepends its nodes (keeping the scroll position), a
 // recall replaces one node; the list is never re-rendered as a whole per
-// message, so thousands of loaded messages stay responsive. Bodies are text
-// only (dom.js). Older pages load when the user scrolls near the top (or
+// message, so thousands of loaded messages stay responsive. Bodies are
+// built as DOM nodes, never HTML (format.js: links, code, emphasis). A
+// message shows its sender's avatar and name (a run of one sender's
+// messages only on its first). Recall and Edit are offered only where the
+// server would allow them: on the user's own messages, inside the recall
+// window (and the edit window when one is configured) that GET /api/server
+// tells; they disappear when the window passes. Recall asks first
+// (views/confirm.js); a refusal shows as a sentence. Every string comes
+// from i18n.js. Older pages load when the user scrolls near the top (or
 // presses "Load older"); read marks move when messages are on screen
 // (IntersectionObserver) while the page is visible. A message shows its
 // edited marker, reactions (the user's own highlighted; a click toggles),
@@ -26,11 +33,39 @@
 import { retryDelay } from "../backoff.js";
 import { humanSize } from "../bytes.js";
 import { url } from "../urls.js";
-import { renderComposer, fileChip, showProgress, dragOver, drop } from "./composer.js";
-import { nameEl, onNames } from "../names.js";
+import { renderComposer, fileChip, showProgress, dragOver, drop, why } from "./composer.js";
+import { nameEl, avatarEl, onNames } from "../names.js";
+import { t, when, number, errorText } from "../i18n.js";
+import { formatBody } from "../format.js";
 
-const dayFmt = new Intl.DateTimeFormat(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
-const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+let policy = null; // GET /api/server, read once per page
+const RECALL_MS = 10 * 60 * 1000; // the server's default recall window
+
+/**
+ * windows returns the recall and edit windows the server tells (ms; edit 0:
+ * none); until the answer is in, the defaults (10 minutes, none).
+ * @param {Function} api
+ * @returns {Promise<{recall: number, edit: number}>}
+ */
+function windows(api) {
+  if (!policy) {
+    policy = api("GET", url.server()).then((s) => ({ recall: Number(s.recall_window_ms) || RECALL_MS, edit: Number(s.edit_window_ms) || 0 }), (e) => {
+      policy = null;
+      throw e;
+    });
+  }
+  return policy;
+}
+
+/**
+ * fill puts nodes (names) into a translated sentence at its {placeholders}.
+ * @param {string} s
+ * @param {Object<string, *>} parts
+ * @returns {Array<*>}
+ */
+function fill(s, parts) {
+  return s.split(/\{(\w+)\}/).map((x, i) => (i % 2 ? parts[x] : x));
+}
 
 function dayKey(ev) {
   const d = new Date(ev.at);
@@ -48,11 +83,15 @@ export function renderTimeline(ctx, params) {
   return new TimelineView(ctx, params.id, Number.isSafeInteger(at) && at > 0 ? at : 0).el;
 }
 
-const recallRefusals = {
-  NOT_SENDER: "Only the sender can recall this message.",
-  RECALL_WINDOW_EXPIRED: "Too late: the recall window has passed.",
-  ALREADY_RECALLED: "This message was already recalled.",
-};
+/** recallRefusal says why a recall was refused. */
+function recallRefusal(e) {
+  switch (e.code) {
+    case "NOT_SENDER": return t("chat.recallNotSender");
+    case "RECALL_WINDOW_EXPIRED": return t("chat.recallTooLate");
+    case "ALREADY_RECALLED": return t("chat.recallAlready");
+  }
+  return why(e);
+}
 
 function visible(ev) {
   return ev.kind === "message" || ev.kind === "member_joined" || ev.kind === "member_left";
@@ -63,30 +102,16 @@ export function extras() {
   return import("./extras.js");
 }
 
-const mentionRE = /(^|[^\p{L}\p{N}._@-])@([A-Za-z0-9._-]+)/gu;
-
 /**
- * bodyNodes renders a text with its @mentions in spans: text nodes only,
- * never HTML. A mention of me (or @all) is marked.
- * @param {Function} h
+ * bodyNodes renders a message's text (format.js): DOM nodes, never HTML;
+ * a mention of me (or @all) is marked.
+ * @param {Function} h unused (kept for callers)
  * @param {string} text
  * @param {string} me
- * @returns {Array<string|HTMLElement>}
+ * @returns {Array<string|Node>}
  */
 export function bodyNodes(h, text, me) {
-  const out = [];
-  let last = 0;
-  for (const m of text.matchAll(mentionRE)) {
-    const at = m.index + m[1].length;
-    const id = m[2].replace(/[._-]+$/, "").toLowerCase();
-    if (!id) continue;
-    out.push(text.slice(last, at));
-    const mine = id === me || id === "all";
-    out.push(h("span", { class: ["mention", mine && "mention-me"], "data-test": "mention" }, "@" + m[2].slice(0, id.length)));
-    last = at + 1 + id.length;
-  }
-  out.push(text.slice(last));
-  return out;
+  return formatBody(text, me);
 }
 
 /** TimelineView is one conversation's screen while it is on the page. */
@@ -107,30 +132,37 @@ class TimelineView {
     this.focused = null; // the li of the message opened at
     this.readSeen = 0;
     this.readTimer = 0;
+    this.recallMs = RECALL_MS; // until GET /api/server answers
+    this.editMs = 0;
+    this.timed = new Set(); // the Recall and Edit buttons that expire
 
     this.title = h("h2", { id: "conv-title", "data-test": "conv-title" }, conv);
-    this.status = h("p", { class: "muted", role: "status", "data-test": "timeline-status" }, "Loading…");
-    this.olderBtn = h("button", { type: "button", class: "link hidden", "data-test": "load-older", on: { click: () => this.loadOlder() } }, "Load older messages");
+    this.status = h("p", { class: "muted", role: "status", "data-test": "timeline-status" }, t("chat.loading"));
+    this.olderBtn = h("button", { type: "button", class: "link hidden", "data-test": "load-older", on: { click: () => this.loadOlder() } }, t("chat.loadOlder"));
     this.list = h("ol", { class: "events", "data-test": "events" });
     this.outList = h("ol", { class: "events outgoing", "data-test": "outgoing" });
     this.newer = h("div", { class: "older hidden" },
-      h("button", { type: "button", class: "link", "data-test": "load-newer", on: { click: () => this.loadNewer() } }, "Load newer messages"),
-      h("button", { type: "button", class: "link", "data-test": "jump-newest", on: { click: () => ctx.navigate("/c/" + encodeURIComponent(conv), { replace: true }) } }, "Jump to the newest"));
+      h("button", { type: "button", class: "link", "data-test": "load-newer", on: { click: () => this.loadNewer() } }, t("chat.loadNewer")),
+      h("button", { type: "button", class: "link", "data-test": "jump-newest", on: { click: () => ctx.navigate("/c/" + encodeURIComponent(conv), { replace: true }) } }, t("chat.jumpNewest")));
     this.scroller = h("div", {
       class: "timeline", role: "log", "aria-labelledby": "conv-title", tabindex: "0", "data-test": "timeline",
       on: { scroll: () => this.onScroll() },
     }, h("div", { class: "older" }, this.olderBtn), this.status, this.list, this.newer, this.outList);
     this.composer = renderComposer(ctx, conv, 0, (box, upd) => extras().then((m) => m.autocomplete(ctx, conv, box, upd)));
     this.notMember = h("p", { class: "composer-note muted hidden", role: "status", "data-test": "not-member" },
-      "You are no longer a member of this conversation: you can read what you saw, not write.");
+      t("chat.notMember"));
     this.el = h("section", {
       class: "conv-view", "aria-labelledby": "conv-title", "data-test": "conv-view", "data-conv": conv,
-      on: { dragover: (e) => dragOver(e, this.el), dragleave: () => this.el.classList.remove("dropping"), drop: (e) => drop(e, this.el, this.composer.attachFiles) },
+      on: {
+        dragover: (e) => dragOver(e, this.el), dragleave: () => this.el.classList.remove("dropping"), drop: (e) => drop(e, this.el, this.composer.attachFiles),
+        // Opening a message's actions checks its windows again.
+        pointerover: () => this.expire(), focusin: () => this.expire(),
+      },
     },
       h("div", { class: "conv-head" },
-        h("a", { class: "back", href: "/", "data-nav": "", "aria-label": "Back to the conversations" }, "←"),
+        h("a", { class: "back", href: "/", "data-nav": "", "aria-label": t("chat.back") }, "←"),
         this.title,
-        h("a", { href: "/c/" + encodeURIComponent(conv) + "/members", "data-nav": "" }, "Members")),
+        h("a", { href: "/c/" + encodeURIComponent(conv) + "/members", "data-nav": "" }, t("chat.members"))),
       this.scroller, this.notMember, this.composer);
     this.observer = new IntersectionObserver((entries) => this.seen(entries), { root: this.scroller, threshold: 0.6 });
     this.listen();
@@ -145,6 +177,45 @@ class TimelineView {
     // Fetch the on-demand screens once the timeline is up, so editing and
     // reacting work offline too (an import cannot load then).
     setTimeout(() => extras().catch(() => {}), 0);
+    windows(ctx.api).then((w) => {
+      if (w.recall === this.recallMs && w.edit === this.editMs) return;
+      this.recallMs = w.recall;
+      this.editMs = w.edit;
+      this.expire(true);
+    }, () => {});
+    this.expiry = setInterval(() => this.expire(), 1000);
+  }
+
+  /**
+   * until returns when an action on the user's own message ev stops being
+   * allowed (ms since the epoch; Infinity: never), for a window in ms (0: none).
+   */
+  until(ev, windowMs) {
+    return windowMs > 0 ? Date.parse(ev.at) + windowMs : Infinity;
+  }
+
+  /**
+   * expire takes Recall and Edit off the messages whose window passed;
+   * redraw (the server told its windows) renders the own messages again.
+   */
+  expire(redraw) {
+    if (redraw) {
+      const tl = this.client.timeline(this.conv);
+      for (const [seq] of this.nodes) {
+        const ev = tl.events.get(seq);
+        if (ev && ev.kind === "message" && ev.sender === this.me && !ev.recalled) this.update(ev);
+      }
+      return;
+    }
+    const now = Date.now();
+    for (const b of this.timed) {
+      if (!b.isConnected && b.dataset.seen) this.timed.delete(b);
+      else if (b.isConnected) b.dataset.seen = "1";
+      if (Number(b.dataset.until) <= now) {
+        b.remove();
+        this.timed.delete(b);
+      }
+    }
   }
 
   /** listen subscribes to the client and the page; el.dispose undoes it. */
@@ -165,7 +236,7 @@ class TimelineView {
       this.client.on("upload", (p) => showProgress(this.outList, p)),
       onNames(() => this.drawTitle()),
       this.client.on("refused", (it, e) => {
-        if (it.conv === this.conv) this.ctx.toast((it.kind === "edit" ? "Edit" : "Reaction") + " refused: " + e.code + (e.message && e.message !== e.code ? ": " + e.message : ""));
+        if (it.conv === this.conv) this.ctx.toast(it.kind === "edit" ? t("chat.editRefused", { reason: why(e) }) : t("chat.reactionRefused", { reason: why(e) }));
       }),
     ];
     const onVisibility = () => {
@@ -177,23 +248,25 @@ class TimelineView {
       if (this.thread) this.thread.close();
       this.observer.disconnect();
       clearTimeout(this.readTimer);
+      clearInterval(this.expiry);
       document.removeEventListener("visibilitychange", onVisibility);
     };
   }
 
-  /** who is how a user shows in the timeline: "You", or their name (names.js). */
-  who(user) {
-    return user === this.me ? "You" : nameEl(this.h, user);
+  /** who is how a user shows in the timeline: "You" (object: "you"), or their name (names.js). */
+  who(user, object) {
+    if (user !== this.me) return nameEl(this.h, user);
+    return object ? t("chat.youObject") : t("chat.you");
   }
 
   renderEvent(ev) {
     const h = this.h;
     if (ev.kind === "recall") return null;
     if (ev.kind === "member_joined" || ev.kind === "member_left") {
-      const verb = ev.kind === "member_joined" ? "joined" : "left";
+      const joined = ev.kind === "member_joined";
       const text = ev.sender && ev.sender !== ev.user
-        ? [this.who(ev.sender), ev.kind === "member_joined" ? " added " : " removed ", this.who(ev.user)]
-        : [this.who(ev.user), " " + verb];
+        ? fill(joined ? t("chat.sysAdded") : t("chat.sysRemoved"), { actor: this.who(ev.sender), user: this.who(ev.user, true) })
+        : fill(joined ? t("chat.sysJoined") : t("chat.sysLeft"), { user: this.who(ev.user) });
       return h("li", { class: "sysline", "data-test": "sys", "data-seq": ev.seq }, text);
     }
     return this.renderMsg(ev, false);
@@ -204,29 +277,36 @@ class TimelineView {
     const h = this.h;
     const mine = ev.sender === this.me;
     const pend = this.client.pending(this.conv, ev.seq);
-    const act = (label, test, fn) => h("button", { type: "button", class: "link", "data-test": test, on: { click: fn } }, label);
+    const act = (label, test, fn, until) => {
+      const b = h("button", { type: "button", class: "link", "data-test": test, "data-until": until < Infinity ? until : false, on: { click: fn } }, label);
+      if (until < Infinity) this.timed.add(b); // expire() takes it off when its window passes
+      return b;
+    };
     const live = !ev.recalled;
+    const now = Date.now();
+    const recallUntil = this.until(ev, this.recallMs);
+    const editUntil = this.until(ev, this.editMs);
     const li = h("li", {
       class: ["msg", mine && "mine"], "data-test": inThread ? "thread-msg" : "msg", "data-seq": ev.seq, "data-sender": ev.sender,
       "data-state": mine ? "sent" : false,
     },
-    h("div", { class: "who" }, this.who(ev.sender)),
-    !inThread && ev.reply_to ? act("↳ in a thread", "in-thread", () => this.openThread(ev.reply_to)) : null,
+    h("div", { class: "sender" }, avatarEl(h, ev.sender), h("div", { class: "who" }, this.who(ev.sender))),
+    !inThread && ev.reply_to ? act(t("chat.inThread"), "in-thread", () => this.openThread(ev.reply_to)) : null,
     ev.recalled
-      ? h("div", { class: "recalled-body", "data-test": "recalled" }, "message recalled")
+      ? h("div", { class: "recalled-body", "data-test": "recalled" }, t("chat.recalled"))
       : ev.body || pend.body || !(ev.attachments || []).length ? h("div", { class: "body", "data-test": "body" }, bodyNodes(h, pend.body !== null ? pend.body : ev.body, this.me)) : null,
     live ? attachments(h, ev.attachments) : null,
     live ? this.reactionBar(ev, pend.reactions) : null,
     h("div", { class: "meta" },
-      h("time", { datetime: ev.at }, timeFmt.format(new Date(ev.at))),
-      pend.body !== null ? h("span", { class: "state-sending", "data-test": "edit-pending" }, "edit pending") : null,
-      live && ev.edit_seq ? act("(edited)", "edited", () => extras().then((m) => m.showVersions(this, ev))) : null,
-      mine ? h("span", { "data-test": "state" }, "sent") : null,
-      !inThread && live && ev.replies ? act(ev.replies + (ev.replies === 1 ? " reply" : " replies"), "replies", () => this.openThread(ev.seq)) : null,
-      live ? act("React", "react", (e) => extras().then((m) => m.openPicker(this, ev, e.target))) : null,
-      !inThread && live && !ev.reply_to ? act("Reply", "reply", () => this.openThread(ev.seq)) : null,
-      mine && live ? act("Edit", "edit", () => extras().then((m) => m.openEditor(this, ev))) : null,
-      !inThread && live ? act("Recall", "recall", () => this.recall(ev, li)) : null,
+      h("time", { datetime: ev.at, title: when(ev.at, "datetime") }, when(ev.at, "time")),
+      pend.body !== null ? h("span", { class: "state-sending", "data-test": "edit-pending" }, t("chat.editPending")) : null,
+      live && ev.edit_seq ? act(t("chat.edited"), "edited", () => extras().then((m) => m.showVersions(this, ev))) : null,
+      mine ? h("span", { "data-test": "state" }, t("chat.sent")) : null,
+      !inThread && live && ev.replies ? act(t("chat.replies", { n: ev.replies, count: number(ev.replies) }), "replies", () => this.openThread(ev.seq)) : null,
+      live ? act(t("chat.react"), "react", (e) => extras().then((m) => m.openPicker(this, ev, e.target))) : null,
+      !inThread && live && !ev.reply_to ? act(t("chat.reply"), "reply", () => this.openThread(ev.seq)) : null,
+      mine && live && editUntil > now ? act(t("chat.edit"), "edit", () => extras().then((m) => m.openEditor(this, ev)), editUntil) : null,
+      !inThread && mine && live && recallUntil > now ? act(t("chat.recall"), "recall", () => this.recall(ev, li), recallUntil) : null,
       h("span", { class: "error", role: "alert", "data-test": "recall-error" })));
     return li;
   }
@@ -245,30 +325,40 @@ class TimelineView {
     if (!shown.length) return null;
     return h("div", { class: "reactions", "data-test": "reactions" }, shown.map((r) => h("button", {
       type: "button", class: ["reaction", r.me && "me"], "data-test": "reaction", "data-emoji": r.emoji, "data-me": r.me ? "true" : "false",
-      "aria-pressed": r.me ? "true" : "false", "aria-label": r.emoji + ", " + r.count + (r.me ? ", yours" : ""),
+      "aria-pressed": r.me ? "true" : "false",
+      "aria-label": r.me ? t("chat.reactionMine", { emoji: r.emoji, n: number(r.count) }) : t("chat.reactionLabel", { emoji: r.emoji, n: number(r.count) }),
       on: { click: () => this.toggle(ev, r.emoji, !r.me) },
-    }, r.emoji + " " + r.count)));
+    }, r.emoji + " " + number(r.count))));
   }
 
   /** toggle writes a reaction change to the outbox. */
   toggle(ev, emoji, on) {
-    this.client.react(this.conv, ev.seq, emoji, on).catch((e) => this.ctx.toast("Could not keep the reaction: " + (e.message || e.code)));
+    this.client.react(this.conv, ev.seq, emoji, on).catch((e) => this.ctx.toast(t("chat.reactionNotKept", { reason: why(e) })));
   }
 
   openThread(root) {
     extras().then((m) => m.openThread(this, root));
   }
 
+  /** recall asks first, then recalls ev; a refusal shows its sentence under the message. */
   async recall(ev, li) {
     const err = li.querySelector("[data-test=recall-error]");
     err.textContent = "";
+    let confirmDialog;
+    try {
+      ({ confirmDialog } = await import("./confirm.js"));
+    } catch {
+      err.textContent = errorText("UNAVAILABLE"); // offline before the dialog was ever loaded
+      return;
+    }
+    const yes = await confirmDialog(this.h, { title: t("chat.recallTitle"), body: t("chat.recallBody"), ok: t("chat.recall"), cancel: t("chat.cancel") });
+    if (!yes) return;
     try {
       await this.client.recall(this.conv, ev.seq);
     } catch (e) {
-      const why = recallRefusals[e.code] || "Recall failed";
       const cur = this.nodes.get(ev.seq) || li;
       const errEl = cur.querySelector("[data-test=recall-error]");
-      if (errEl) errEl.textContent = why + " (" + e.code + ")";
+      if (errEl) errEl.textContent = recallRefusal(e);
     }
   }
 
@@ -281,10 +371,12 @@ class TimelineView {
       const li = this.renderEvent(ev);
       if (!li) continue;
       if (!p || dayKey(p) !== dayKey(ev)) {
-        const sep = this.h("li", { class: "day", "aria-hidden": "false" }, dayFmt.format(new Date(ev.at)));
+        const sep = this.h("li", { class: "day", "aria-hidden": "false" }, when(ev.at, "day"));
         if (!first) first = sep;
         frag.appendChild(sep);
       }
+      // A run of one sender's messages (same day, minutes apart) shows the sender once.
+      if (p && ev.kind === "message" && p.kind === "message" && p.sender === ev.sender && dayKey(p) === dayKey(ev) && Date.parse(ev.at) - Date.parse(p.at) < 5 * 60 * 1000) li.classList.add("cont");
       frag.appendChild(li);
       this.nodes.set(ev.seq, li);
       if (li.classList.contains("msg") && ev.sender !== this.me) this.observer.observe(li);
@@ -315,13 +407,11 @@ class TimelineView {
       this.topSep = b.first;
       this.firstEv = evs[0] || null;
       this.lastEv = evs[evs.length - 1] || null;
-      this.status.textContent = evs.length ? "" : "No messages yet.";
+      this.status.textContent = evs.length ? "" : t("chat.empty");
     } else if (tl.error) {
-      this.status.textContent = tl.error.code === "NOT_MEMBER"
-        ? "You cannot see this conversation (NOT_MEMBER)."
-        : "Cannot load the conversation now (" + tl.error.code + "); it loads when the connection is back.";
+      this.status.textContent = tl.error.code === "NOT_MEMBER" ? t("chat.cannotSee") : t("chat.cannotLoad", { reason: why(tl.error) });
     } else {
-      this.status.textContent = "Loading…";
+      this.status.textContent = t("chat.loading");
     }
     this.olderBtn.classList.toggle("hidden", !(tl.state === "ready" && tl.hasOlder));
     this.newer.classList.toggle("hidden", !(tl.state === "ready" && tl.hasNewer));
@@ -386,6 +476,7 @@ class TimelineView {
     if (!old) return;
     const li = this.renderEvent(ev);
     if (this.editing === ev.seq) return; // the open editor keeps its node; it redraws on close
+    if (old.classList.contains("cont")) li.classList.add("cont");
     old.replaceWith(li);
     this.observer.unobserve(old);
     this.nodes.set(ev.seq, li);
@@ -399,7 +490,7 @@ class TimelineView {
     const rows = this.client.outgoing(this.conv).map((it) => this.outgoingRow(it));
     const stick = this.nearBottom();
     this.outList.replaceChildren(...rows);
-    if (rows.length && this.status.textContent === "No messages yet.") this.status.textContent = "";
+    if (rows.length && this.status.textContent === t("chat.empty")) this.status.textContent = "";
     if (stick) this.toBottom();
   }
 
@@ -410,27 +501,28 @@ class TimelineView {
     let actions = [];
     switch (it.state) {
       case "pending":
-        state = h("span", { class: "state-sending", "data-test": "state" }, (it.files || []).every((f) => f.file) ? "sending…" : "uploading…");
+        state = h("span", { class: "state-sending", "data-test": "state" }, (it.files || []).every((f) => f.file) ? t("chat.sending") : t("chat.uploading"));
         break;
       case "sent":
-        state = h("span", { "data-test": "state" }, "sent");
+        state = h("span", { "data-test": "state" }, t("chat.sent"));
         break;
       case "expired":
-        state = h("span", { "data-test": "state" }, "sent, expired");
-        actions = [h("button", { type: "button", class: "link", on: { click: () => client.dismiss(it.cmid) } }, "Dismiss")];
+        state = h("span", { "data-test": "state" }, t("chat.sentExpired"));
+        actions = [h("button", { type: "button", class: "link", on: { click: () => client.dismiss(it.cmid) } }, t("chat.dismiss"))];
         break;
       default:
-        state = h("span", { class: "state-failed", "data-test": "state" }, "failed: " + (it.reason || "refused"));
+        state = h("span", { class: "state-failed", "data-test": "state", "data-code": it.code || false },
+          t("chat.failed", { reason: it.code ? errorText(it.code) : it.reason || errorText("") }));
         actions = [
           h("button", {
             type: "button", class: "link", "data-test": "edit-resend",
             on: { click: () => { this.composer.setText(it.body); if ((it.files || []).length) client.redraft(it.cmid); else client.dismiss(it.cmid); } },
-          }, "Edit and send as new"),
-          h("button", { type: "button", class: "link", on: { click: () => client.dismiss(it.cmid) } }, "Dismiss"),
+          }, t("chat.editResend")),
+          h("button", { type: "button", class: "link", on: { click: () => client.dismiss(it.cmid) } }, t("chat.dismiss")),
         ];
     }
     return h("li", { class: "msg mine", "data-test": "msg-out", "data-cmid": it.cmid, "data-state": it.state },
-      h("div", { class: "who" }, "You"),
+      h("div", { class: "sender" }, avatarEl(h, this.me), h("div", { class: "who" }, t("chat.you"))),
       it.body || !(it.files || []).length ? h("div", { class: "body", "data-test": "body" }, it.body) : null,
       (it.files || []).length ? h("ul", { class: "chips" }, it.files.map((f) => fileChip(h, client, f))) : null,
       h("div", { class: "meta" }, state, actions));
@@ -448,7 +540,7 @@ class TimelineView {
         // Retryable: try again after the server's delay, at least a second.
         setTimeout(() => this.onScroll(), retryDelay(e, 1000, 1000));
       } else {
-        this.ctx.toast("Could not load older messages (" + (e.code || e) + ")");
+        this.ctx.toast(t("chat.olderFailed", { reason: why(e) }));
       }
     } finally {
       this.loadingOlder = false;
@@ -465,7 +557,7 @@ class TimelineView {
       if (e.code === "RATE_LIMITED" || e.code === "UNAVAILABLE") {
         setTimeout(() => this.onScroll(), retryDelay(e, 1000, 1000));
       } else {
-        this.ctx.toast("Could not load newer messages (" + (e.code || e) + ")");
+        this.ctx.toast(t("chat.newerFailed", { reason: why(e) }));
       }
     } finally {
       this.loadingNewer = false;
@@ -566,6 +658,6 @@ function imageLink(h, a) {
       },
     },
   });
-  const link = h("a", { href: url.file(a.id), target: "_blank", rel: "noopener", class: "file-image", "data-test": "file-image", "data-file": a.id, title: a.name + " (" + humanSize(a.size) + ")" }, img);
+  const link = h("a", { href: url.file(a.id), target: "_blank", rel: "noopener", class: "file-image", "data-test": "file-image", "data-file": a.id, title: t("chat.fileTitle", { name: a.name, size: humanSize(a.size) }) }, img);
   return link;
 }
