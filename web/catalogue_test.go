@@ -17,12 +17,41 @@ import (
 // catalogues are the app's languages; each is web/app/i18n/CODE.js.
 var catalogues = []string{"en", "zh"}
 
+// areas are the catalogue's parts loaded on demand (i18n.js loadArea):
+// web/app/i18n/AREA.LANG.js, holding exactly the keys AREA.*.
+var areas = []string{"manage"}
+
+// readLanguage returns a language's whole catalogue: its core and its
+// areas, each key in exactly one file, an area's keys in the area's file.
+func readLanguage(t *testing.T, lang string) map[string]any {
+	t.Helper()
+	all := readCatalogue(t, lang+".js")
+	for k := range all {
+		for _, area := range areas {
+			if strings.HasPrefix(k, area+".") {
+				t.Errorf("%s.js: %q belongs in %s.%s.js (loaded with its screens)", lang, k, area, lang)
+			}
+		}
+	}
+	for _, area := range areas {
+		name := area + "." + lang + ".js"
+		for k, v := range readCatalogue(t, name) {
+			if !strings.HasPrefix(k, area+".") {
+				t.Errorf("%s: %q is not a key of the %s screens", name, k, area)
+			}
+			all[k] = v
+		}
+	}
+	return all
+}
+
 // readCatalogue parses one catalogue module: `export default { … };`
 // whose object is JSON once its comment lines and a trailing comma are
 // taken out. A value is a string or a plural form {one?, other, …}.
-func readCatalogue(t *testing.T, lang string) map[string]any {
+func readCatalogue(t *testing.T, file string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("app", "i18n", lang+".js"))
+	lang := strings.TrimSuffix(file, ".js")
+	b, err := os.ReadFile(filepath.Join("app", "i18n", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +98,7 @@ var usedKey = regexp.MustCompile(`\bt\(\s*"([^"]+)"`)
 func TestCatalogues(t *testing.T) {
 	cats := map[string]map[string]any{}
 	for _, lang := range catalogues {
-		cats[lang] = readCatalogue(t, lang)
+		cats[lang] = readLanguage(t, lang)
 	}
 	want := map[string]string{} // key → where it is needed
 	for _, c := range parley.Codes {

@@ -649,7 +649,10 @@ func TestBrowserSignOut(t *testing.T) {
 	// Another tab of this browser signs out: the open socket is told.
 	ana.do(chromedp.Evaluate[chromedp.Void](`fetch("/api/logout", {method: "POST", credentials: "same-origin"})`))
 	ana.waitJS("sign-in with the reason", `!!document.querySelector("[data-test=signin]") &&
-		document.querySelector("[data-test=signin-error]").textContent.includes("UNAUTHENTICATED")`)
+		document.querySelector("[data-test=signin-error]").dataset.reason === "UNAUTHENTICATED"`)
+	if text := devEval[string](ana, `document.querySelector("[data-test=signin-error]").textContent`); text != "Your session has ended. Sign in again." {
+		t.Errorf("the reason reads %q, want a sentence without the code", text)
+	}
 }
 
 // TestBrowserTwoTabs: two tabs of one browser share the session and the

@@ -10,8 +10,10 @@
 // is rendered: app.js awaits it first.
 //
 // Every string the page shows is t(key) of the one catalogue per language
-// (i18n/en.js, i18n/zh.js); web's TestCatalogues fails when a key used
-// here or in any module is missing from either. Placeholders are {name};
+// (i18n/en.js, i18n/zh.js, with the strings of screens loaded on demand in
+// files of their own, i18n/AREA.LANG.js, added by loadArea); web's
+// TestCatalogues fails when a key used in any module is missing from
+// either language. Placeholders are {name};
 // a value given as {one, other} is chosen by Intl.PluralRules on {n}.
 
 const KEY = "parley.lang"; // localStorage: the language the user picked
@@ -26,6 +28,13 @@ const loaders = {
   en: () => import("./i18n/en.js"),
   zh: () => import("./i18n/zh.js"),
 };
+
+// The strings of screens that load on demand, by area, loaded with them
+// (loadArea): the first load carries only the catalogue's core.
+const areas = {
+  manage: { en: () => import("./i18n/manage.en.js"), zh: () => import("./i18n/manage.zh.js") },
+};
+const loadedAreas = new Map(); // area → the promise of its strings
 
 let lang = "en";
 let locale = "en";
@@ -91,6 +100,24 @@ export async function load() {
   }
   formats.clear();
   document.documentElement.lang = locale;
+}
+
+/**
+ * loadArea adds the strings of an area (a key of areas) to the catalogue;
+ * a screen of that area awaits it before it renders. It loads once.
+ * @param {string} area
+ * @returns {Promise<void>}
+ */
+export function loadArea(area) {
+  let p = loadedAreas.get(area);
+  if (!p) {
+    p = areas[area][lang]().then((m) => {
+      Object.assign(catalogue, m.default);
+    });
+    p.catch(() => loadedAreas.delete(area)); // a later screen asks again
+    loadedAreas.set(area, p);
+  }
+  return p;
 }
 
 /** language returns the code of the page's language ("en", "zh"). */

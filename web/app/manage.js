@@ -4,8 +4,9 @@
 // with ctx = {api, h, me, navigate, toast, client} as app.js builds it and
 // params the path's :names.
 //
-// The screens load when first shown (a dynamic import): they are not part
-// of the page's first load. Until its module is there a route shows
+// The screens load when first shown (a dynamic import), with their strings
+// (i18n.js loadArea "manage"): they are not part of the page's first load.
+// Until its module is there a route shows
 // "Loading…"; if it cannot load (a release changed under the page), it says
 // to reload.
 //
@@ -14,7 +15,7 @@
 // and the server's 403 "Access denied" is what a non-admin sees there.
 
 
-import { t } from "./i18n.js";
+import { t, loadArea } from "./i18n.js";
 
 /**
  * lazy returns a view that shows a placeholder, imports its module and
@@ -32,7 +33,7 @@ export function lazy(load, fn) {
       gone = true;
       if (real && real.dispose) real.dispose();
     };
-    load().then((m) => {
+    Promise.all([load(), loadArea("manage")]).then(([m]) => {
       if (gone) return;
       real = m[fn](ctx, params);
       el.replaceWith(real);

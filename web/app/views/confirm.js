@@ -2,15 +2,14 @@
 // <dialog> (never window.confirm, which blocks the page and cannot be
 // styled or translated) with a title, a sentence, Cancel and a button that
 // names the action ("Remove ben"). Cancel has the focus, so Enter or a
-// stray click does not destroy anything; Escape cancels.
-
-import { t } from "../i18n.js";
+// stray click does not destroy anything; Escape cancels. The caller gives
+// every string, translated.
 
 /**
  * confirmDialog shows the question and answers whether the user chose ok.
  * The dialog is removed from the page once answered.
  * @param {Function} h dom.js h
- * @param {{title: string, body?: string, ok: string, cancel?: string}} opts
+ * @param {{title: string, body?: string, ok: string, cancel: string}} opts
  * @returns {Promise<boolean>}
  */
 export function confirmDialog(h, opts) {
@@ -18,7 +17,7 @@ export function confirmDialog(h, opts) {
     const back = document.activeElement;
     let answer = false;
     const ok = h("button", { type: "button", class: "m-danger", "data-test": "confirm-ok" }, opts.ok);
-    const cancel = h("button", { type: "button", "data-test": "confirm-cancel" }, opts.cancel || t("manage.confirm.cancel"));
+    const cancel = h("button", { type: "button", "data-test": "confirm-cancel" }, opts.cancel);
     const title = h("h2", { class: "confirm-title", id: "confirm-title" }, opts.title);
     const body = opts.body ? h("p", { id: "confirm-body" }, opts.body) : null;
     const dlg = h("dialog", {
