@@ -65,7 +65,7 @@ const axeRun = `(async (contrastOnly) => {
 // landmarks, and on a phone whether the top bar is one row and which
 // controls of the top bar, the list and the composer are smaller than a
 // 44 px touch target.
-const a11yLayout = `(() => {
+const a11yLayout = `((vw) => {
   const shown = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
   const name = e => {
     const t = e.getAttribute("data-test"), c = e.getAttribute("class");
@@ -74,7 +74,17 @@ const a11yLayout = `(() => {
   };
   const out = {h1: [...document.querySelectorAll("h1")].filter(shown).length,
     main: [...document.querySelectorAll("main, [role=main]")].filter(shown).length,
-    topbarRows: [], small: []};
+    topbarRows: [], small: [], wide: []};
+  // The page is no wider than the screen: the outermost elements that reach past its right edge.
+  for (const e of document.querySelectorAll("body *")) {
+    if (!shown(e) || e.getBoundingClientRect().right <= vw + 1) continue;
+    let clipped = false;
+    for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      if (getComputedStyle(p).overflowX !== "visible" && p.getBoundingClientRect().right <= vw + 1) { clipped = true; break; }
+    }
+    if (!clipped && !(e.parentElement && out.wide.some(w => w.el.contains(e)))) out.wide.push({el: e, text: name(e) + " to x=" + Math.round(e.getBoundingClientRect().right)});
+  }
+  out.wide = out.wide.map(w => w.text);
   const bar = document.querySelector("header.topbar, .topbar");
   if (bar) {
     const kids = [...bar.children].filter(shown).map(e => ({e, r: e.getBoundingClientRect()})).filter(k => k.r.width > 0 && k.r.height > 0);
@@ -97,13 +107,14 @@ const a11yLayout = `(() => {
     }
   }
   return out;
-})()`
+})`
 
 type a11yLayoutResult struct {
 	H1         int      `json:"h1"`
 	Main       int      `json:"main"`
 	TopbarRows []string `json:"topbarRows"`
 	Small      []string `json:"small"`
+	Wide       []string `json:"wide"`
 }
 
 // audit checks the screen the device shows: axe in light and dark
@@ -137,7 +148,7 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 	if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{}); err != nil {
 		t.Fatal(err)
 	}
-	l := devEval[a11yLayoutResult](d, a11yLayout)
+	l := devEval[a11yLayoutResult](d, fmt.Sprintf("%s(%d)", a11yLayout, size.width))
 	if l.H1 != 1 {
 		t.Errorf("%s: %d visible h1, want exactly 1", where, l.H1)
 	}
@@ -146,6 +157,9 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 	}
 	if !size.phone {
 		return
+	}
+	if len(l.Wide) > 0 {
+		t.Errorf("%s: wider than the screen (%d px): %s", where, size.width, strings.Join(l.Wide, ", "))
 	}
 	if len(l.TopbarRows) > 0 {
 		t.Errorf("%s: the top bar wraps; below its first row: %s", where, strings.Join(l.TopbarRows, ", "))
@@ -164,7 +178,8 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 // axe-core finds no serious or critical violation, there is exactly one
 // visible h1 and one main landmark; on the phone the top bar is one row
 // and the controls of the top bar, the list and the composer are at
-// least 44 px high (buttons 44 px wide too).
+// least 44 px high (buttons 44 px wide too), and nothing reaches past the
+// screen's right edge (the page never scrolls sideways).
 func TestBrowserAccessibility(t *testing.T) {
 	axe := axeSource(t)
 	p := serveApp(t)
