@@ -8,7 +8,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -258,8 +257,5 @@ func TestBrowserAccessibility(t *testing.T) {
 			s.open(s.dev)
 			audit(t, s.dev, axe, s.name, size)
 		}
-	}
-	if dir := os.Getenv("PARLEY_TEST_ARTIFACTS"); dir != "" {
-		t.Logf("screenshots in %s", filepath.Clean(dir))
 	}
 }
