@@ -86,7 +86,9 @@ const a11yLayout = `((vw) => {
   out.wide = out.wide.map(w => w.text);
   const bar = document.querySelector("header.topbar, .topbar");
   if (bar) {
-    const kids = [...bar.children].filter(shown).map(e => ({e, r: e.getBoundingClientRect()})).filter(k => k.r.width > 0 && k.r.height > 0);
+    // An open menu panel (out of the flow: absolute or fixed) is no row.
+    const kids = [...bar.children].filter(e => shown(e) && !["absolute", "fixed"].includes(getComputedStyle(e).position))
+      .map(e => ({e, r: e.getBoundingClientRect()})).filter(k => k.r.width > 0 && k.r.height > 0);
     const minBottom = Math.min(...kids.map(k => k.r.bottom));
     out.topbarRows = kids.filter(k => k.r.top >= minBottom).map(k => name(k.e) + " at y=" + Math.round(k.r.top));
   }
