@@ -177,10 +177,11 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 // admin's users and the new direct message screen — at 1280×800 and at
 // 390×844 (a phone: mobile viewport, touch), in light and dark colours:
 // axe-core finds no serious or critical violation, there is exactly one
-// visible h1 and one main landmark; on the phone the top bar is one row
-// and the controls of the top bar, the list and the composer are at
-// least 44 px high (buttons 44 px wide too), and nothing reaches past the
-// screen's right edge (the page never scrolls sideways).
+// visible h1 and one main landmark; on the phone the top bar is one row,
+// the controls of the top bar, the list and the composer are at least
+// 44 px high (buttons 44 px wide too), nothing reaches past the screen's
+// right edge (the page never scrolls sideways), and a menu folded behind
+// a button passes the same checks when open.
 func TestBrowserAccessibility(t *testing.T) {
 	axe := axeSource(t)
 	p := serveApp(t)
@@ -258,6 +259,13 @@ func TestBrowserAccessibility(t *testing.T) {
 		for _, s := range screens {
 			s.open(s.dev)
 			audit(t, s.dev, axe, s.name, size)
+			// A phone's top bar may fold its menu behind a button: the
+			// open menu is audited too (its touch targets, axe).
+			if size.phone && s.name == "list" && devEval[bool](s.dev, `!!document.querySelector("[data-test=menu-toggle]")?.checkVisibility()`) {
+				s.dev.click("the menu button", `document.querySelector("[data-test=menu-toggle]")`)
+				s.dev.waitJS("the menu open", `document.querySelector("[data-test=menu-toggle]").getAttribute("aria-expanded") === "true"`)
+				audit(t, s.dev, axe, "menu-open", size)
+			}
 		}
 	}
 }
