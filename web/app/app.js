@@ -329,8 +329,11 @@ function buildShell() {
   const nav = h("nav", { "aria-label": t("app.menu") });
   const conn = h("span", { class: "conn", role: "status", "data-test": "conn", "data-state": "connecting" },
     h("span", { class: "conn-label" }, t("app.conn.connecting")));
-  const sidebar = h("aside", { class: "sidebar", "aria-label": t("app.conversations") });
-  const main = h("main", { class: "main", id: "main", tabindex: "-1" });
+  // One main landmark holds the list and the pane, so the list screen of
+  // a phone (the list alone) has its main too.
+  const sidebar = h("section", { class: "sidebar", "aria-label": t("app.conversations") });
+  const main = h("div", { class: "main" });
+  const body = h("main", { class: "body", id: "main", tabindex: "-1" }, sidebar, main);
   // The menu: in the top bar's row on a wide screen; behind the "Menu"
   // button on a phone (app.css), so the bar stays one row.
   const panel = h("div", { class: "topmenu", id: "topmenu", "data-test": "topmenu" },
@@ -362,7 +365,7 @@ function buildShell() {
       }, t("app.search")),
       toggle,
       panel),
-    sidebar, main);
+    body);
   for (const m of manageMenu) {
     if (m.admin && me.user.role !== "admin") continue;
     nav.appendChild(h("a", { href: m.path, "data-nav": "" }, m.label()));
