@@ -73,7 +73,7 @@ const a11yLayout = `((vw) => {
   };
   const out = {h1: [...document.querySelectorAll("h1")].filter(shown).length,
     main: [...document.querySelectorAll("main, [role=main]")].filter(shown).length,
-    topbarRows: [], small: [], wide: []};
+    topbarRows: [], topbarOut: [], small: [], wide: []};
   // The page is no wider than the screen: the outermost elements that reach past its right edge.
   for (const e of document.querySelectorAll("body *")) {
     if (!shown(e) || e.getBoundingClientRect().right <= vw + 1) continue;
@@ -91,6 +91,8 @@ const a11yLayout = `((vw) => {
       .map(e => ({e, r: e.getBoundingClientRect()})).filter(k => k.r.width > 0 && k.r.height > 0);
     const minBottom = Math.min(...kids.map(k => k.r.bottom));
     out.topbarRows = kids.filter(k => k.r.top >= minBottom).map(k => name(k.e) + " at y=" + Math.round(k.r.top));
+    // The row fits the screen: nothing of it is scrolled out of sight.
+    out.topbarOut = kids.filter(k => k.r.left < -1 || k.r.right > vw + 1).map(k => name(k.e) + " at x=" + Math.round(k.r.left) + "–" + Math.round(k.r.right));
   }
   const areas = [".topbar", ".sidebar", "[data-test=convlist]", "form.composer", ".composer"];
   const seen = new Set();
@@ -114,6 +116,7 @@ type a11yLayoutResult struct {
 	H1         int      `json:"h1"`
 	Main       int      `json:"main"`
 	TopbarRows []string `json:"topbarRows"`
+	TopbarOut  []string `json:"topbarOut"`
 	Small      []string `json:"small"`
 	Wide       []string `json:"wide"`
 }
@@ -165,6 +168,9 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 	if len(l.TopbarRows) > 0 {
 		t.Errorf("%s: the top bar wraps; below its first row: %s", where, strings.Join(l.TopbarRows, ", "))
 	}
+	if len(l.TopbarOut) > 0 {
+		t.Errorf("%s: the top bar does not fit the screen; out of sight: %s", where, strings.Join(l.TopbarOut, ", "))
+	}
 	if len(l.Small) > 0 {
 		t.Errorf("%s: touch targets under 44 px: %s", where, strings.Join(l.Small, ", "))
 	}
@@ -177,11 +183,12 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 // admin's users and the new direct message screen — at 1280×800 and at
 // 390×844 (a phone: mobile viewport, touch), in light and dark colours:
 // axe-core finds no serious or critical violation, there is exactly one
-// visible h1 and one main landmark; on the phone the top bar is one row,
-// the controls of the top bar, the list and the composer are at least
-// 44 px high (buttons 44 px wide too), nothing reaches past the screen's
-// right edge (the page never scrolls sideways), and a menu folded behind
-// a button passes the same checks when open.
+// visible h1 and one main landmark; on the phone the top bar is one row
+// that fits the screen, the controls of the top bar, the list and the
+// composer are at least 44 px high (buttons 44 px wide too), nothing
+// reaches past the screen's right edge (the page never scrolls
+// sideways), and a menu folded behind a button passes the same checks
+// when open.
 func TestBrowserAccessibility(t *testing.T) {
 	axe := axeSource(t)
 	p := serveApp(t)
