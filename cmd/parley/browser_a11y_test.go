@@ -196,11 +196,17 @@ func TestBrowserAccessibility(t *testing.T) {
 	out := newDev(t, b, "signed-out")
 	ana := newDev(t, b, "ana")
 
-	// What the screens show: ben's messages, ana's own message with a file.
-	ben := login(t, p.http, "ben")
-	for i, body := range []string{"Morning! The release notes are in the shared folder.", "Can someone check the zeppelin schedule?"} {
-		if st := callAPI(t, p.http, ben, "POST", "/api/convs/c-team/messages", map[string]string{"body": body}, nil, "Idempotency-Key", fmt.Sprintf("a11y-%d", i)); st != 201 {
-			t.Fatalf("ben's message: %d", st)
+	// What the screens show: others' messages (a link, code, emphasis,
+	// Chinese), ana's own message with a file. (The README's picture of
+	// the app is this conversation at desktop size.)
+	ben, cy := login(t, p.http, "ben"), login(t, p.http, "cy")
+	for i, m := range []struct{ token, body string }{
+		{ben, "Morning! The release notes are at https://parley.example/notes — read *Upgrading* before `parley migrate`."},
+		{cy, "收到，我明天去上海出差，周五回来。"},
+		{ben, "Can someone check the zeppelin schedule?"},
+	} {
+		if st := callAPI(t, p.http, m.token, "POST", "/api/convs/c-team/messages", map[string]string{"body": m.body}, nil, "Idempotency-Key", fmt.Sprintf("a11y-%d", i)); st != 201 {
+			t.Fatalf("message %d: %d", i, st)
 		}
 	}
 	ana.signIn(p.http, "ana")
