@@ -58,6 +58,18 @@ func newDev(t *testing.T, browser context.Context, name string) *chatDev {
 	return d
 }
 
+// pairInTeam signs ana and ben in, each on a device of their own in
+// browser, on the server at base, and opens c-team on both.
+func pairInTeam(t *testing.T, browser context.Context, base string) (ana, ben *chatDev) {
+	t.Helper()
+	ana, ben = newDev(t, browser, "ana"), newDev(t, browser, "ben")
+	ana.signIn(base, "ana")
+	ben.signIn(base, "ben")
+	ana.open("c-team")
+	ben.open("c-team")
+	return ana, ben
+}
+
 // do runs actions on the device's tab.
 func (d *chatDev) do(actions ...chromedp.Action[chromedp.Void]) {
 	d.t.Helper()
@@ -209,12 +221,7 @@ func TestBrowserChatLive(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := chatServe(t, b)
 		browser := newBrowser(t)
-		ana := newDev(t, browser, "ana")
-		ben := newDev(t, browser, "ben")
-		ana.signIn(p.http, "ana")
-		ben.signIn(p.http, "ben")
-		ana.open("c-team")
-		ben.open("c-team")
+		ana, ben := pairInTeam(t, browser, p.http)
 
 		const xss = `<img src=x onerror=alert(1)>`
 		script := []struct {
@@ -276,12 +283,7 @@ func TestBrowserOfflineReload(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := chatServe(t, b)
 		browser := newBrowser(t)
-		ana := newDev(t, browser, "ana")
-		ben := newDev(t, browser, "ben")
-		ana.signIn(p.http, "ana")
-		ben.signIn(p.http, "ben")
-		ana.open("c-team")
-		ben.open("c-team")
+		ana, ben := pairInTeam(t, browser, p.http)
 		ana.say("before")
 		ben.waitOnce("before")
 
@@ -328,12 +330,7 @@ func TestBrowserLostReply(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := chatServe(t, b, "PARLEY_FAULTS=api.after_send_commit=crash@1")
 		browser := newBrowser(t)
-		ana := newDev(t, browser, "ana")
-		ben := newDev(t, browser, "ben")
-		ana.signIn(p.http, "ana")
-		ben.signIn(p.http, "ben")
-		ana.open("c-team")
-		ben.open("c-team")
+		ana, ben := pairInTeam(t, browser, p.http)
 
 		ana.say("reply lost")
 		if err := p.waitExit(30 * time.Second); !killedBySIGKILL(err) {
@@ -396,15 +393,10 @@ const shortRecallWindow = `(() => {
 // window on the database clock) shows a sentence, never the code; and
 // Recall leaves a message once the server's window has passed.
 func TestBrowserRecall(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	b := sqliteBackend(t)
+	p := chatServe(t, b)
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 	ana.say("oops, wrong room")
 	ana.say("this one stays")
 	ben.say("ben's own words")
@@ -464,7 +456,7 @@ func TestBrowserRecall(t *testing.T) {
 	// Late: the message is made 11 minutes old in the database (the recall
 	// window is 10 minutes on the database clock) while ana's page still
 	// offers Recall; the refusal is a sentence, not the code.
-	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "parley.db")+"?_pragma=busy_timeout(10000)")
+	raw, err := sql.Open("sqlite", "file:"+filepath.Join(b.dir, "parley.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,8 +505,7 @@ func TestBrowserRecall(t *testing.T) {
 // the page title); reading them on one device clears the badge on the
 // other, live.
 func TestBrowserReadOtherDevice(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	laptop := newDev(t, browser, "ana-laptop")
 	phone := newDev(t, browser, "ana-phone")
@@ -635,8 +626,7 @@ func metricLine(text string, words ...string) string {
 // the socket is open: the server sends UNAUTHENTICATED on it) brings the page
 // back to sign-in with the reason shown.
 func TestBrowserSignOut(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	ana.signIn(p.http, "ana")
@@ -746,8 +736,7 @@ func TestBrowserRateLimited(t *testing.T) {
 // NOT_MEMBER. The composer shows the 4,000-character limit before it is hit
 // and refuses a longer text.
 func TestBrowserFailedSend(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ben := newDev(t, browser, "ben")
 	ben.signIn(p.http, "ben")
@@ -816,8 +805,7 @@ func TestBrowserFailedSend(t *testing.T) {
 // report itself hidden (document.hidden) and records the Notification
 // constructor's calls (the real one still runs).
 func TestBrowserNotification(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	ben := newDev(t, browser, "ben")

@@ -72,12 +72,7 @@ func kindCounts(t *testing.T, s parley.Store, user, conv string) map[parley.Even
 func TestBrowserEditReactThread(t *testing.T) {
 	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 
 	// @ autocomplete: "@b" offers ben; Enter takes him.
 	ana.do(chromedp.SendKeys(`[data-test=composer]`, "hello @b"))
@@ -145,12 +140,7 @@ func TestBrowserOfflineEditReact(t *testing.T) {
 	b := sqliteBackend(t)
 	p := chatServe(t, b)
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 	ana.say("ana writes")
 	ben.say("ben writes")
 	for _, d := range []*chatDev{ana, ben} {

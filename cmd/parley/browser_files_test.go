@@ -81,12 +81,7 @@ func TestBrowserFiles(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		p := chatServe(t, b)
 		browser := newBrowser(t)
-		ana := newDev(t, browser, "ana")
-		ben := newDev(t, browser, "ben")
-		ana.signIn(p.http, "ana")
-		ben.signIn(p.http, "ben")
-		ana.open("c-team")
-		ben.open("c-team")
+		ana, ben := pairInTeam(t, browser, p.http)
 
 		dir := t.TempDir()
 		pic := writePNG(t, dir, "boat.png", 640, 480)
@@ -261,12 +256,7 @@ func TestBrowserFileResume(t *testing.T) {
 	b := backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir}
 	p := serveEnv(t, nil, "--demo", "--db", b.db, "--data-dir", b.dir, "--config", cfg)
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 	heads := watchHeads(t, ana)
 
 	files := t.TempDir()

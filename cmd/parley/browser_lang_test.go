@@ -9,7 +9,6 @@ package main
 // answered; every screen has a skip link, one h1 and one main landmark.
 
 import (
-	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -53,8 +52,7 @@ const i18nModule = `import(performance.getEntriesByType("resource").map(e => e.n
 // written on a 24-hour clock. The language switch turns the page English,
 // and the choice outlives a reload.
 func TestBrowserLanguage(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	ana.do(chromedp.Navigate("about:blank"))
@@ -165,8 +163,7 @@ func TestBrowserLanguage(t *testing.T) {
 // shows again until dismissed); allowed, a toast says they are on; a
 // browser without notifications says it cannot show them.
 func TestBrowserNotifyStatus(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	setPerm := func(setting browserpb.PermissionSetting) {
@@ -224,8 +221,7 @@ func TestBrowserNotifyStatus(t *testing.T) {
 // link is the first thing the keyboard reaches: shown when it has the
 // focus, and Enter on it moves the focus to the screen's main landmark.
 func TestBrowserSkipLink(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	key := func(typ input.DispatchKeyEventType, k, code, txt string, vk int64) {

@@ -5,7 +5,6 @@ package main
 // and online).
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,8 +51,7 @@ func sentJS(cond string) string {
 // presence push puts a dot by that user's name; hiding the page reports
 // away, input online again.
 func TestBrowserLiveScreens(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	ana.tap()
@@ -131,8 +129,7 @@ const pushStub = `(() => {
 // the subscription, once; the members screen sets the conversation's
 // notification level; signing out unsubscribes the browser.
 func TestBrowserPushSubscribe(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	ana := login(t, p.http, "ana")
 	var key struct{ Key string }
 	if st := callAPI(t, p.http, ana, "GET", "/api/push/key", nil, &key); st != 200 || key.Key == "" {

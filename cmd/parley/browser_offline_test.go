@@ -198,8 +198,7 @@ func (d *chatDev) swRegistration(scope string) serviceworker.RegistrationID {
 // the worker through DevTools (as the browser's push service would hand
 // them over, decrypted).
 func TestBrowserPushHint(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
 	ana := newDev(t, browser, "ana")
 	ana.signIn(p.http, "ana")

@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,18 +19,12 @@ import (
 // his page is hidden, online again on his input, and offline once his
 // page is gone.
 func TestBrowserTypingPresence(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	if st := callAPI(t, p.http, login(t, p.http, "cy"), "GET", "/api/presence?users=cy", nil, nil); st != 200 {
 		t.Fatalf("GET /api/presence: %d, want 200", st)
 	}
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 	ben.say("hi")
 	ana.waitOnce("hi")
 	// Writing "hi" sent a typing frame; the next one goes 3 s later (the

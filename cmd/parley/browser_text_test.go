@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -14,15 +13,9 @@ import (
 // **strong** render as code, pre, em and strong, and HTML in a body stays
 // text (no element is made from it, no script runs).
 func TestBrowserTextFormat(t *testing.T) {
-	dir := t.TempDir()
-	p := chatServe(t, backend{name: "sqlite", db: "sqlite:" + filepath.Join(dir, "parley.db"), dir: dir})
+	p := chatServe(t, sqliteBackend(t))
 	browser := newBrowser(t)
-	ana := newDev(t, browser, "ana")
-	ben := newDev(t, browser, "ben")
-	ana.signIn(p.http, "ana")
-	ben.signIn(p.http, "ben")
-	ana.open("c-team")
-	ben.open("c-team")
+	ana, ben := pairInTeam(t, browser, p.http)
 
 	// write sends a text as typed (new lines included): set in the box, then Enter.
 	write := func(body string) {
