@@ -1,6 +1,6 @@
 package main
 
-// The accessibility test (SPEC §12): every screen of the app, at a
+// The accessibility test (docs/web-client.md#tests): every screen of the app, at a
 // desktop and a phone size, in light and dark colours, checked by
 // axe-core (Deque's rules engine, the one browsers' audit tools use) and
 // by the page-structure and touch-target rules axe leaves out.
@@ -176,7 +176,7 @@ func audit(t *testing.T, d *chatDev, axe, screen string, size a11ySize) {
 	}
 }
 
-// TestBrowserAccessibility (SPEC §12): each screen — sign-in, sign-in
+// TestBrowserAccessibility: each screen — sign-in, sign-in
 // with its error, the conversation list, a conversation with messages
 // (others', an own one, a file), an open thread, the search dialog with
 // hits, the members screen, new conversation, the account, export, the

@@ -386,7 +386,7 @@ const shortRecallWindow = `(() => {
   };
 })();`
 
-// TestBrowserRecall (issue 13 test 4, SPEC §12): Recall is offered only on
+// TestBrowserRecall (issue 13 test 4): Recall is offered only on
 // one's own messages, inside the window the server tells; it asks first in
 // an in-page dialog whose focus starts on Cancel (Cancel and Escape keep the
 // message, Recall recalls it on both sides); a refusal (a recall past the

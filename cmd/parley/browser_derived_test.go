@@ -222,7 +222,7 @@ func TestBrowserMentionBadge(t *testing.T) {
 	ben.waitJS("the direct conversation in ben's list", `document.querySelector("[data-test=conv][data-conv='dm:ana:ben'] .title")?.textContent === "ana"`)
 }
 
-// TestBrowserEditWindow (SPEC §12): with an edit window in the policy file,
+// TestBrowserEditWindow: with an edit window in the policy file,
 // GET /api/server tells it (edit_window_ms) and the page offers Edit on the
 // user's own message only inside it: Edit leaves the message when the
 // window passes, while Recall (a 10-minute window) stays.

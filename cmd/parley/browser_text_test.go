@@ -6,7 +6,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestBrowserTextFormat (SPEC §12, text): a message's text renders as DOM
+// TestBrowserTextFormat: a message's text renders as DOM
 // nodes on the receiving side: http(s) and mailto URLs are links that open
 // in a new tab without the opener (rel="noopener noreferrer"), a
 // javascript: URL stays text, `code`, a fenced block, *emphasis* and
