@@ -296,7 +296,7 @@ function allowButton() {
  * language of LANGUAGES by its own name; a choice reloads the page in it.
  * @returns {HTMLElement}
  */
-export function languageSwitch() {
+function languageSwitch() {
   const sel = h("select", {
     class: "lang-switch", "data-test": "lang", "aria-label": t("app.language"), title: t("app.language"),
     on: { change: () => choose(sel.value) },
@@ -309,7 +309,7 @@ export function languageSwitch() {
  * keyboard reaches: it moves the focus to the screen's <main id="main">.
  * @returns {HTMLElement}
  */
-export function skipLink() {
+function skipLink() {
   return h("a", {
     class: "skip-link", href: "#main", "data-test": "skip-link",
     on: {

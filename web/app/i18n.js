@@ -46,7 +46,7 @@ const formats = new Map();
  * pick chooses the language: the user's choice, else the browser's.
  * @returns {{lang: string, locale: string}}
  */
-export function pick() {
+function pick() {
   let chosen = "";
   try {
     chosen = localStorage.getItem(KEY) || "";

@@ -67,7 +67,7 @@ export function initials(name) {
  * @param {string} id
  * @returns {number}
  */
-export function hue(id) {
+function hue(id) {
   let x = 2166136261;
   for (const c of String(id)) {
     x ^= c.codePointAt(0);
