@@ -110,6 +110,9 @@ type serverOptions struct {
 	// blobs holds the files' bytes (app.Options.Blobs; nil: none, and
 	// the file routes answer UNAVAILABLE).
 	blobs parley.BlobStore
+	// recallWindow and demo are Deps.RecallWindow and Deps.Demo.
+	recallWindow time.Duration
+	demo         *httpapi.DemoAccounts
 }
 
 // testSigningKey is the export link key of test servers.
@@ -185,6 +188,7 @@ func start(t testing.TB, store parley.Store, o serverOptions) *server {
 		Metrics: s.metrics, Draining: s.hub.Draining, Now: o.now,
 		ExportLink: func(job, user string, exp time.Time) string { return keys.Link(job, user, exp) },
 		Hashes:     o.hashes, HashWait: o.hashWait, LoginBackoff: o.loginBackoff,
+		RecallWindow: o.recallWindow, Demo: o.demo,
 		Download: &export.Download{
 			Store: store, Dir: s.exportDir, Log: log, Metrics: s.metrics,
 			Keys: func() *export.Keyring { return keys }, Now: now,

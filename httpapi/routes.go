@@ -79,7 +79,8 @@ type Deps struct {
 	// tells the sign-in page.
 	Demo *DemoAccounts
 	// RecallWindow is the store's recall window (parley.Options), which
-	// GET /api/server tells clients (0: parley.DefaultRecallWindow).
+	// GET /api/server tells clients (0: parley.DefaultRecallWindow, the
+	// store's own default, as parley serve opens it).
 	RecallWindow time.Duration
 	Now          func() time.Time
 

@@ -547,8 +547,6 @@ func (s *server) newAPI(site *web.Site) (http.Handler, error) {
 		Web:              site,
 		Uploads:          uploads,
 		Demo:             s.demoAccounts(),
-		// The store was opened without a recall window: the default's.
-		RecallWindow: parley.Options{}.WithDefaults().RecallWindow,
 	}), nil
 }
 
