@@ -24,9 +24,14 @@ type device struct {
 	token  string
 	outbox string
 	c      *client.Client
-	// logFile holds the client's log (OUTBOX.log).
+	// logFile holds the client's log (OUTBOX.log); clog writes to it.
 	logFile *os.File
+	clog    *slog.Logger
 
+	// runMu is held while the connection loop starts or stops, the
+	// wait for a stopping one included: a run that came while a halt
+	// waited would find no loop running and start a second Run while the
+	// first was still ending, which the client refuses.
 	runMu   sync.Mutex
 	cancel  context.CancelFunc // ends the current Run; nil while offline
 	runDone chan struct{}
@@ -63,8 +68,9 @@ func (d *device) open(ctx context.Context, urls []string) error {
 		return fmt.Errorf("device %s: %w", d.id(), err)
 	}
 	d.logFile = logf
+	d.clog = slog.New(slog.NewTextHandler(logf, nil))
 	c, err := client.Open(ctx, client.Options{
-		Log:  slog.New(slog.NewTextHandler(logf, nil)),
+		Log:  d.clog,
 		URLs: urls, Token: d.token, Outbox: d.outbox, Handler: (*handler)(d),
 		OnOutcome:    d.onOutcome,
 		OnConnect:    d.onConnect,
@@ -92,6 +98,8 @@ func (d *device) run() {
 	go func() {
 		defer close(done)
 		if err := d.c.Run(ctx); err != nil && ctx.Err() == nil {
+			// The device stays offline: say so where its log is read.
+			d.clog.Error("loadtest: client stopped", "err", err)
 			d.r.logf("device %s: client stopped: %v", d.id(), err)
 		}
 	}()
@@ -101,12 +109,11 @@ func (d *device) run() {
 // would; the outbox keeps what is enqueued meanwhile.
 func (d *device) halt() {
 	d.runMu.Lock()
-	cancel, done := d.cancel, d.runDone
-	d.cancel = nil
-	d.runMu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	defer d.runMu.Unlock()
+	if d.cancel != nil {
+		d.cancel()
+		<-d.runDone
+		d.cancel = nil
 	}
 	d.connected.Store(false)
 }
