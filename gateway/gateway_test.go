@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parleychat/parley"
+	"github.com/parleychat/parley/app"
 	"github.com/parleychat/parley/gateway"
 	"github.com/parleychat/parley/inmem"
 	"github.com/parleychat/parley/postgres"
@@ -805,6 +807,86 @@ func TestJoinUnwatched(t *testing.T) {
 		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: mc.Seq, User: "dan"}})
 		if f := dan.push(wire.TEvent); f.Ev.Kind != "member_joined" || f.Ev.User != "dan" {
 			t.Fatalf("join push = %+v", f.Ev)
+		}
+		sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: sent.Seq}})
+		if f := dan.push(wire.TEvent); f.Ev.Body != "hi dan" {
+			t.Fatalf("push after the join = %+v", f.Ev)
+		}
+	})
+}
+
+// fullStore is what a hub's store is when the hub builds its own
+// application layer.
+type fullStore interface {
+	parley.Store
+	app.Store
+}
+
+// heldJoined holds the first Joined read of user once armed, after it
+// read the store, until release closes: the moment between a
+// subscription's read of the user's conversations and its registration.
+// calls counts the reads of user (presence announces read it too).
+type heldJoined struct {
+	fullStore
+	user    string
+	calls   atomic.Int32
+	armed   atomic.Bool
+	read    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *heldJoined) Joined(ctx context.Context, user string) ([]parley.Head, error) {
+	heads, err := s.fullStore.Joined(ctx, user)
+	if user == s.user {
+		s.calls.Add(1)
+		if s.armed.Load() {
+			s.once.Do(func() {
+				close(s.read)
+				<-s.release
+			})
+		}
+	}
+	return heads, err
+}
+
+// TestJoinWhileSubscribing: a user added to a conversation nobody on the
+// gateway watches, while their socket's subscription is reading the
+// conversations they are in, gets that conversation's later events
+// pushed: the join reaches the socket through the fan-out, as for any
+// socket subscribed before its user joined.
+func TestJoinWhileSubscribing(t *testing.T) {
+	stores(t, func(t *testing.T, s parley.Store) {
+		held := &heldJoined{fullStore: s.(fullStore), user: "dan", read: make(chan struct{}), release: make(chan struct{})}
+		srv := newServer(t, held, gateway.Options{})
+		user(t, s, "ana")
+		user(t, s, "dan")
+		group(t, s, "g2", "ana")
+		dan := dial(t, srv.url, login(t, s, "dan", "d1", "i1").Token)
+		for deadline := time.Now().Add(10 * time.Second); held.calls.Load() == 0; { // the presence announce of dan's socket
+			if time.Now().After(deadline) {
+				t.Fatal("dan's presence was not announced")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		held.armed.Store(true)
+		dan.raw(websocket.MessageText, []byte(`{"t":"sub","rid":"s1"}`))
+		<-held.read
+		mc, err := s.AddMember(context.Background(), parley.Principal{User: "ana"}, "g2", "dan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: mc.Seq, User: "dan"}})
+		time.Sleep(200 * time.Millisecond) // the fan-out handles the join
+		close(held.release)
+		for f := dan.next(); f.T != wire.TSubscribed; f = dan.next() {
+			if f.T != wire.TEvent { // the join may come first
+				t.Fatalf("waiting for the sub reply: %+v", f)
+			}
 		}
 		sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
 		if err != nil {

@@ -251,13 +251,36 @@ func (h *Hub) socketsOf(user string) []*conn {
 }
 
 // subscribe registers c for pushes of the conversations its user is in now
-// (and, through the fan-out, those they join later). A socket whose token
-// was revoked is refused: revoke marks the socket and then unsubscribes it
-// under mu, so a subscribe either comes before and is undone, or sees the
-// mark.
+// (and, through the fan-out, those they join later). The socket is
+// registered before the store is read, watching nothing yet: a join
+// committed while Joined reads reaches it through the fan-out
+// (subscribers) and makes it watch that conversation, where a socket
+// registered only after the read would never watch it. A socket whose
+// token was revoked is refused: revoke marks the socket and then
+// unsubscribes it under mu, so a subscribe either comes before and is
+// undone, or sees the mark.
 func (h *Hub) subscribe(ctx context.Context, c *conn) error {
+	h.mu.Lock()
+	if c.revoked.Load() {
+		h.mu.Unlock()
+		return parley.ErrBadToken
+	}
+	set := h.subs[c.p.User]
+	if _, ok := set[c]; ok {
+		h.mu.Unlock()
+		return nil
+	}
+	if set == nil {
+		set = map[*conn]watchSet{}
+		h.subs[c.p.User] = set
+	}
+	set[c] = watchSet{}
+	h.subGen.Add(1)
+	h.mu.Unlock()
+
 	heads, err := h.store.Joined(ctx, c.p.User)
 	if err != nil {
+		h.unsubscribe(c)
 		return err
 	}
 	for _, hd := range heads {
@@ -265,20 +288,11 @@ func (h *Hub) subscribe(ctx context.Context, c *conn) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c.revoked.Load() {
+	ws, ok := h.subs[c.p.User][c]
+	if !ok || c.revoked.Load() {
+		// Revoked or closed while the store was read: unsubscribed.
 		return parley.ErrBadToken
 	}
-	set := h.subs[c.p.User]
-	if _, ok := set[c]; ok {
-		return nil
-	}
-	if set == nil {
-		set = map[*conn]watchSet{}
-		h.subs[c.p.User] = set
-	}
-	ws := watchSet{}
-	set[c] = ws
-	h.subGen.Add(1)
 	var fresh []string
 	for _, hd := range heads {
 		if h.watchLocked(ws, hd.Conv) {
