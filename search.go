@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/hex"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -302,12 +303,23 @@ func (q *SearchQuery) addTerm(word string, prefix bool) error {
 // SearchTokens returns the tokens of a message's text, in order: what both
 // stores index, one position each.
 func SearchTokens(body string) []string {
-	spans := tokenize(body, false)
-	out := make([]string, len(spans))
-	for i, s := range spans {
-		out[i] = s.token
-	}
+	out := make([]string, 0, len(body)/4+1)
+	scanTokens(body, false, func(s span) { out = append(out, s.token) })
 	return out
+}
+
+// SearchTokensSeq yields the tokens SearchTokens returns, in order,
+// without building the slice: a store that writes them straight into its
+// index row spends no allocation on the list.
+func SearchTokensSeq(body string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		stop := false
+		scanTokens(body, false, func(s span) {
+			if !stop && !yield(s.token) {
+				stop = true
+			}
+		})
+	}
 }
 
 // SearchDocTokens returns everything a store indexes for one version of a
@@ -320,10 +332,20 @@ func SearchDocTokens(conv, sender, body string) []string {
 }
 
 // ConvToken is the index token of a conversation (SearchDocTokens).
-func ConvToken(conv string) string { return "\ue000c" + hex.EncodeToString([]byte(conv)) }
+func ConvToken(conv string) string { return string(AppendConvToken(nil, conv)) }
 
 // SenderToken is the index token of a sender (SearchDocTokens).
-func SenderToken(user string) string { return "\ue000u" + hex.EncodeToString([]byte(user)) }
+func SenderToken(user string) string { return string(AppendSenderToken(nil, user)) }
+
+// AppendConvToken appends ConvToken(conv) to b.
+func AppendConvToken(b []byte, conv string) []byte {
+	return hex.AppendEncode(append(b, "\ue000c"...), []byte(conv))
+}
+
+// AppendSenderToken appends SenderToken(user) to b.
+func AppendSenderToken(b []byte, user string) []byte {
+	return hex.AppendEncode(append(b, "\ue000u"...), []byte(user))
+}
 
 // span is one token of a text and the code points it covers.
 type span struct {
@@ -344,6 +366,12 @@ const (
 )
 
 func classOf(r rune) class {
+	if r < utf8.RuneSelf { // no ASCII character is CJK, a mark or a So symbol
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return word
+		}
+		return sep
+	}
 	switch {
 	case unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul) || r == 'ー' || r == '々':
 		return cjk
@@ -357,51 +385,93 @@ func classOf(r rune) class {
 	return sep
 }
 
-// tokenize cuts text into spans. A query (query true) leaves out the last
-// character token of a CJK run that ends the text: "上海" as a query is the
-// pair 上海 alone, which a text's 上海 海出 … holds, while the text's lone
-// last 海 would not follow it there.
+// tokenize cuts text into spans (scanTokens).
 func tokenize(text string, query bool) []span {
-	rs := []rune(text)
 	var out []span
-	for i := 0; i < len(rs); {
-		switch classOf(rs[i]) {
+	scanTokens(text, query, func(s span) { out = append(out, s) })
+	return out
+}
+
+// decodeRune is utf8.DecodeRuneInString with ASCII inline.
+func decodeRune(s string, i int) (rune, int) {
+	if c := s[i]; c < utf8.RuneSelf {
+		return rune(c), 1
+	}
+	return utf8.DecodeRuneInString(s[i:])
+}
+
+// scanTokens calls yield with each token of text, in order: a word (letters,
+// digits and the marks that follow them, lowercased, at most
+// MaxSearchTokenChars), each pair of neighbouring characters of a CJK run
+// and the run's last character, a So symbol alone. A query (query true)
+// leaves out the last character token of a CJK run that ends the text:
+// "上海" as a query is the pair 上海 alone, which a text's 上海 海出 … holds,
+// while the text's lone last 海 would not follow it there. Tokens are
+// substrings of text where they can be (no allocation); an invalid UTF-8
+// byte is the symbol U+FFFD, as a []rune conversion makes it.
+func scanTokens(text string, query bool, yield func(span)) {
+	var offs [32]int // byte offsets of a CJK run's characters
+	pos := 0         // code points before text[i:]
+	for i := 0; i < len(text); {
+		r, w := decodeRune(text, i)
+		switch classOf(r) {
 		case word:
-			j := i + 1
-			for j < len(rs) && (classOf(rs[j]) == word || classOf(rs[j]) == mark) {
-				j++
+			j, n, cut := i+w, 1, -1
+			for j < len(text) {
+				if n == MaxSearchTokenChars {
+					cut = j
+				}
+				r, w := decodeRune(text, j)
+				if c := classOf(r); c != word && c != mark {
+					break
+				}
+				j += w
+				n++
 			}
-			w := rs[i:min(j, i+MaxSearchTokenChars)]
-			out = append(out, span{token: strings.ToLower(string(w)), start: i, end: j})
-			i = j
+			if cut < 0 {
+				cut = j
+			}
+			yield(span{token: strings.ToLower(text[i:cut]), start: pos, end: pos + n})
+			i, pos = j, pos+n
 		case cjk:
-			j := i + 1
-			for j < len(rs) && classOf(rs[j]) == cjk {
-				j++
+			at := append(offs[:0], i)
+			j := i + w
+			for j < len(text) {
+				r, w := decodeRune(text, j)
+				if classOf(r) != cjk {
+					break
+				}
+				at = append(at, j)
+				j += w
 			}
-			for k := i; k+1 < j; k++ {
-				out = append(out, span{token: string(rs[k : k+2]), start: k, end: k + 2, cjk: true})
+			n := len(at)
+			at = append(at, j)
+			for k := 0; k+1 < n; k++ {
+				yield(span{token: text[at[k]:at[k+2]], start: pos + k, end: pos + k + 2, cjk: true})
 			}
-			if j-i == 1 || !query || j < len(rs) && hasTokenAfter(rs[j:]) {
-				out = append(out, span{token: string(rs[j-1]), start: j - 1, end: j, cjk: true})
+			if n == 1 || !query || j < len(text) && hasTokenAfter(text[j:]) {
+				yield(span{token: text[at[n-1]:j], start: pos + n - 1, end: pos + n, cjk: true})
 			}
-			i = j
+			i, pos = j, pos+n
 		case symbol:
-			out = append(out, span{token: string(rs[i]), start: i, end: i + 1})
-			i++
+			tok := text[i : i+w]
+			if r == utf8.RuneError && w == 1 {
+				tok = string(utf8.RuneError)
+			}
+			yield(span{token: tok, start: pos, end: pos + 1})
+			i, pos = i+w, pos+1
 		default:
-			i++
+			i, pos = i+w, pos+1
 		}
 	}
-	return out
 }
 
 // hasTokenAfter reports whether a query's remaining code points make a
 // token: then a CJK run before them keeps its last character, as the text
 // it must match does.
-func hasTokenAfter(rs []rune) bool {
-	for _, r := range rs {
-		if classOf(r) != sep && classOf(r) != mark {
+func hasTokenAfter(s string) bool {
+	for _, r := range s {
+		if c := classOf(r); c != sep && c != mark {
 			return true
 		}
 	}

@@ -46,33 +46,27 @@ func appendLexeme(b []byte, tok string) []byte {
 	return append(b, '\'')
 }
 
-// tsvectorLiteral is the tsvector literal of tokens: token i (from 0) at
-// position i+1 (at most maxPosition). An empty token, which no text
-// yields, is left out and keeps its position.
-func tsvectorLiteral(tokens []string) string {
-	n := 0
-	for _, t := range tokens {
-		n += len(t) + 8
-	}
-	b := make([]byte, 0, n)
-	for i, tok := range tokens {
-		if tok == "" {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ' ')
-		}
+// docLiteral is the tsvector literal of one version of a message: what
+// search_docs.tsv holds for it: each token of parley.SearchDocTokens as a
+// lexeme, token i (from 0) at position i+1 (at most maxPosition), built
+// in one buffer without the token list.
+func docLiteral(conv, sender, body string) string {
+	b := make([]byte, 0, 2*len(body)+2*(len(conv)+len(sender))+40)
+	pos := 0
+	for tok := range parley.SearchTokensSeq(body) {
+		pos++
 		b = appendLexeme(b, tok)
 		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(min(i+1, maxPosition)), 10)
+		b = strconv.AppendInt(b, int64(min(pos, maxPosition)), 10)
+		b = append(b, ' ')
 	}
+	// The conversation's and the sender's tokens hold no quote or
+	// backslash: no doubling needed.
+	b = append(parley.AppendConvToken(append(b, '\''), conv), "':"...)
+	b = strconv.AppendInt(b, int64(min(pos+1, maxPosition)), 10)
+	b = append(parley.AppendSenderToken(append(b, " '"...), sender), "':"...)
+	b = strconv.AppendInt(b, int64(min(pos+2, maxPosition)), 10)
 	return string(b)
-}
-
-// docLiteral is the tsvector literal of one version of a message: what
-// search_docs.tsv holds for it.
-func docLiteral(conv, sender, body string) string {
-	return tsvectorLiteral(parley.SearchDocTokens(conv, sender, body))
 }
 
 // tsqueryLiteral is the tsquery literal of q over the conversations convs:

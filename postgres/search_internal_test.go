@@ -1,6 +1,35 @@
 package postgres
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+
+	"github.com/parleychat/parley"
+)
+
+// tsvectorLiteral is the tsvector literal of tokens (docLiteral's
+// reference): token i (from 0) at
+// position i+1 (at most maxPosition). An empty token, which no text
+// yields, is left out and keeps its position.
+func tsvectorLiteral(tokens []string) string {
+	n := 0
+	for _, t := range tokens {
+		n += len(t) + 8
+	}
+	b := make([]byte, 0, n)
+	for i, tok := range tokens {
+		if tok == "" {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = appendLexeme(b, tok)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(min(i+1, maxPosition)), 10)
+	}
+	return string(b)
+}
 
 // BenchmarkDocLiteral: the Go side of a send's search row, the tsvector
 // literal of a short English body, a longer one with a link and code, and
@@ -18,4 +47,18 @@ func BenchmarkDocLiteral(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzDocLiteral: docLiteral, built in one buffer, is the tsvector
+// literal of the tokens a store indexes (parley.SearchDocTokens), token i
+// at position i+1.
+func FuzzDocLiteral(f *testing.F) {
+	for _, s := range []string{"message 12 from sender 3", "收到，我明天去上海出差", "it's a \\ 'quoted' word", "\xff 👍🏽", ""} {
+		f.Add("g1", "ana", s)
+	}
+	f.Fuzz(func(t *testing.T, conv, sender, body string) {
+		if got, want := docLiteral(conv, sender, body), tsvectorLiteral(parley.SearchDocTokens(conv, sender, body)); got != want {
+			t.Fatalf("docLiteral(%q, %q, %q) =\n%s\nwant\n%s", conv, sender, body, got, want)
+		}
+	})
 }
