@@ -65,6 +65,21 @@ var keyDir string
 // (docs/operations.md#secret-key), and the tests' databases are served by
 // many gateways, one after the other or at once.
 var testKeyFile = sync.OnceValue(func() string {
+	if state := os.Getenv("PARLEY_BENCH_STATE"); state != "" {
+		// A kept benchmark set-up keeps its key: the next run's gateways
+		// must open the secrets the first run's sealed.
+		path := filepath.Join(state, "secret.key")
+		if _, err := os.Stat(path); err == nil {
+			return path
+		}
+		if err := os.MkdirAll(state, 0o755); err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(path, secretkey.Generate(), 0o600); err != nil {
+			panic(err)
+		}
+		return path
+	}
 	dir, err := os.MkdirTemp("", "parley-test-key")
 	if err != nil {
 		panic(err)
