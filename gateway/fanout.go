@@ -50,13 +50,6 @@ type fanout struct {
 	// committed through this gateway (conn.handle); the one that takes
 	// it to zero wakes the fan-out.
 	sending atomic.Int64
-
-	// busAt is when the last batch of notices from the bus for this
-	// fan-out's conversations came (unix nanoseconds), busGap how long
-	// after the batch before it: a fan-out fed by a stream of other
-	// gateways' notices holds its wave for the next one (awaitBus), as
-	// it does for the sends committed here.
-	busAt, busGap atomic.Int64
 }
 
 type readKey struct{ conv, user, device string }
@@ -236,7 +229,7 @@ func (fo *fanout) run(ctx context.Context) {
 			// events, deliver), so a busy fan-out does not hold it for
 			// long.
 			fo.heldWakes++
-			if fo.heldWakes > holdEvents || (fo.prevTaken() && fo.idle() && !fo.awaitSends() && !fo.awaitBus()) {
+			if fo.heldWakes > holdEvents || (fo.prevTaken() && fo.idle() && !fo.awaitSends()) {
 				fo.release()
 			}
 		}
@@ -511,43 +504,6 @@ func (fo *fanout) awaitSends() bool {
 		fo.h.stats.Lingered.Add(1)
 	}
 	fo.linger.Reset(left)
-	return true
-}
-
-// fromBus records that a batch of bus notices arrived at now (unix
-// nanoseconds) for this fan-out; called once per batch.
-func (fo *fanout) fromBus(now int64) {
-	if prev := fo.busAt.Swap(now); prev != 0 && now > prev {
-		fo.busGap.Store(now - prev)
-	}
-}
-
-// awaitBus reports whether the held wave waits for the next batch of bus
-// notices: while they come less than Linger apart, the last came less
-// than Linger (and two gaps) ago, and the wave was held for less than
-// Linger. A gateway
-// that commits none of the sends it pushes hears each of them alone from
-// the bus; without the wait, each would leave in a write of its own to
-// every socket. A sparse stream (one notice now and then) is never held.
-func (fo *fanout) awaitBus() bool {
-	linger := fo.h.o.Linger
-	gap := time.Duration(fo.busGap.Load())
-	if linger < 0 || gap <= 0 || gap >= linger {
-		return false
-	}
-	now := time.Now()
-	if since := now.Sub(time.Unix(0, fo.busAt.Load())); since >= linger || since > 2*gap {
-		return false // the stream stopped, or paused
-	}
-	left := linger - now.Sub(fo.heldSince)
-	if left <= 0 {
-		return false
-	}
-	if !fo.lingered {
-		fo.lingered = true
-		fo.h.stats.Lingered.Add(1)
-	}
-	fo.linger.Reset(min(left, 2*gap))
 	return true
 }
 

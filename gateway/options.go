@@ -80,11 +80,10 @@ type Options struct {
 	Workers int
 	// Linger bounds how long a fan-out holds a wave of pushes
 	// while a send to one of its conversations is being committed over
-	// this hub's sockets, or while other gateways' notices for them come
-	// over the bus less than Linger apart (default DefaultLinger;
-	// negative: never). The next event then leaves in the same write to
-	// each socket instead of a write of its own. A send with none other
-	// in flight, or a notice after a pause, is never held.
+	// this hub's sockets (default DefaultLinger; negative: never). The
+	// committing send's event then leaves in the same write to each
+	// socket instead of a write of its own. A send with none other in
+	// flight is never held: its own commit is over before its push.
 	Linger time.Duration
 	// Limit decides whether user may make one more request counted in the
 	// rate-limit bucket now (nil: no limit). Every request frame asks it
