@@ -93,18 +93,3 @@ func TestDocTokenNames(t *testing.T) {
 		t.Errorf("SenderToken = %q", got)
 	}
 }
-
-func BenchmarkSearchTokens(b *testing.B) {
-	for _, c := range []struct{ name, body string }{
-		{"short", "message 12 from sender 3"},
-		{"long", "Morning! The release notes are at https://parley.example/notes — read *Upgrading* before `parley migrate`."},
-		{"chinese", "收到，我明天去上海出差，周五回来。"},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_ = SearchTokens(c.body)
-			}
-		})
-	}
-}
