@@ -70,10 +70,15 @@ func pairInTeam(t *testing.T, browser context.Context, base string) (ana, ben *c
 	return ana, ben
 }
 
-// do runs actions on the device's tab.
+// do runs actions on the device's tab, within browserTimeout. (The first
+// action on a chromedp context must run on that context itself, as
+// newDevice and newTab do: a context derived with a deadline would bind
+// the tab's life to it.)
 func (d *chatDev) do(actions ...chromedp.Action[chromedp.Void]) {
 	d.t.Helper()
-	if err := chromedp.Do(d.ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(d.ctx, browserTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		d.t.Fatalf("%s: %v\npage: %s", d.name, err, d.html())
 	}
 }
@@ -92,7 +97,9 @@ func (d *chatDev) html() string {
 // devEval evaluates a JavaScript expression on the device's page.
 func devEval[T any](d *chatDev, expr string) T {
 	d.t.Helper()
-	v, err := chromedp.Run(d.ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	ctx, cancel := context.WithTimeout(d.ctx, browserTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
 	if err != nil {
 		d.t.Fatalf("%s: eval %s: %v", d.name, expr, err)
 	}
@@ -104,7 +111,9 @@ func (d *chatDev) waitJS(what, expr string) {
 	d.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ok, err := chromedp.Run(d.ctx, chromedp.Evaluate[bool](expr))
+		ctx, cancel := context.WithTimeout(d.ctx, 5*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		cancel()
 		if err == nil && ok {
 			return
 		}
@@ -657,9 +666,7 @@ func TestBrowserTwoTabs(t *testing.T) {
 	browser := newBrowser(t)
 	tab1 := newDev(t, browser, "ana-tab1")
 	tab1.signIn(p.http, "ana")
-	tab2ctx, cancel := chromedp.NewContext(tab1.ctx) // a second tab, same browser context
-	t.Cleanup(cancel)
-	tab2 := &chatDev{t: t, name: "ana-tab2", ctx: tab2ctx}
+	tab2 := &chatDev{t: t, name: "ana-tab2", ctx: newTab(t, tab1.ctx)} // same browser context
 	tab2.do(chromedp.EmulateViewport(1100, 760), chromedp.Navigate(p.http+"/"))
 	tab2.waitOnline()
 	tab1.open("c-team")

@@ -55,6 +55,10 @@ const chromiumEnv = "PARLEY_TEST_CHROMIUM"
 // state that never comes fails with a screenshot instead of hanging.
 const browserTimeout = 30 * time.Second
 
+// browserTestLimit is the most one test's browser lives: the longest
+// browser test takes under a minute alone under -race.
+const browserTestLimit = 10 * time.Minute
+
 // browserOrSkip returns the Chromium to run: PARLEY_TEST_CHROMIUM, else
 // one found on PATH; without either the test is skipped with a message.
 func browserOrSkip(t testing.TB) string {
@@ -78,6 +82,7 @@ func browserOrSkip(t testing.TB) string {
 // user-data directory under t.TempDir(), and stops it at the end.
 func newBrowser(t testing.TB) context.Context {
 	t.Helper()
+	track(t)
 	exe := browserOrSkip(t)
 	dataDir := filepath.Join(t.TempDir(), "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -93,7 +98,12 @@ func newBrowser(t testing.TB) context.Context {
 		chromedp.UserDataDir(dataDir),
 		chromedp.WindowSize(1280, 800),
 	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	// Every step of a test has its own deadline; this one bounds what a
+	// step without one could wait for (a promise that never settles, a
+	// hung renderer): the browser is stopped and the test fails instead
+	// of holding the package until go test's timeout.
+	limit, cancelLimit := context.WithTimeout(context.Background(), browserTestLimit)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(limit, opts...)
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithErrorf(func(f string, a ...any) {
 		t.Logf("chromedp: "+f, a...)
 	}))
@@ -101,11 +111,13 @@ func newBrowser(t testing.TB) context.Context {
 	if err := chromedp.Do(ctx); err != nil {
 		cancel()
 		cancelAlloc()
+		cancelLimit()
 		t.Fatalf("starting %s: %v", exe, err)
 	}
 	t.Cleanup(func() {
 		cancel()
 		cancelAlloc() // waits for the process
+		cancelLimit()
 		// Helpers of Chromium may still write for a moment after it
 		// exits; t.TempDir's removal must find the directory gone.
 		removeRetry(dataDir, 5*time.Second)

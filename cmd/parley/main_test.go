@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 	// gets the same key, as the gateways of one deployment must.
 	os.Setenv("PARLEY_SECRET_KEY_FILE", testKeyFile())
 	before, err := strayFiles()
+	go watchdog(testHangLimit)
 	code := m.Run()
 	if err == nil && code == 0 {
 		code = checkNoStrayFiles(before)
@@ -210,6 +211,7 @@ var serverBin = cmp.Or(os.Getenv("PARLEY_BENCH_SERVER"), os.Args[0])
 
 func serveEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
+	track(t)
 	if !slices.Contains(args, "--data-dir") {
 		// Never the default ./parley-data: that is the package directory.
 		args = append(args, "--data-dir", t.TempDir())
