@@ -304,7 +304,7 @@ func (q *SearchQuery) addTerm(word string, prefix bool) error {
 // stores index, one position each.
 func SearchTokens(body string) []string {
 	out := make([]string, 0, len(body)/4+1)
-	scanTokens(body, false, func(s span) { out = append(out, s.token) })
+	scanTokens(body, false, func(s span) bool { out = append(out, s.token); return true })
 	return out
 }
 
@@ -313,12 +313,7 @@ func SearchTokens(body string) []string {
 // index row spends no allocation on the list.
 func SearchTokensSeq(body string) iter.Seq[string] {
 	return func(yield func(string) bool) {
-		stop := false
-		scanTokens(body, false, func(s span) {
-			if !stop && !yield(s.token) {
-				stop = true
-			}
-		})
+		scanTokens(body, false, func(s span) bool { return yield(s.token) })
 	}
 }
 
@@ -388,7 +383,7 @@ func classOf(r rune) class {
 // tokenize cuts text into spans (scanTokens).
 func tokenize(text string, query bool) []span {
 	var out []span
-	scanTokens(text, query, func(s span) { out = append(out, s) })
+	scanTokens(text, query, func(s span) bool { out = append(out, s); return true })
 	return out
 }
 
@@ -408,8 +403,9 @@ func decodeRune(s string, i int) (rune, int) {
 // "上海" as a query is the pair 上海 alone, which a text's 上海 海出 … holds,
 // while the text's lone last 海 would not follow it there. Tokens are
 // substrings of text where they can be (no allocation); an invalid UTF-8
-// byte is the symbol U+FFFD, as a []rune conversion makes it.
-func scanTokens(text string, query bool, yield func(span)) {
+// byte is the symbol U+FFFD, as a []rune conversion makes it. It stops
+// when yield returns false.
+func scanTokens(text string, query bool, yield func(span) bool) {
 	var offs [32]int // byte offsets of a CJK run's characters
 	pos := 0         // code points before text[i:]
 	for i := 0; i < len(text); {
@@ -431,7 +427,9 @@ func scanTokens(text string, query bool, yield func(span)) {
 			if cut < 0 {
 				cut = j
 			}
-			yield(span{token: strings.ToLower(text[i:cut]), start: pos, end: pos + n})
+			if !yield(span{token: strings.ToLower(text[i:cut]), start: pos, end: pos + n}) {
+				return
+			}
 			i, pos = j, pos+n
 		case cjk:
 			at := append(offs[:0], i)
@@ -447,10 +445,14 @@ func scanTokens(text string, query bool, yield func(span)) {
 			n := len(at)
 			at = append(at, j)
 			for k := 0; k+1 < n; k++ {
-				yield(span{token: text[at[k]:at[k+2]], start: pos + k, end: pos + k + 2, cjk: true})
+				if !yield(span{token: text[at[k]:at[k+2]], start: pos + k, end: pos + k + 2, cjk: true}) {
+					return
+				}
 			}
 			if n == 1 || !query || j < len(text) && hasTokenAfter(text[j:]) {
-				yield(span{token: text[at[n-1]:j], start: pos + n - 1, end: pos + n, cjk: true})
+				if !yield(span{token: text[at[n-1]:j], start: pos + n - 1, end: pos + n, cjk: true}) {
+					return
+				}
 			}
 			i, pos = j, pos+n
 		case symbol:
@@ -458,7 +460,9 @@ func scanTokens(text string, query bool, yield func(span)) {
 			if r == utf8.RuneError && w == 1 {
 				tok = string(utf8.RuneError)
 			}
-			yield(span{token: tok, start: pos, end: pos + 1})
+			if !yield(span{token: tok, start: pos, end: pos + 1}) {
+				return
+			}
 			i, pos = i+w, pos+1
 		default:
 			i, pos = i+w, pos+1

@@ -85,6 +85,35 @@ func FuzzScanTokens(f *testing.F) {
 	})
 }
 
+// scanTokens stops at the first yield that returns false, whatever kind
+// of token it is: a loop over SearchTokensSeq that breaks scans no
+// further.
+func TestScanTokensStops(t *testing.T) {
+	for _, text := range []string{"one two three four", "上海市民 and more", "☃ ☃ ☃ words", "a 上海 ☃ b"} {
+		all := SearchTokens(text)
+		for stop := 1; stop <= len(all); stop++ {
+			calls := 0
+			scanTokens(text, false, func(span) bool {
+				calls++
+				return calls < stop
+			})
+			if calls != stop {
+				t.Errorf("%q: %d calls after a false at call %d", text, calls, stop)
+			}
+		}
+		var first []string
+		for tok := range SearchTokensSeq(text) {
+			first = append(first, tok)
+			if len(first) == 2 {
+				break
+			}
+		}
+		if !slices.Equal(first, all[:2]) {
+			t.Errorf("%q: first two %q, want %q", text, first, all[:2])
+		}
+	}
+}
+
 func TestDocTokenNames(t *testing.T) {
 	if got := ConvToken("g1"); got != "\ue000c6731" {
 		t.Errorf("ConvToken = %q", got)
