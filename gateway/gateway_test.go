@@ -808,15 +808,22 @@ func TestJoinUnwatched(t *testing.T) {
 		if f := dan.push(wire.TEvent); f.Ev.Kind != "member_joined" || f.Ev.User != "dan" {
 			t.Fatalf("join push = %+v", f.Ev)
 		}
-		sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: sent.Seq}})
-		if f := dan.push(wire.TEvent); f.Ev.Body != "hi dan" {
-			t.Fatalf("push after the join = %+v", f.Ev)
-		}
+		pushedAfterJoin(t, s, srv, dan)
 	})
+}
+
+// pushedAfterJoin: ana sends in g2, the hub hears of it, and dan, who
+// joined g2, gets it pushed.
+func pushedAfterJoin(t *testing.T, s parley.Store, srv *server, dan *client) {
+	t.Helper()
+	sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: sent.Seq}})
+	if f := dan.push(wire.TEvent); f.Ev.Body != "hi dan" {
+		t.Fatalf("push after the join = %+v", f.Ev)
+	}
 }
 
 // fullStore is what a hub's store is when the hub builds its own
@@ -888,14 +895,7 @@ func TestJoinWhileSubscribing(t *testing.T) {
 				t.Fatalf("waiting for the sub reply: %+v", f)
 			}
 		}
-		sent, err := s.Send(context.Background(), parley.Principal{User: "ana", DeviceID: "d1"}, parley.SendRequest{Conv: "g2", CMID: "c1", Body: "hi dan"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.hub.Notify([]parley.Notice{{Conv: "g2", Seq: sent.Seq}})
-		if f := dan.push(wire.TEvent); f.Ev.Body != "hi dan" {
-			t.Fatalf("push after the join = %+v", f.Ev)
-		}
+		pushedAfterJoin(t, s, srv, dan)
 	})
 }
 
