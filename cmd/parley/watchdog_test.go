@@ -18,9 +18,14 @@ const testHangLimit = 15 * time.Minute
 // browser to its start.
 var started sync.Map
 
-// track records that t is running until it ends, for the watchdog.
+// track records that t is running until it ends, for the watchdog. A
+// benchmark is not tracked: its length is the caller's to choose
+// (PARLEY_BENCH_SENDS), and -test.benchtime runs it more than once.
 func track(t testing.TB) {
 	t.Helper()
+	if _, ok := t.(*testing.B); ok {
+		return
+	}
 	if _, loaded := started.LoadOrStore(t.Name(), time.Now()); !loaded {
 		t.Cleanup(func() { started.Delete(t.Name()) })
 	}
